@@ -1,1 +1,117 @@
-//! placeholder
+//! CUDA streams and events whose ownership rules the compiler checks.
+//!
+//! - [`OwnedStream`] and [`Event`] own their handles and destroy them on `Drop` (with a fallible
+//!   `close` for callers who want the error); `into_raw` hands a handle over.
+//! - [`Stream<'a>`](Stream) is a `Copy` borrowed view, in the manner of std's `BorrowedFd<'fd>`:
+//!   every operation is written once on it, and anything that implements [`AsStream`] lends one.
+//!   A handle from PyTorch, CuPy, cuda.core, cudarc or C is borrowed with the `unsafe`
+//!   [`Stream::borrow_raw`], whose lifetime is tied to an owner value the caller names, so the
+//!   compiler stops the view outliving it.
+//! - The default streams ([`Context::legacy_stream`], [`Context::per_thread_stream`],
+//!   [`Context::null_stream`]) are bound to their context and valid no longer than it.
+//! - Operations on explicit handles do no context switching (the driver does not need it); the
+//!   default streams and creation calls make the right context current for the call only.
+//!
+//! ```no_run
+//! use cuda_stream::{Context, EventOptions, StreamOptions};
+//!
+//! let ctx = Context::primary(0)?;
+//! let producer = ctx.new_stream()?;
+//! let consumer = ctx.new_stream()?;
+//! // ... enqueue work on `producer` ...
+//! consumer.wait_stream(&producer)?; // no event is created per call
+//! consumer.launch_host_func(|| println!("after the producer's work"))?;
+//! consumer.synchronize()?;
+//! # Ok::<(), cuda_stream::Error>(())
+//! ```
+//!
+//! Beyond what the Python stream APIs offer: an exclusive [`StreamPool`] (no aliasing of leased
+//! streams), [`Stream::completed`] / [`Event::completed`] futures that need no async runtime, and
+//! structured fork/join with [`Stream::scope`].
+//!
+//! # Interop
+//!
+//! A framework's stream, borrowed for the duration of a call from Python (through ctypes or
+//! PyO3), as `torch.cuda.current_stream().cuda_stream`, CuPy's `stream.ptr` or cuda.core's
+//! `int(stream.handle)`:
+//!
+//! ```no_run
+//! use cuda_stream::Stream;
+//!
+//! #[unsafe(no_mangle)]
+//! pub extern "C" fn after_framework_work(handle: usize) -> i32 {
+//!     let call = (); // the framework keeps the stream alive while this call runs
+//!     // SAFETY: the caller passes a live stream handle and keeps it alive during the call.
+//!     match unsafe { Stream::borrow_raw(handle as _, &call) } {
+//!         Ok(stream) => stream.launch_host_func(|| ()).map_or(1, |()| 0),
+//!         Err(_) => 2,
+//!     }
+//! }
+//! ```
+//!
+//! A Rust stream lent to a framework: pass `stream.raw() as usize` to
+//! `torch.cuda.ExternalStream(handle)`, to CuPy's `Stream.from_external` (through an object
+//! whose `__cuda_stream__` returns `(0, handle)`), or to cuda.core's `Stream.from_handle(handle)`,
+//! and keep the `OwnedStream` alive while the framework uses it.
+//!
+//! cudarc: `cudarc::driver::CudaStream::cu_stream()` gives the `CUstream` to borrow with
+//! `Stream::borrow_raw(cuda_stream.cu_stream() as _, &cuda_stream)`, which ties the view to the
+//! cudarc stream's lifetime; in the other direction pass `stream.raw()` to cudarc's raw APIs.
+//!
+//! # Contexts and threads
+//!
+//! [`OwnedStream`], [`Stream`], [`Event`], [`Context`] and [`StreamPool`] are `Send + Sync`;
+//! [`CurrentStreamGuard`] is neither. Resetting a device's primary context
+//! (`cuDevicePrimaryCtxReset`) while objects of this crate exist invalidates their handles, as it
+//! does for every CUDA library.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+/// The raw driver API this crate is built on, re-exported for raw handles and types.
+pub use ffi;
+
+mod completion;
+mod context;
+mod current;
+mod error;
+mod event;
+mod host;
+mod pool;
+mod scope;
+mod stream;
+
+pub use completion::Completion;
+pub use context::{Context, ContextBinding, Device, current_context_raw, driver_version, init};
+pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
+pub use error::{DriverCode, Error, Result};
+pub use event::{Event, EventOptions, IpcEventHandle};
+pub use pool::{PooledStream, StreamPool};
+pub use scope::Scope;
+pub use stream::{AsStream, OwnedStream, PriorityRange, Stream, StreamOptions};
+
+impl Context {
+    /// Creates a non-blocking stream of default priority in this context.
+    pub fn new_stream(&self) -> Result<OwnedStream> {
+        OwnedStream::new(self, StreamOptions::new())
+    }
+
+    /// Creates a stream with `options` in this context.
+    pub fn new_stream_with(&self, options: StreamOptions) -> Result<OwnedStream> {
+        OwnedStream::new(self, options)
+    }
+
+    /// Creates an event with `options` in this context.
+    pub fn new_event(&self, options: EventOptions) -> Result<Event> {
+        Event::new(self, options)
+    }
+}
+
+static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
+static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);
+static_assertions::assert_impl_all!(Event: Send, Sync);
+static_assertions::assert_impl_all!(Context: Send, Sync, Clone);
+static_assertions::assert_impl_all!(StreamPool: Send, Sync);
+static_assertions::assert_impl_all!(PooledStream<'static>: Send, Sync);
+static_assertions::assert_not_impl_any!(CurrentStreamGuard<'static>: Send, Sync);
+static_assertions::assert_not_impl_any!(Event: Clone, Copy);
+static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);

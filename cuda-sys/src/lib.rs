@@ -55,6 +55,8 @@ mod results;
 mod generated {
     pub mod functions;
     pub(crate) mod results;
+    // bindgen's own accessors (unions, bitfields): generated, not hand-written unsafe.
+    #[allow(clippy::undocumented_unsafe_blocks)]
     pub mod types;
 }
 

@@ -14,7 +14,7 @@ use crate::generated::types::CUresult;
 pub const DRIVER_PATH_VAR: &str = "CUDA_SYS_LIBCUDA";
 
 /// A slot value meaning "looked up, and the driver does not export it".
-const MISSING: *mut c_void = 1 as *mut c_void;
+const MISSING: *mut c_void = ptr::dangling_mut::<c_void>();
 
 /// One driver function: the name C code writes, the symbol it stands for, and the CUDA version
 /// (`1000 * major + 10 * minor`) that introduced that symbol, or 0 where the header's typedefs do
@@ -96,7 +96,10 @@ fn needs(since: u32) -> String {
     if since == 0 {
         String::new()
     } else {
-        format!("; it needs CUDA {} or later", crate::format_version(since as i32))
+        format!(
+            "; it needs CUDA {} or later",
+            crate::format_version(since as i32)
+        )
     }
 }
 
@@ -126,7 +129,9 @@ pub struct Driver {
 
 impl fmt::Debug for Driver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Driver").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Driver")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -141,7 +146,9 @@ impl Driver {
             Ok(lib) => Ok(Driver {
                 lib,
                 path: path.to_os_string(),
-                slots: (0..SYMBOL_COUNT).map(|_| AtomicPtr::new(ptr::null_mut())).collect(),
+                slots: (0..SYMBOL_COUNT)
+                    .map(|_| AtomicPtr::new(ptr::null_mut()))
+                    .collect(),
             }),
             Err(e) => Err(LoadError::NotFound {
                 tried: vec![Candidate {

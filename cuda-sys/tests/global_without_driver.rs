@@ -8,10 +8,16 @@ use cuda_sys::*;
 fn global_driver_failure_is_remembered_and_never_panics() {
     // SAFETY: this is the only test in this binary, so no other thread reads the environment.
     unsafe { std::env::set_var("CUDA_SYS_LIBCUDA", "/nonexistent/override/libcuda.so") };
-    assert_eq!(Driver::candidates(), vec!["/nonexistent/override/libcuda.so"]);
+    assert_eq!(
+        Driver::candidates(),
+        vec!["/nonexistent/override/libcuda.so"]
+    );
     let err = Driver::global().unwrap_err();
     assert!(matches!(&err, LoadError::NotFound { tried } if tried.len() == 1));
-    assert!(err.to_string().contains("/nonexistent/override/libcuda.so"), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/override/libcuda.so"),
+        "{err}"
+    );
     assert_eq!(fns::cuStreamQuery().unwrap_err(), err);
     // SAFETY: the call never reaches a driver; the arguments are not dereferenced.
     let rc = unsafe { cuStreamQuery(std::ptr::null_mut()) };

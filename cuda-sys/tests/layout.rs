@@ -13,7 +13,10 @@ assert_eq_size!(CUfunction, *mut core::ffi::c_void);
 assert_eq_size!(CUgreenCtx, *mut core::ffi::c_void);
 assert_eq_size!(CUdevice, i32);
 assert_eq_size!(CUdeviceptr, u64);
-assert_eq_size!(CUhostFn, Option<unsafe extern "C" fn(*mut core::ffi::c_void)>);
+assert_eq_size!(
+    CUhostFn,
+    Option<unsafe extern "C" fn(*mut core::ffi::c_void)>
+);
 // Enums are 32-bit newtypes, so a value the header does not know is not undefined behaviour.
 assert_eq_size!(CUresult, u32);
 assert_eq_align!(CUresult, u32);

@@ -1,0 +1,153 @@
+//! `Future`s that resolve when GPU work completes, woken from a host function: std only, no
+//! runtime, any executor.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
+
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::stream::{AsStream, Stream};
+
+#[derive(Default)]
+struct Shared {
+    done: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Shared {
+    fn complete(&self) {
+        self.done.store(true, Ordering::Release);
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// Resolves once the work enqueued before [`Stream::completed`] or [`Event::completed`] was
+/// called has finished. Dropping it early is safe: the host function that completes it still
+/// runs and finds nobody waiting.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Completion {
+    shared: Option<Arc<Shared>>,
+    error: Option<Error>,
+    stream: Option<(usize, usize)>,
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let done = self
+            .shared
+            .as_ref()
+            .is_some_and(|s| s.done.load(Ordering::Acquire));
+        f.debug_struct("Completion")
+            .field("done", &done)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl Completion {
+    pub(crate) fn on(stream: Stream<'_>) -> Completion {
+        let shared = Arc::new(Shared::default());
+        let notify = shared.clone();
+        match stream.launch_host_func(move || notify.complete()) {
+            Ok(()) => Completion {
+                shared: Some(shared),
+                error: None,
+                stream: Some((stream.raw() as usize, stream.context_raw() as usize)),
+            },
+            Err(e) => Completion {
+                shared: None,
+                error: Some(e),
+                stream: None,
+            },
+        }
+    }
+
+    /// Whether the work has completed (never blocks).
+    pub fn is_complete(&self) -> bool {
+        self.error.is_some()
+            || self
+                .shared
+                .as_ref()
+                .is_some_and(|s| s.done.load(Ordering::Acquire))
+    }
+}
+
+impl Future for Completion {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        if let Some(e) = self.error.take() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(shared) = self.shared.clone() else {
+            return Poll::Ready(Ok(()));
+        };
+        if !shared.done.load(Ordering::Acquire) {
+            let mut slot = shared.waker.lock().unwrap_or_else(|e| e.into_inner());
+            match &*slot {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+            drop(slot);
+            // Completed between the check and storing the waker: don't sleep on it.
+            if !shared.done.load(Ordering::Acquire) {
+                return Poll::Pending;
+            }
+        }
+        // Report a panic of a host function that ran before this one on the stream.
+        if let Some((raw, ctx)) = self.stream {
+            let view = Stream::from_parts(raw as _, ctx as _);
+            crate::host::report_panic(view)?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<'a> Stream<'a> {
+    /// A future that resolves when the work enqueued on this stream so far has finished. It is
+    /// woken from a host function enqueued now, so no thread blocks; it works under any executor.
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: cuda_stream::Context) -> cuda_stream::Result<()> {
+    /// let stream = ctx.new_stream()?;
+    /// // ... enqueue work ...
+    /// stream.completed().await?; // the executor's thread is free meanwhile
+    /// # Ok(()) }
+    /// ```
+    pub fn completed(self) -> Completion {
+        Completion::on(self)
+    }
+}
+
+impl Event {
+    /// A future that resolves when the work this event captured has finished (for its latest
+    /// record before this call). It is woken from a host function on a notifier stream of the
+    /// event's context that waits for the event; futures of one context resolve in the order
+    /// their `completed` calls were made.
+    pub fn completed(&self) -> Completion {
+        match crate::pool::notifier(self.context_raw()) {
+            Ok(notifier) => {
+                let s = notifier.as_stream();
+                match s.wait_event(self) {
+                    Ok(()) => Completion::on(s),
+                    Err(e) => Completion {
+                        shared: None,
+                        error: Some(e),
+                        stream: None,
+                    },
+                }
+            }
+            Err(e) => Completion {
+                shared: None,
+                error: Some(e),
+                stream: None,
+            },
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Devices, their primary contexts, and making a context current for one call.
+
+use std::ffi::c_char;
+use std::fmt;
+use std::ptr;
+use std::sync::{Arc, OnceLock};
+
+use crate::error::{Error, Result, check, driver_fn};
+use crate::ffi;
+use crate::stream::{PriorityRange, Stream};
+
+/// Initialises the driver once per process (`cuInit(0)`); later calls return the first outcome.
+pub fn init() -> Result<()> {
+    static INIT: OnceLock<Result<()>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        let f = driver_fn!(cuInit);
+        // SAFETY: cuInit takes a flags word, which must be 0.
+        check(unsafe { f(0) }, "cuInit")
+    })
+    .clone()
+}
+
+/// The driver's version (`1000 * major + 10 * minor`, e.g. 13000 for CUDA 13.0).
+pub fn driver_version() -> Result<i32> {
+    let f = driver_fn!(cuDriverGetVersion);
+    let mut v = 0;
+    // SAFETY: `v` is a valid out-pointer.
+    check(unsafe { f(&mut v) }, "cuDriverGetVersion")?;
+    Ok(v)
+}
+
+/// A CUDA device, by ordinal.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Device {
+    raw: ffi::CUdevice,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Device({})", self.raw)
+    }
+}
+
+impl Device {
+    /// How many CUDA devices the driver sees.
+    pub fn count() -> Result<usize> {
+        init()?;
+        let f = driver_fn!(cuDeviceGetCount);
+        let mut n = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        check(unsafe { f(&mut n) }, "cuDeviceGetCount")?;
+        Ok(n.max(0) as usize)
+    }
+
+    /// The device with this ordinal.
+    pub fn new(ordinal: usize) -> Result<Device> {
+        let count = Device::count()?;
+        if ordinal >= count {
+            return Err(Error::NoSuchDevice { ordinal, count });
+        }
+        let f = driver_fn!(cuDeviceGet);
+        let mut raw = 0;
+        // SAFETY: `raw` is a valid out-pointer; the ordinal is in range.
+        check(unsafe { f(&mut raw, ordinal as i32) }, "cuDeviceGet")?;
+        Ok(Device { raw })
+    }
+
+    /// Wraps a raw `CUdevice` the driver handed out.
+    pub fn from_raw(raw: ffi::CUdevice) -> Device {
+        Device { raw }
+    }
+
+    /// The raw `CUdevice` (its ordinal).
+    pub fn raw(self) -> ffi::CUdevice {
+        self.raw
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(self) -> usize {
+        self.raw.max(0) as usize
+    }
+
+    /// The device's name, such as `NVIDIA H100 80GB HBM3`.
+    pub fn name(self) -> Result<String> {
+        let f = driver_fn!(cuDeviceGetName);
+        let mut buf = [0 as c_char; 256];
+        check(
+            // SAFETY: the buffer is writable for its full length, which is passed.
+            unsafe { f(buf.as_mut_ptr(), buf.len() as i32, self.raw) },
+            "cuDeviceGetName",
+        )?;
+        let bytes: Vec<u8> = buf
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// A device attribute (`cuDeviceGetAttribute`).
+    pub fn attribute(self, attribute: ffi::CUdevice_attribute) -> Result<i32> {
+        let f = driver_fn!(cuDeviceGetAttribute);
+        let mut v = 0;
+        check(
+            // SAFETY: `v` is a valid out-pointer.
+            unsafe { f(&mut v, attribute, self.raw) },
+            "cuDeviceGetAttribute",
+        )?;
+        Ok(v)
+    }
+
+    /// Retains the device's primary context (the one the CUDA runtime, PyTorch and CuPy use).
+    pub fn primary_context(self) -> Result<Context> {
+        init()?;
+        let f = driver_fn!(cuDevicePrimaryCtxRetain);
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
+        check(unsafe { f(&mut raw, self.raw) }, "cuDevicePrimaryCtxRetain")?;
+        if raw.is_null() {
+            return Err(Error::NullHandle { what: "context" });
+        }
+        Ok(Context(Arc::new(ContextInner {
+            raw,
+            device: self,
+            range: OnceLock::new(),
+        })))
+    }
+}
+
+/// A retained primary context: cheap to clone; the last clone to drop releases the retain.
+///
+/// Streams and events made from a context keep a clone of it, so the context outlives them.
+#[derive(Clone)]
+pub struct Context(Arc<ContextInner>);
+
+struct ContextInner {
+    raw: ffi::CUcontext,
+    device: Device,
+    range: OnceLock<PriorityRange>,
+}
+
+// SAFETY: a CUcontext is a driver object usable from any thread; the retain is released once.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; the only interior state is a `OnceLock`.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        if let Ok(f) = ffi::fns::cuDevicePrimaryCtxRelease() {
+            // SAFETY: this value holds one retain of the device's primary context.
+            let _ = unsafe { f(self.device.raw) };
+        }
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("raw", &self.0.raw)
+            .field("device", &self.0.device)
+            .finish()
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.raw == other.0.raw
+    }
+}
+impl Eq for Context {}
+impl std::hash::Hash for Context {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.raw.hash(state)
+    }
+}
+
+impl Context {
+    /// The primary context of device `ordinal`.
+    pub fn primary(ordinal: usize) -> Result<Context> {
+        Device::new(ordinal)?.primary_context()
+    }
+
+    /// If `raw` is the primary context of its device, retains it and returns it as a `Context`;
+    /// `Ok(None)` for any other context.
+    pub fn retain_if_primary(raw: ffi::CUcontext) -> Result<Option<Context>> {
+        if raw.is_null() {
+            return Ok(None);
+        }
+        let device = {
+            let _bound = bind(raw)?;
+            let f = driver_fn!(cuCtxGetDevice);
+            let mut d = 0;
+            // SAFETY: `d` is a valid out-pointer; `raw` is current.
+            check(unsafe { f(&mut d) }, "cuCtxGetDevice")?;
+            Device::from_raw(d)
+        };
+        let ctx = device.primary_context()?;
+        Ok((ctx.raw() == raw).then_some(ctx))
+    }
+
+    /// The raw `CUcontext`.
+    pub fn raw(&self) -> ffi::CUcontext {
+        self.0.raw
+    }
+
+    /// The device the context belongs to.
+    pub fn device(&self) -> Device {
+        self.0.device
+    }
+
+    /// The priorities streams of this context may have (`cuCtxGetStreamPriorityRange`), asked
+    /// once and cached.
+    pub fn priority_range(&self) -> Result<PriorityRange> {
+        if let Some(r) = self.0.range.get() {
+            return Ok(*r);
+        }
+        let _bound = bind(self.0.raw)?;
+        let f = driver_fn!(cuCtxGetStreamPriorityRange);
+        let (mut least, mut greatest) = (0, 0);
+        check(
+            // SAFETY: both are valid out-pointers; the context is current.
+            unsafe { f(&mut least, &mut greatest) },
+            "cuCtxGetStreamPriorityRange",
+        )?;
+        let r = PriorityRange::new(least, greatest);
+        Ok(*self.0.range.get_or_init(|| r))
+    }
+
+    /// Waits for all work in the context (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        let _bound = bind(self.0.raw)?;
+        let f = driver_fn!(cuCtxSynchronize);
+        // SAFETY: no arguments; the context is current.
+        check(unsafe { f() }, "cuCtxSynchronize")
+    }
+
+    /// The context's legacy default stream (`CU_STREAM_LEGACY`, 0x1): it synchronises with every
+    /// blocking stream of the context. Operations on it make this context current for their
+    /// duration, since the driver resolves the value through the current context.
+    pub fn legacy_stream(&self) -> Stream<'_> {
+        Stream::special(1, self.0.raw)
+    }
+
+    /// The context's per-thread default stream (`CU_STREAM_PER_THREAD`, 0x2): one per host thread,
+    /// not synchronising with other streams.
+    pub fn per_thread_stream(&self) -> Stream<'_> {
+        Stream::special(2, self.0.raw)
+    }
+
+    /// The null stream (0x0), which the driver API treats as the legacy default stream.
+    pub fn null_stream(&self) -> Stream<'_> {
+        Stream::special(0, self.0.raw)
+    }
+
+    /// Makes this context current on the calling thread for as long as the guard lives, then
+    /// restores whatever was current before.
+    pub fn bind(&self) -> Result<ContextBinding<'_>> {
+        Ok(ContextBinding {
+            _inner: bind(self.0.raw)?,
+            _ctx: std::marker::PhantomData,
+        })
+    }
+}
+
+/// Keeps a context current on this thread; see [`Context::bind`].
+#[derive(Debug)]
+#[must_use = "the context is current only while the binding lives"]
+pub struct ContextBinding<'a> {
+    _inner: Bound,
+    _ctx: std::marker::PhantomData<&'a Context>,
+}
+
+/// The context current on the calling thread (null if none).
+pub fn current_context_raw() -> Result<ffi::CUcontext> {
+    let f = driver_fn!(cuCtxGetCurrent);
+    let mut cur = ptr::null_mut();
+    // SAFETY: `cur` is a valid out-pointer.
+    check(unsafe { f(&mut cur) }, "cuCtxGetCurrent")?;
+    Ok(cur)
+}
+
+/// Makes `ctx` current until dropped, unless it already is. Restores the previous context with
+/// push/pop, so whatever was current (or nothing) is current again afterwards.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    pushed: bool,
+    // Not Send: the push must be popped on the same thread.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+pub(crate) fn bind(ctx: ffi::CUcontext) -> Result<Bound> {
+    let pushed = if current_context_raw()? == ctx {
+        false
+    } else {
+        let f = driver_fn!(cuCtxPushCurrent);
+        // SAFETY: `ctx` is a live context handle held by the caller.
+        check(unsafe { f(ctx) }, "cuCtxPushCurrent")?;
+        true
+    };
+    Ok(Bound {
+        pushed,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if self.pushed {
+            if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
+                let mut popped = ptr::null_mut();
+                // SAFETY: pops the context this value pushed on this thread.
+                let _ = unsafe { f(&mut popped) };
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The error type and the one chokepoint that turns a `CUresult` into a `Result`.
+
+use std::fmt;
+
+use crate::ffi;
+use crate::stream::PriorityRange;
+
+/// What can go wrong in `cuda-stream`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver call returned an error code.
+    #[error("{call}: {}", ffi::result_name(code.0))]
+    Driver {
+        /// The driver function, as C code names it (`cuStreamCreate`).
+        call: &'static str,
+        /// What the driver returned; its `Display` is the driver's description.
+        #[source]
+        code: DriverCode,
+    },
+    /// The driver library could not be loaded.
+    #[error("no usable CUDA driver")]
+    Load(#[source] ffi::LoadError),
+    /// The loaded driver lacks a function this operation needs.
+    #[error("{call} is not supported by this CUDA driver{}", version(*driver_version))]
+    Unsupported {
+        /// The missing driver function.
+        call: &'static str,
+        /// The loaded driver's version (`1000 * major + 10 * minor`), if known.
+        driver_version: Option<i32>,
+        /// The loader's account, with the version that introduced the function.
+        #[source]
+        source: ffi::LoadError,
+    },
+    /// A stream priority outside the context's range.
+    #[error("stream priority {priority} is outside the context's range {range}")]
+    InvalidPriority {
+        /// The priority asked for.
+        priority: i32,
+        /// What the context supports.
+        range: PriorityRange,
+    },
+    /// An event and a stream (or two objects) that must share a context do not.
+    #[error("{what} belongs to another context")]
+    ContextMismatch {
+        /// What was mismatched, such as `the event`.
+        what: &'static str,
+    },
+    /// A host function or callback enqueued on this stream panicked; the panic was caught on the
+    /// driver's thread and is reported here.
+    #[error("a host function on stream {stream:#x} panicked: {message}")]
+    HostFnPanicked {
+        /// The stream's raw handle.
+        stream: usize,
+        /// The panic message, when it was a string.
+        message: String,
+    },
+    /// Elapsed time was asked of an event created without timing.
+    #[error("the event was created with timing disabled")]
+    TimingDisabled,
+    /// Elapsed time was asked of an event that was never recorded.
+    #[error("the event was never recorded")]
+    NotRecorded,
+    /// Elapsed time was asked before both events completed.
+    #[error("the event has not completed")]
+    NotCompleted,
+    /// A special default-stream value (0x0, 0x1, 0x2) was passed where a real stream handle is
+    /// needed; use the context's `null_stream`, `legacy_stream` or `per_thread_stream`.
+    #[error("{handle:#x} is a default-stream value, not a stream handle")]
+    SpecialHandle {
+        /// The value passed.
+        handle: usize,
+    },
+    /// A null handle was passed where a handle is needed.
+    #[error("null {what} handle")]
+    NullHandle {
+        /// What kind of handle.
+        what: &'static str,
+    },
+    /// Event options that the driver rejects, such as interprocess with timing.
+    #[error("invalid event options: {reason}")]
+    InvalidEventOptions {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A device ordinal past the number of devices.
+    #[error("no CUDA device {ordinal} (this machine has {count})")]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices there are.
+        count: usize,
+    },
+    /// A stream pool at its size limit has no free stream.
+    #[error("the stream pool is exhausted ({limit} streams leased)")]
+    PoolExhausted {
+        /// The pool's limit.
+        limit: usize,
+    },
+}
+
+fn version(v: Option<i32>) -> String {
+    v.map(|v| format!(" (CUDA {})", ffi::format_version(v)))
+        .unwrap_or_default()
+}
+
+/// A `CUresult` that is not `CUDA_SUCCESS`, as the `source()` of [`Error::Driver`]; `Display`
+/// gives the driver's description of it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DriverCode(pub ffi::CUresult);
+
+impl DriverCode {
+    /// The enumerator name, such as `CUDA_ERROR_INVALID_CONTEXT`.
+    pub fn name(self) -> &'static str {
+        ffi::result_name(self.0)
+    }
+}
+
+impl fmt::Debug for DriverCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.name(), self.0.0)
+    }
+}
+
+impl fmt::Display for DriverCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(ffi::result_description(self.0))
+    }
+}
+
+impl std::error::Error for DriverCode {}
+
+impl Error {
+    /// The `CUresult` of a driver error.
+    pub fn driver_code(&self) -> Option<ffi::CUresult> {
+        match self {
+            Error::Driver { code, .. } => Some(code.0),
+            _ => None,
+        }
+    }
+
+    /// The driver call that failed, for driver errors and unsupported calls.
+    pub fn call(&self) -> Option<&'static str> {
+        match self {
+            Error::Driver { call, .. } | Error::Unsupported { call, .. } => Some(call),
+            _ => None,
+        }
+    }
+
+    /// Whether this is `Unsupported` or a driver error saying the call is not supported here.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Error::Unsupported { .. })
+            || self.driver_code() == Some(ffi::CUresult::CUDA_ERROR_NOT_SUPPORTED)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn from_load(e: ffi::LoadError, call: &'static str) -> Error {
+        match e {
+            ffi::LoadError::MissingSymbol { driver_version, .. } => Error::Unsupported {
+                call,
+                driver_version,
+                source: e,
+            },
+            other => Error::Load(other),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn driver(call: &'static str, code: ffi::CUresult) -> Error {
+        Error::Driver {
+            call,
+            code: DriverCode(code),
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The chokepoint: `CUDA_SUCCESS` is `Ok`, anything else an [`Error::Driver`] naming `call`.
+#[inline(always)]
+pub(crate) fn check(code: ffi::CUresult, call: &'static str) -> Result<()> {
+    if code == ffi::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::driver(call, code))
+    }
+}
+
+/// The process-wide driver's function `$f`, or the error saying why it is unavailable.
+macro_rules! driver_fn {
+    ($f:ident) => {
+        match $crate::ffi::fns::$f() {
+            Ok(f) => f,
+            Err(e) => return Err($crate::error::Error::from_load(e, stringify!($f)).into()),
+        }
+    };
+}
+pub(crate) use driver_fn;

@@ -1,0 +1,340 @@
+//! A pool of streams leased exclusively: never the same stream to two live leases.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use crate::context::{Context, bind};
+use crate::error::{Error, Result, check, driver_fn};
+use crate::ffi;
+use crate::stream::{AsStream, Stream, StreamOptions, forward_stream_ops};
+
+/// Streams of one context and one set of options, created on demand and leased exclusively.
+///
+/// PyTorch hands out 32 pooled streams per priority round-robin, so lease N and lease N+32
+/// alias and silently lose concurrency. Here a stream belongs to one live lease at a time; a
+/// returned stream is reused without synchronising (its pending work simply stays ordered before
+/// the next lease's work). The pool grows on demand, up to an optional limit. Streams are
+/// destroyed when the pool drops.
+///
+/// ```no_run
+/// use cuda_stream::{Context, StreamOptions, StreamPool};
+///
+/// let ctx = Context::primary(0)?;
+/// let pool = StreamPool::new(&ctx, StreamOptions::new());
+/// let a = pool.acquire()?;
+/// let b = pool.acquire()?;
+/// assert_ne!(a.raw(), b.raw()); // never the same stream twice while leased
+/// # Ok::<(), cuda_stream::Error>(())
+/// ```
+pub struct StreamPool {
+    inner: Arc<PoolInner>,
+}
+
+pub(crate) struct PoolInner {
+    ctx: ffi::CUcontext,
+    options: StreamOptions,
+    priority: Option<i32>,
+    limit: Option<usize>,
+    free: Mutex<Vec<usize>>,
+    created: Mutex<usize>,
+    _keep: Option<Context>,
+}
+
+// SAFETY: the handles are thread-safe driver objects; the mutable state is behind Mutexes.
+unsafe impl Send for PoolInner {}
+// SAFETY: as above.
+unsafe impl Sync for PoolInner {}
+
+impl fmt::Debug for StreamPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamPool")
+            .field("ctx", &self.inner.ctx)
+            .field("options", &self.inner.options)
+            .field("created", &self.created())
+            .field("limit", &self.inner.limit)
+            .finish()
+    }
+}
+
+impl StreamPool {
+    /// An empty pool of streams created in `ctx` with `options`.
+    pub fn new(ctx: &Context, options: StreamOptions) -> StreamPool {
+        StreamPool::build(ctx.raw(), Some(ctx.clone()), options, None)
+    }
+
+    pub(crate) fn build(
+        ctx: ffi::CUcontext,
+        keep: Option<Context>,
+        options: StreamOptions,
+        limit: Option<usize>,
+    ) -> StreamPool {
+        StreamPool {
+            inner: Arc::new(PoolInner {
+                ctx,
+                options,
+                priority: options.requested_priority(),
+                limit,
+                free: Mutex::new(Vec::new()),
+                created: Mutex::new(0),
+                _keep: keep,
+            }),
+        }
+    }
+
+    /// A pool that creates at most `limit` streams; `acquire` past it fails with
+    /// [`Error::PoolExhausted`].
+    pub fn bounded(ctx: &Context, options: StreamOptions, limit: usize) -> StreamPool {
+        StreamPool::build(ctx.raw(), Some(ctx.clone()), options, Some(limit))
+    }
+
+    /// How many streams the pool has created.
+    pub fn created(&self) -> usize {
+        *self.inner.created.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many streams are free (not leased).
+    pub fn free(&self) -> usize {
+        self.inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Creates streams until `n` are free, so later leases need no creation.
+    pub fn reserve(&self, n: usize) -> Result<()> {
+        let mut fresh = Vec::new();
+        while self.free() + fresh.len() < n {
+            fresh.push(self.inner.create()?);
+        }
+        self.inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(fresh);
+        Ok(())
+    }
+
+    /// Returns a stream leased and forgotten by a scope.
+    pub(crate) fn give_back(&self, raw: usize) {
+        self.inner.release(raw);
+    }
+
+    /// Leases a stream: a free one if any, else a new one. The lease returns it on drop.
+    #[inline]
+    pub fn acquire(&self) -> Result<PooledStream<'_>> {
+        let popped = self
+            .inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
+        let raw = match popped {
+            Some(raw) => raw,
+            None => self.inner.create()?,
+        };
+        Ok(PooledStream {
+            raw: raw as ffi::CUstream,
+            pool: &self.inner,
+            _pool: PhantomData,
+        })
+    }
+}
+
+impl PoolInner {
+    #[cold]
+    fn create(&self) -> Result<usize> {
+        {
+            let mut created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(limit) = self.limit {
+                if *created >= limit {
+                    return Err(Error::PoolExhausted { limit });
+                }
+            }
+            *created += 1;
+        }
+        let made = (|| {
+            let _bound = bind(self.ctx)?;
+            let mut raw = ptr::null_mut();
+            match self.priority {
+                None => {
+                    let f = driver_fn!(cuStreamCreate);
+                    check(
+                        // SAFETY: `raw` is a valid out-pointer; the context is current.
+                        unsafe { f(&mut raw, self.options.flags()) },
+                        "cuStreamCreate",
+                    )?;
+                }
+                Some(p) => {
+                    let f = driver_fn!(cuStreamCreateWithPriority);
+                    check(
+                        // SAFETY: as above.
+                        unsafe { f(&mut raw, self.options.flags(), p) },
+                        "cuStreamCreateWithPriority",
+                    )?;
+                }
+            }
+            Ok(raw as usize)
+        })();
+        if made.is_err() {
+            *self.created.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        }
+        made
+    }
+
+    #[inline]
+    pub(crate) fn release(&self, raw: usize) {
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(raw);
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        let free = std::mem::take(self.free.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if let Ok(f) = ffi::fns::cuStreamDestroy() {
+            for raw in free {
+                // SAFETY: the pool created these streams; no lease exists (leases borrow the
+                // pool), so each is destroyed exactly once.
+                let _ = unsafe { f(raw as ffi::CUstream) };
+            }
+        }
+    }
+}
+
+/// A stream leased from a [`StreamPool`]; it cannot outlive the pool, and goes back to it on
+/// drop without synchronising.
+pub struct PooledStream<'pool> {
+    raw: ffi::CUstream,
+    pool: &'pool PoolInner,
+    _pool: PhantomData<&'pool StreamPool>,
+}
+
+// SAFETY: the stream handle is a thread-safe driver object; the pool is behind a Mutex.
+unsafe impl Send for PooledStream<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for PooledStream<'_> {}
+
+impl fmt::Debug for PooledStream<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PooledStream")
+            .field("raw", &self.raw)
+            .finish()
+    }
+}
+
+impl AsStream for PooledStream<'_> {
+    #[inline(always)]
+    fn as_stream(&self) -> Stream<'_> {
+        Stream::from_parts(self.raw, self.pool.ctx)
+    }
+}
+
+impl Drop for PooledStream<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.pool.release(self.raw as usize);
+    }
+}
+
+forward_stream_ops!(PooledStream<'_>);
+
+impl PooledStream<'_> {
+    /// Makes this stream the calling thread's current stream; see [`Stream::make_current`].
+    pub fn make_current(&self) -> crate::CurrentStreamGuard<'_> {
+        self.as_stream().make_current()
+    }
+}
+
+/// The process-wide pools used by [`Stream::scope`]: one per (context, priority), kept for the
+/// life of the process (each holds a retain of its primary context). For a context that is
+/// not primary, a pool of the caller's own.
+pub(crate) fn shared_pool(ctx: ffi::CUcontext, priority: i32) -> Result<Arc<StreamPool>> {
+    static POOLS: Mutex<Vec<(usize, i32, Arc<StreamPool>)>> = Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, p)) = pools
+        .iter()
+        .find(|(c, p, _)| *c == ctx as usize && *p == priority)
+    {
+        return Ok(p.clone());
+    }
+    let options = StreamOptions::new().priority(priority);
+    match Context::retain_if_primary(ctx)? {
+        Some(keep) => {
+            let pool = Arc::new(StreamPool::build(ctx, Some(keep), options, None));
+            pools.push((ctx as usize, priority, pool.clone()));
+            Ok(pool)
+        }
+        // A context this crate cannot retain may be destroyed at any time: no caching.
+        None => Ok(Arc::new(StreamPool::build(ctx, None, options, None))),
+    }
+}
+
+/// A stream used only to wait for events and run completion host functions: shared per primary
+/// context for the life of the process, or temporary (destroyed right after use; the driver
+/// finishes its pending work first) for other contexts.
+pub(crate) struct Notifier {
+    raw: ffi::CUstream,
+    ctx: ffi::CUcontext,
+    temporary: bool,
+}
+
+impl AsStream for Notifier {
+    fn as_stream(&self) -> Stream<'_> {
+        Stream::from_parts(self.raw, self.ctx)
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        if self.temporary {
+            if let Ok(f) = ffi::fns::cuStreamDestroy() {
+                // SAFETY: created by `notifier` for this value alone; destroyed once.
+                let _ = unsafe { f(self.raw) };
+            }
+        }
+    }
+}
+
+pub(crate) fn notifier(ctx: ffi::CUcontext) -> Result<Notifier> {
+    static SHARED: Mutex<Vec<(usize, usize, Context)>> = Mutex::new(Vec::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, raw, _)) = shared.iter().find(|(c, _, _)| *c == ctx as usize) {
+        return Ok(Notifier {
+            raw: *raw as ffi::CUstream,
+            ctx,
+            temporary: false,
+        });
+    }
+    let keep = Context::retain_if_primary(ctx)?;
+    let raw = {
+        let _bound = bind(ctx)?;
+        let f = driver_fn!(cuStreamCreate);
+        let mut raw = ptr::null_mut();
+        check(
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            unsafe { f(&mut raw, StreamOptions::new().flags()) },
+            "cuStreamCreate",
+        )?;
+        raw
+    };
+    match keep {
+        Some(keep) => {
+            shared.push((ctx as usize, raw as usize, keep));
+            Ok(Notifier {
+                raw,
+                ctx,
+                temporary: false,
+            })
+        }
+        None => Ok(Notifier {
+            raw,
+            ctx,
+            temporary: true,
+        }),
+    }
+}
