@@ -90,7 +90,9 @@ fn run() -> Result<()> {
                 println!("bindings are current ({} files)", files.len());
                 Ok(())
             } else {
-                Err(format!("stale generated files: {stale:?}; run `{REGENERATE}`"))
+                Err(format!(
+                    "stale generated files: {stale:?}; run `{REGENERATE}`"
+                ))
             }
         }
         _ => Err("usage: build-support (generate|check) [--include DIR]".into()),
@@ -110,8 +112,20 @@ fn fetch_wheel(root: &Path) -> Result<PathBuf> {
     let wheel = cache.join(WHEEL_FILE);
     if !wheel.exists() {
         let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"])
-            .args(["--platform", "manylinux2014_x86_64", "--python-version", "3.11"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+            ])
+            .args([
+                "--platform",
+                "manylinux2014_x86_64",
+                "--python-version",
+                "3.11",
+            ])
             .arg("-d")
             .arg(&cache)
             .arg(format!("{WHEEL_NAME}=={WHEEL_VERSION}"))
@@ -124,7 +138,9 @@ fn fetch_wheel(root: &Path) -> Result<PathBuf> {
     let bytes = std::fs::read(&wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
     let sum = sha256_hex(&bytes);
     if sum != WHEEL_SHA256 {
-        return Err(format!("{WHEEL_FILE}: sha256 {sum}, expected {WHEEL_SHA256}"));
+        return Err(format!(
+            "{WHEEL_FILE}: sha256 {sum}, expected {WHEEL_SHA256}"
+        ));
     }
     let unpacked = cache.join("unpacked");
     let script = format!(
@@ -189,8 +205,8 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
         .formatter(bindgen::Formatter::None)
         .generate()
         .map_err(|e| format!("bindgen: {e}"))?;
-    let file: syn::File =
-        syn::parse_str(&bindings.to_string()).map_err(|e| format!("parsing bindgen output: {e}"))?;
+    let file: syn::File = syn::parse_str(&bindings.to_string())
+        .map_err(|e| format!("parsing bindgen output: {e}"))?;
 
     let aliases = parse_aliases(&header_text);
     let since = parse_since(&typedefs);
@@ -223,7 +239,10 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
     let mut functions = Vec::new();
     for f in raw_fns {
         let symbol = f.sig.ident.to_string();
-        let name = by_symbol.get(&symbol).cloned().unwrap_or_else(|| symbol.clone());
+        let name = by_symbol
+            .get(&symbol)
+            .cloned()
+            .unwrap_or_else(|| symbol.clone());
         let mut params = Vec::new();
         for input in &f.sig.inputs {
             if let syn::FnArg::Typed(pt) = input {
@@ -242,7 +261,13 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
             syn::ReturnType::Type(_, t) => tokens(t),
         };
         let since = since_for(&since, &symbol, params.len());
-        functions.push(Function { name, symbol, params, ret, since });
+        functions.push(Function {
+            name,
+            symbol,
+            params,
+            ret,
+            since,
+        });
     }
     functions.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -252,10 +277,7 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
         attrs: Vec::new(),
         items: type_items,
     };
-    let types = format!(
-        "{banner}\n{}",
-        prettyplease::unparse(&types_file)
-    );
+    let types = format!("{banner}\n{}", prettyplease::unparse(&types_file));
     let funcs = emit_functions(&banner, &functions);
     let results = emit_results(&banner, &results);
     Ok(vec![
@@ -311,7 +333,8 @@ fn parse_aliases(header: &str) -> BTreeMap<String, String> {
         let ident = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if target != name && target.starts_with("cu") && ident(target) && ident(name) {
             // Some names are redefined inside per-thread blocks; the first, default one wins.
-            map.entry(name.to_string()).or_insert_with(|| target.to_string());
+            map.entry(name.to_string())
+                .or_insert_with(|| target.to_string());
         }
     }
     map
@@ -333,14 +356,18 @@ fn parse_since(typedefs: &str) -> HashMap<String, Vec<(u32, usize)>> {
         let Some((base, ver)) = pfn.rsplit_once("_v") else {
             continue;
         };
-        let Ok(ver) = ver.parse::<u32>() else { continue };
+        let Ok(ver) = ver.parse::<u32>() else {
+            continue;
+        };
         let args = &rest[end + 1..];
         let nparams = if args.contains("(void)") {
             0
         } else {
             args.matches(',').count() + 1
         };
-        map.entry(base.to_string()).or_default().push((ver, nparams));
+        map.entry(base.to_string())
+            .or_default()
+            .push((ver, nparams));
     }
     map
 }
@@ -352,7 +379,9 @@ fn since_for(since: &HashMap<String, Vec<(u32, usize)>>, symbol: &str, nparams: 
         Some((b, v)) if v.parse::<u32>().is_ok() => (b, true),
         _ => (symbol, false),
     };
-    let Some(list) = since.get(base) else { return 0 };
+    let Some(list) = since.get(base) else {
+        return 0;
+    };
     let matching = list.iter().filter(|(_, n)| *n == nparams).map(|(v, _)| *v);
     if suffixed {
         matching.max().unwrap_or(0)
@@ -401,7 +430,9 @@ fn collect_results(item: &syn::Item, out: &mut Vec<(String, u32, String)>) {
         return;
     }
     for ii in &imp.items {
-        let syn::ImplItem::Const(c) = ii else { continue };
+        let syn::ImplItem::Const(c) = ii else {
+            continue;
+        };
         let name = c.ident.to_string();
         let value = match &c.expr {
             syn::Expr::Call(call) => call.args.first().map(tokens).unwrap_or_default(),
@@ -433,7 +464,9 @@ fn emit_results(banner: &str, results: &[(String, u32, String)]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{banner}");
     s.push_str("use super::types::CUresult;\n\n");
-    s.push_str("/// `(value, name, description)` of every `CUresult` the header defines, by value.\n");
+    s.push_str(
+        "/// `(value, name, description)` of every `CUresult` the header defines, by value.\n",
+    );
     let mut sorted: Vec<_> = results.iter().collect();
     sorted.sort_by_key(|r| r.1);
     sorted.dedup_by_key(|r| r.1);
@@ -464,10 +497,7 @@ fn emit_functions(banner: &str, functions: &[Function]) -> String {
         functions.len()
     );
     s.push_str("/// Every function: the C name, the exported symbol it stands for, and the CUDA version\n/// (`1000 * major + 10 * minor`) that introduced that symbol (0: not recorded).\n");
-    let _ = writeln!(
-        s,
-        "pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = ["
-    );
+    let _ = writeln!(s, "pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [");
     for f in functions {
         let _ = writeln!(
             s,
