@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the GPU bundle: every GPU test binary, the example, the benchmark, the interop library
+# and its Python test, stripped, with run.sh, in one git-ignored folder (gpu-bundle/, < 64 MiB).
+#
+#   tests/bundle/build.sh            # here (no GPU needed)
+#   gpu-bundle/run.sh [--bench]      # on the GPU machine, from the repository root
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out="$root/gpu-bundle"
+rm -rf "$out"
+mkdir -p "$out/tests" "$out/bin" "$out/lib"
+
+echo "== building test binaries (release)"
+cargo test --release --workspace --exclude ui-tests --exclude build-support --no-run \
+    --message-format=json 2>/dev/null >"$out/.cargo-tests.json"
+python3 - "$out" <<'PY'
+import json, os, shutil, sys
+out = sys.argv[1]
+seen = set()
+for line in open(os.path.join(out, ".cargo-tests.json")):
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+        continue
+    if not msg.get("profile", {}).get("test"):
+        continue
+    pkg = msg["package_id"].split("#")[0].rstrip("/").split("/")[-1]
+    name = msg["target"]["name"]
+    kind = msg["target"]["kind"][0]
+    dest = f"{pkg}--{name}" if kind != "lib" else f"{pkg}--lib"
+    if dest in seen:
+        continue
+    seen.add(dest)
+    shutil.copy2(msg["executable"], os.path.join(out, "tests", dest))
+print(f"{len(seen)} test binaries")
+PY
+rm -f "$out/.cargo-tests.json"
+
+echo "== building the example, the benchmark and the interop library"
+cargo build --release -p cuda-stream --example streams
+cp target/release/examples/streams "$out/bin/streams"
+if cargo build --release -p cuda-stream-tests --bin cuda-stream-bench 2>/dev/null; then
+    cp target/release/cuda-stream-bench "$out/bin/"
+fi
+if [ -d tests/interop ]; then
+    cargo build --release -p cuda-stream-interop
+    cp target/release/libcuda_stream_interop.so "$out/lib/"
+    cp tests/interop/*.py "$out/lib/"
+fi
+
+strip "$out"/tests/* "$out"/bin/* "$out"/lib/*.so 2>/dev/null || true
+cp tests/bundle/run.sh "$out/run.sh"
+chmod +x "$out/run.sh"
+size=$(du -sm "$out" | cut -f1)
+echo "== gpu-bundle: ${size} MiB in $out"
+if [ "$size" -ge 64 ]; then
+    echo "bundle is over the 64 MiB carry limit" >&2
+    exit 1
+fi

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Runs the whole GPU bundle on a machine with an NVIDIA GPU: every test binary, the example, the
+# Python interop test, then the GPU tests again under compute-sanitizer (memcheck, racecheck,
+# synccheck) where it is installed. Prints a pass/fail summary with the GPU and driver, and exits
+# non-zero on any failure. `--bench` also runs the benchmark; `--quick` skips the sanitizers.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bench=0
+sanitize=1
+for a in "$@"; do
+    case "$a" in
+        --bench) bench=1 ;;
+        --quick) sanitize=0 ;;
+    esac
+done
+log_dir=${OUT:-/tmp}/gpu-logs
+mkdir -p "$log_dir"
+
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)
+echo "GPU: ${gpu:-unknown (no nvidia-smi)}"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+echo "GPUs visible: $ngpu"
+
+pass=0
+fail=0
+failed=()
+tests_passed=0
+tests_failed=0
+
+record() { # name status
+    if [ "$2" -eq 0 ]; then
+        pass=$((pass + 1)); echo "PASS $1"
+    else
+        fail=$((fail + 1)); failed+=("$1"); echo "FAIL $1 (exit $2)"
+    fi
+}
+
+for t in "$here"/tests/*; do
+    name=$(basename "$t")
+    "$t" --test-threads=4 >"$log_dir/$name.log" 2>&1
+    st=$?
+    # libtest's own counts, summed over binaries.
+    while read -r p f; do
+        tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
+    done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/$name.log")
+    grep -h "^skipped\|^  *skipped\|skipped:" "$log_dir/$name.log" | sort | uniq -c | head -5
+    record "$name" $st
+    if [ $st -ne 0 ]; then tail -n 40 "$log_dir/$name.log"; fi
+done
+
+"$here/bin/streams" >"$log_dir/example.log" 2>&1
+st=$?
+cat "$log_dir/example.log"
+record "example streams" $st
+
+if [ -f "$here/lib/test_interop.py" ]; then
+    PYTHONUNBUFFERED=1 python3 "$here/lib/test_interop.py" "$here/lib/libcuda_stream_interop.so" \
+        >"$log_dir/interop.log" 2>&1
+    st=$?
+    cat "$log_dir/interop.log"
+    record "python interop" $st
+fi
+
+if [ $bench -eq 1 ] && [ -x "$here/bin/cuda-stream-bench" ]; then
+    "$here/bin/cuda-stream-bench" 2>&1 | tee "$log_dir/bench.log"
+    record "benchmark" "${PIPESTATUS[0]}"
+fi
+
+sanitizer_errors=0
+if [ $sanitize -eq 1 ]; then
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n1)
+    if [ -n "$cs" ]; then
+        for tool in memcheck racecheck synccheck; do
+            for t in "$here"/tests/cuda-stream-tests--*; do
+                name=$(basename "$t")
+                case "$name" in *stress*|*lib) continue ;; esac
+                timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$t" --test-threads=1 \
+                    >"$log_dir/san-$tool-$name.log" 2>&1
+                st=$?
+                n=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log_dir/san-$tool-$name.log" | tail -n1)
+                n=${n:-0}
+                sanitizer_errors=$((sanitizer_errors + n))
+                echo "compute-sanitizer $tool $name: ${n} errors (exit $st)"
+                if [ "$st" -ne 0 ] && [ "$st" -ne 99 ]; then
+                    tail -n 20 "$log_dir/san-$tool-$name.log"
+                fi
+                record "sanitizer $tool $name" "$([ "$st" -eq 0 ] && echo 0 || echo 1)"
+            done
+        done
+    else
+        echo "compute-sanitizer not found: sanitizer runs skipped"
+    fi
+fi
+
+echo
+echo "== summary (${gpu:-unknown GPU})"
+echo "libtest: $tests_passed tests passed, $tests_failed failed"
+echo "sanitizer errors: $sanitizer_errors"
+for f in "${failed[@]}"; do echo "failed: $f"; done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
