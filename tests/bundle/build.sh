@@ -12,7 +12,8 @@ rm -rf "$out"
 mkdir -p "$out/tests" "$out/bin" "$out/lib"
 
 echo "== building test binaries (release)"
-cargo test --release --workspace --exclude ui-tests --exclude build-support --no-run \
+cargo test --release --workspace --exclude ui-tests --exclude build-support \
+    --exclude cuda-mock-driver --exclude cuda-mock-driver-old --no-run \
     --message-format=json 2>/dev/null >"$out/.cargo-tests.json"
 python3 - "$out" <<'PY'
 import json, os, shutil, sys
