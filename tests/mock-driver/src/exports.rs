@@ -1,0 +1,1233 @@
+//! The exported C functions: the driver symbols, and the `cuda_mock_*` control functions.
+//!
+//! Every function runs its body under [`std::panic::catch_unwind`], so nothing unwinds into C: a
+//! panic becomes `CUDA_ERROR_UNKNOWN` (or the control function's neutral answer).
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{LazyLock, MutexGuard};
+use std::time::Instant;
+
+use cuda_sys::{
+    CUcontext, CUdevice, CUdevice_attribute, CUevent, CUhostFn, CUipcEventHandle, CUresult,
+    CUstream, CUstreamCallback,
+};
+
+use crate::state::{
+    self, Core, EventRec, GREATEST_PRIORITY, LEAST_PRIORITY, MAX_DEVICES, Object, State, StreamRec,
+    Work,
+};
+
+const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
+const INVALID_VALUE: CUresult = CUresult::CUDA_ERROR_INVALID_VALUE;
+const INVALID_HANDLE: CUresult = CUresult::CUDA_ERROR_INVALID_HANDLE;
+const NOT_READY: CUresult = CUresult::CUDA_ERROR_NOT_READY;
+
+const CU_STREAM_NON_BLOCKING: c_uint = 1;
+const CU_EVENT_BLOCKING_SYNC: c_uint = 1;
+const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+const CU_EVENT_INTERPROCESS: c_uint = 4;
+const CU_EVENT_WAIT_EXTERNAL: c_uint = 1;
+
+/// Runs `f`, turning a panic into `on_panic`.
+fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+/// The common prologue of a driver function: counts the call, refuses calls from host functions
+/// (`CUDA_ERROR_NOT_PERMITTED`), applies the failure rules, checks `cuInit` (unless `any_time`),
+/// then runs `body` with the state locked.
+fn api(
+    symbol: &'static str,
+    any_time: bool,
+    body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
+) -> CUresult {
+    guard(CUresult::CUDA_ERROR_UNKNOWN, || {
+        let mut st = state::lock();
+        *st.calls.entry(symbol).or_default() += 1;
+        if state::on_worker() {
+            st.counters.host_fn_api_calls += 1;
+            return CUresult::CUDA_ERROR_NOT_PERMITTED;
+        }
+        if let Some(code) = st.injected_failure(symbol) {
+            return code;
+        }
+        if !any_time && !st.initialized {
+            return CUresult::CUDA_ERROR_NOT_INITIALIZED;
+        }
+        body(st)
+    })
+}
+
+/// `?` for functions that return a `CUresult`.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(code) => return code,
+        }
+    };
+}
+
+/// Writes `v` through the out-pointer `p`.
+///
+/// # Safety
+///
+/// `p` is non-null and valid for a write of `T` (the C contract of the calling driver function;
+/// callers check for null first).
+unsafe fn put<T>(p: *mut T, v: T) {
+    // SAFETY: the caller's promise.
+    unsafe { p.write(v) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initialisation, version, errors
+
+/// `cuInit`.
+///
+/// # Safety
+///
+/// None beyond the C contract; takes no pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    api("cuInit", true, |mut st| {
+        if flags != 0 {
+            return INVALID_VALUE;
+        }
+        if st.devices == 0 {
+            return CUresult::CUDA_ERROR_NO_DEVICE;
+        }
+        st.initialized = true;
+        SUCCESS
+    })
+}
+
+/// `cuDriverGetVersion`: the configured version (default 13000, or 11080 for the old flavour).
+///
+/// # Safety
+///
+/// `version` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
+    api("cuDriverGetVersion", true, |st| {
+        if version.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(version, st.version) };
+        SUCCESS
+    })
+}
+
+/// Static C strings for every code the header defines: (name, description).
+static ERROR_STRINGS: LazyLock<Vec<(u32, CString, CString)>> = LazyLock::new(|| {
+    (0..1000)
+        .filter_map(|c| {
+            let r = CUresult(c);
+            let name = cuda_sys::result_name(r);
+            if name == "CUDA_ERROR_UNKNOWN_CODE" {
+                return None;
+            }
+            let desc = cuda_sys::result_description(r);
+            Some((c, CString::new(name).ok()?, CString::new(desc).ok()?))
+        })
+        .collect()
+});
+
+fn error_string(
+    symbol: &'static str,
+    error: CUresult,
+    out: *mut *const c_char,
+    name: bool,
+) -> CUresult {
+    api(symbol, true, |_st| {
+        if out.is_null() {
+            return INVALID_VALUE;
+        }
+        let found = ERROR_STRINGS.iter().find(|e| e.0 == error.0);
+        let p = found.map_or(std::ptr::null(), |e| {
+            if name { e.1.as_ptr() } else { e.2.as_ptr() }
+        });
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(out, p) };
+        if found.is_some() {
+            SUCCESS
+        } else {
+            INVALID_VALUE
+        }
+    })
+}
+
+/// `cuGetErrorName`: the enumerator's name, a string that lives as long as the process.
+///
+/// # Safety
+///
+/// `p_str` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) -> CUresult {
+    error_string("cuGetErrorName", error, p_str, true)
+}
+
+/// `cuGetErrorString`: the header's description of the code.
+///
+/// # Safety
+///
+/// `p_str` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) -> CUresult {
+    error_string("cuGetErrorString", error, p_str, false)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+
+/// `cuDeviceGetCount`.
+///
+/// # Safety
+///
+/// `count` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+    api("cuDeviceGetCount", false, |st| {
+        if count.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(count, st.devices as c_int) };
+        SUCCESS
+    })
+}
+
+fn valid_device(st: &State, dev: CUdevice) -> Result<(), CUresult> {
+    if dev >= 0 && (dev as usize) < st.devices.min(MAX_DEVICES) {
+        Ok(())
+    } else {
+        Err(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+}
+
+/// `cuDeviceGet`: device `ordinal` is the `CUdevice` `ordinal`.
+///
+/// # Safety
+///
+/// `device` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
+    api("cuDeviceGet", false, |st| {
+        if device.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, ordinal));
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(device, ordinal) };
+        SUCCESS
+    })
+}
+
+/// `cuDeviceGetName`: `Mock CUDA Device N`, truncated to `len - 1` bytes.
+///
+/// # Safety
+///
+/// `name` is null or valid for writes of `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    api("cuDeviceGetName", false, |st| {
+        if name.is_null() || len <= 0 {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        let text = format!("Mock CUDA Device {dev}");
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: `name` has room for `len` bytes and `n < len`; the source is a live String.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), name, n);
+            put(name.add(n), 0);
+        }
+        SUCCESS
+    })
+}
+
+fn attribute(attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
+    type A = CUdevice_attribute;
+    Some(match attrib {
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
+        A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+        A::CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
+        A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
+        A::CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED
+        | A::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS
+        | A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING
+        | A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+        | A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED => 1,
+        A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT => 2,
+        A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID => dev + 1,
+        a if a.0 < A::CU_DEVICE_ATTRIBUTE_MAX.0 => 0,
+        _ => return None,
+    })
+}
+
+/// `cuDeviceGetAttribute`: an H100-like device; attributes it has no opinion on are 0.
+///
+/// # Safety
+///
+/// `pi` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: CUdevice_attribute,
+    dev: CUdevice,
+) -> CUresult {
+    api("cuDeviceGetAttribute", false, |st| {
+        if pi.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        let Some(v) = attribute(attrib, dev) else {
+            return INVALID_VALUE;
+        };
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pi, v) };
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts
+
+/// `cuDevicePrimaryCtxRetain`: one more reference to the device's primary context, whose handle
+/// never changes.
+///
+/// # Safety
+///
+/// `pctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    api("cuDevicePrimaryCtxRetain", false, |mut st| {
+        if pctx.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        let Some(c) = st.device_ctx(dev) else {
+            return CUresult::CUDA_ERROR_INVALID_DEVICE;
+        };
+        c.refs += 1;
+        let h = c.handle;
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pctx, h as CUcontext) };
+        SUCCESS
+    })
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`: at zero references the context is destroyed with every stream
+/// and event still in it (counted as orphans). Releasing an unretained context is counted as a
+/// bad destroy.
+///
+/// # Safety
+///
+/// None beyond the C contract; takes no pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    api("cuDevicePrimaryCtxRelease_v2", false, |mut st| {
+        tri!(valid_device(&st, dev));
+        tri!(st.release_ctx(dev));
+        SUCCESS
+    })
+}
+
+/// A context handle from the caller: known, or counted as a bad use.
+fn known_ctx(st: &mut State, ctx: CUcontext) -> Result<usize, CUresult> {
+    let h = ctx as usize;
+    if st.ctx(h).is_some() {
+        Ok(h)
+    } else {
+        st.counters.bad_uses += 1;
+        Err(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+    }
+}
+
+/// `cuCtxGetCurrent`: the top of the calling thread's context stack, or null.
+///
+/// # Safety
+///
+/// `pctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
+    api("cuCtxGetCurrent", false, |_st| {
+        if pctx.is_null() {
+            return INVALID_VALUE;
+        }
+        let cur = state::current().unwrap_or(0);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pctx, cur as CUcontext) };
+        SUCCESS
+    })
+}
+
+/// `cuCtxSetCurrent`: replaces the top of the calling thread's stack (pushes onto an empty one);
+/// null pops.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+    api("cuCtxSetCurrent", false, |mut st| {
+        if ctx.is_null() {
+            state::with_stack(|s| s.pop());
+            return SUCCESS;
+        }
+        let h = tri!(known_ctx(&mut st, ctx));
+        state::with_stack(|s| match s.last_mut() {
+            Some(top) => *top = h,
+            None => s.push(h),
+        });
+        SUCCESS
+    })
+}
+
+/// `cuCtxPushCurrent_v2`.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only compared, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    api("cuCtxPushCurrent_v2", false, |mut st| {
+        if ctx.is_null() {
+            return CUresult::CUDA_ERROR_INVALID_CONTEXT;
+        }
+        let h = tri!(known_ctx(&mut st, ctx));
+        state::with_stack(|s| s.push(h));
+        SUCCESS
+    })
+}
+
+/// `cuCtxPopCurrent_v2`: `CUDA_ERROR_INVALID_CONTEXT` on an empty stack.
+///
+/// # Safety
+///
+/// `pctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+    api("cuCtxPopCurrent_v2", false, |_st| {
+        let Some(h) = state::with_stack(|s| s.pop()).flatten() else {
+            return CUresult::CUDA_ERROR_INVALID_CONTEXT;
+        };
+        if !pctx.is_null() {
+            // SAFETY: non-null; the caller's contract makes it writable.
+            unsafe { put(pctx, h as CUcontext) };
+        }
+        SUCCESS
+    })
+}
+
+/// `cuCtxGetDevice`.
+///
+/// # Safety
+///
+/// `device` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
+    api("cuCtxGetDevice", false, |st| {
+        if device.is_null() {
+            return INVALID_VALUE;
+        }
+        let ctx = tri!(st.current_ctx());
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(device, st.ctx_device(ctx)) };
+        SUCCESS
+    })
+}
+
+/// `cuCtxSynchronize`: waits for the host functions queued in the current context.
+///
+/// # Safety
+///
+/// None beyond the C contract; takes no pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
+    api("cuCtxSynchronize", false, |st| {
+        let ctx = tri!(st.current_ctx());
+        let target = st.ctx_last_job.get(&ctx).copied().unwrap_or(0);
+        drop(state::wait_until_done(st, target));
+        SUCCESS
+    })
+}
+
+/// `cuCtxGetStreamPriorityRange`: least 0, greatest -5; either pointer may be null.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least_priority: *mut c_int,
+    greatest_priority: *mut c_int,
+) -> CUresult {
+    api("cuCtxGetStreamPriorityRange", false, |st| {
+        tri!(st.current_ctx());
+        if !least_priority.is_null() {
+            // SAFETY: non-null; the caller's contract makes it writable.
+            unsafe { put(least_priority, LEAST_PRIORITY) };
+        }
+        if !greatest_priority.is_null() {
+            // SAFETY: as above.
+            unsafe { put(greatest_priority, GREATEST_PRIORITY) };
+        }
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+fn create_stream(
+    symbol: &'static str,
+    ph_stream: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        if ph_stream.is_null() || flags & !CU_STREAM_NON_BLOCKING != 0 {
+            return INVALID_VALUE;
+        }
+        let ctx = tri!(st.current_ctx());
+        let id = st.next_id();
+        let h = st.new_handle(Object::Stream(StreamRec {
+            ctx,
+            flags,
+            priority: priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY),
+            id,
+            alive: true,
+        }));
+        st.live_streams += 1;
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(ph_stream, h as CUstream) };
+        SUCCESS
+    })
+}
+
+/// `cuStreamCreate`: a new stream in the current context (flags 0 or `CU_STREAM_NON_BLOCKING`).
+///
+/// # Safety
+///
+/// `ph_stream` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint) -> CUresult {
+    create_stream("cuStreamCreate", ph_stream, flags, 0)
+}
+
+/// `cuStreamCreateWithPriority`: the priority is clamped to [-5, 0].
+///
+/// # Safety
+///
+/// `ph_stream` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    ph_stream: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    create_stream("cuStreamCreateWithPriority", ph_stream, flags, priority)
+}
+
+/// `cuStreamDestroy_v2`: host functions already queued still run. Destroying anything but a live
+/// stream the mock created (null, the special handles, an event, a destroyed stream) returns
+/// `CUDA_ERROR_INVALID_HANDLE` and is counted as a bad destroy.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamDestroy_v2(h_stream: CUstream) -> CUresult {
+    api("cuStreamDestroy_v2", false, |mut st| {
+        match st.objects.get_mut(&(h_stream as usize)) {
+            Some(Object::Stream(s)) if s.alive => {
+                s.alive = false;
+                st.live_streams -= 1;
+                st.counters.destroyed_streams += 1;
+                SUCCESS
+            }
+            _ => {
+                st.counters.bad_destroys += 1;
+                INVALID_HANDLE
+            }
+        }
+    })
+}
+
+/// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while host functions (or an awaited event) queued on
+/// the stream have not finished.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamQuery(h_stream: CUstream) -> CUresult {
+    api("cuStreamQuery", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if st.idle(s.key) { SUCCESS } else { NOT_READY }
+    })
+}
+
+/// `cuStreamSynchronize`: waits for the stream's queued host functions.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamSynchronize(h_stream: CUstream) -> CUresult {
+    api("cuStreamSynchronize", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        let target = st.last_job.get(&s.key).copied().unwrap_or(0);
+        drop(state::wait_until_done(st, target));
+        SUCCESS
+    })
+}
+
+/// `cuStreamWaitEvent`: legal across contexts; the stream stays not-ready until the event's
+/// current record completes.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handles are only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamWaitEvent(
+    h_stream: CUstream,
+    h_event: CUevent,
+    flags: c_uint,
+) -> CUresult {
+    api("cuStreamWaitEvent", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        let (_, _, core) = tri!(st.event(h_event as usize));
+        if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
+            return INVALID_VALUE;
+        }
+        let seq = st
+            .cores
+            .get(&core)
+            .and_then(|c| c.record)
+            .map_or(0, |r| r.0);
+        if seq > st.completed {
+            st.wait_for_job(s.key, s.ctx, seq);
+        }
+        SUCCESS
+    })
+}
+
+/// `cuStreamAddCallback`: `callback(stream, CUDA_SUCCESS, user_data)` runs on the mock's one
+/// host-function thread after everything queued before it.
+///
+/// # Safety
+///
+/// `callback` must be sound to call from another thread with these arguments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamAddCallback(
+    h_stream: CUstream,
+    callback: CUstreamCallback,
+    user_data: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    api("cuStreamAddCallback", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        let Some(f) = callback else {
+            return INVALID_VALUE;
+        };
+        if flags != 0 {
+            return INVALID_VALUE;
+        }
+        tri!(st.enqueue(s, Work::Callback(f, h_stream as usize, user_data as usize)));
+        SUCCESS
+    })
+}
+
+/// `cuLaunchHostFunc`: `f(user_data)` runs on the mock's one host-function thread after
+/// everything queued before it.
+///
+/// # Safety
+///
+/// `f` must be sound to call from another thread with `user_data`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchHostFunc(
+    h_stream: CUstream,
+    f: CUhostFn,
+    user_data: *mut c_void,
+) -> CUresult {
+    api("cuLaunchHostFunc", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        let Some(f) = f else {
+            return INVALID_VALUE;
+        };
+        tri!(st.enqueue(s, Work::Host(f, user_data as usize)));
+        SUCCESS
+    })
+}
+
+/// `cuStreamGetCtx`.
+///
+/// # Safety
+///
+/// `pctx` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCtx(h_stream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    api("cuStreamGetCtx", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if pctx.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pctx, s.ctx as CUcontext) };
+        SUCCESS
+    })
+}
+
+/// `cuStreamGetDevice` (CUDA 12.8; only with the `newer-symbols` feature).
+///
+/// # Safety
+///
+/// `device` is null or valid for a write.
+#[cfg(feature = "newer-symbols")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetDevice(h_stream: CUstream, device: *mut CUdevice) -> CUresult {
+    api("cuStreamGetDevice", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if device.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(device, st.ctx_device(s.ctx)) };
+        SUCCESS
+    })
+}
+
+/// `cuStreamGetFlags`.
+///
+/// # Safety
+///
+/// `flags` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetFlags(h_stream: CUstream, flags: *mut c_uint) -> CUresult {
+    api("cuStreamGetFlags", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if flags.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(flags, s.flags) };
+        SUCCESS
+    })
+}
+
+/// `cuStreamGetPriority`.
+///
+/// # Safety
+///
+/// `priority` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetPriority(h_stream: CUstream, priority: *mut c_int) -> CUresult {
+    api("cuStreamGetPriority", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if priority.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(priority, s.priority) };
+        SUCCESS
+    })
+}
+
+/// `cuStreamGetId` (CUDA 12.0; only with the `newer-symbols` feature): unique per stream, never
+/// reused.
+///
+/// # Safety
+///
+/// `stream_id` is null or valid for a write.
+#[cfg(feature = "newer-symbols")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetId(
+    h_stream: CUstream,
+    stream_id: *mut std::ffi::c_ulonglong,
+) -> CUresult {
+    api("cuStreamGetId", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if stream_id.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(stream_id, s.id) };
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+fn new_event(st: &mut State, ctx: usize, flags: c_uint, core: u64) -> usize {
+    st.live_events += 1;
+    st.new_handle(Object::Event(EventRec {
+        ctx,
+        flags,
+        core,
+        alive: true,
+    }))
+}
+
+/// `cuEventCreate`: flags are `CU_EVENT_BLOCKING_SYNC` (1), `CU_EVENT_DISABLE_TIMING` (2) and
+/// `CU_EVENT_INTERPROCESS` (4, only with `DISABLE_TIMING`).
+///
+/// # Safety
+///
+/// `ph_event` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventCreate(ph_event: *mut CUevent, flags: c_uint) -> CUresult {
+    api("cuEventCreate", false, |mut st| {
+        let known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+        if ph_event.is_null()
+            || flags & !known != 0
+            || (flags & CU_EVENT_INTERPROCESS != 0 && flags & CU_EVENT_DISABLE_TIMING == 0)
+        {
+            return INVALID_VALUE;
+        }
+        let ctx = tri!(st.current_ctx());
+        let core = st.next_id();
+        st.cores.insert(core, Core::default());
+        let h = new_event(&mut st, ctx, flags, core);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(ph_event, h as CUevent) };
+        SUCCESS
+    })
+}
+
+/// `cuEventDestroy_v2`: anything but a live event the mock created is counted as a bad destroy.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventDestroy_v2(h_event: CUevent) -> CUresult {
+    api("cuEventDestroy_v2", false, |mut st| {
+        match st.objects.get_mut(&(h_event as usize)) {
+            Some(Object::Event(e)) if e.alive => {
+                e.alive = false;
+                st.live_events -= 1;
+                st.counters.destroyed_events += 1;
+                SUCCESS
+            }
+            _ => {
+                st.counters.bad_destroys += 1;
+                INVALID_HANDLE
+            }
+        }
+    })
+}
+
+/// `cuEventRecord`: complete once everything queued on the stream before it has run. A stream of
+/// another context than the event's gives `CUDA_ERROR_INVALID_HANDLE`.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handles are only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventRecord(h_event: CUevent, h_stream: CUstream) -> CUresult {
+    api("cuEventRecord", false, |mut st| {
+        let (ctx, _, core) = tri!(st.event(h_event as usize));
+        let s = tri!(st.stream(h_stream));
+        if s.ctx != ctx {
+            return INVALID_HANDLE;
+        }
+        let record = if st.idle(s.key) {
+            (0, Some(Instant::now()))
+        } else {
+            (tri!(st.enqueue(s, Work::Marker(core))), None)
+        };
+        if let Some(c) = st.cores.get_mut(&core) {
+            c.record = Some(record);
+        }
+        SUCCESS
+    })
+}
+
+/// The event's last record: `None` if never recorded, else (complete, when).
+fn event_state(st: &State, core: u64) -> Option<(bool, Option<Instant>)> {
+    let (seq, at) = st.cores.get(&core)?.record?;
+    Some((seq <= st.completed, at))
+}
+
+/// `cuEventQuery`: `CUDA_SUCCESS` for a never-recorded event, as the real driver answers.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
+    api("cuEventQuery", false, |mut st| {
+        let (_, _, core) = tri!(st.event(h_event as usize));
+        match event_state(&st, core) {
+            Some((false, _)) => NOT_READY,
+            _ => SUCCESS,
+        }
+    })
+}
+
+/// `cuEventSynchronize`: waits for the event's last record to complete.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
+    api("cuEventSynchronize", false, |mut st| {
+        let (_, _, core) = tri!(st.event(h_event as usize));
+        let target = st
+            .cores
+            .get(&core)
+            .and_then(|c| c.record)
+            .map_or(0, |r| r.0);
+        drop(state::wait_until_done(st, target));
+        SUCCESS
+    })
+}
+
+/// `cuEventElapsedTime_v2` (CUDA 12.8; only with the `newer-symbols` feature).
+///
+/// # Safety
+///
+/// `ms` is null or valid for a write.
+#[cfg(feature = "newer-symbols")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut f32,
+    h_start: CUevent,
+    h_end: CUevent,
+) -> CUresult {
+    api("cuEventElapsedTime_v2", false, |mut st| {
+        if ms.is_null() {
+            return INVALID_VALUE;
+        }
+        let (_, start_flags, start) = tri!(st.event(h_start as usize));
+        let (_, end_flags, end) = tri!(st.event(h_end as usize));
+        if (start_flags | end_flags) & CU_EVENT_DISABLE_TIMING != 0 {
+            return INVALID_HANDLE;
+        }
+        let (Some(a), Some(b)) = (event_state(&st, start), event_state(&st, end)) else {
+            return INVALID_HANDLE;
+        };
+        let (true, Some(t0), true, Some(t1)) = (a.0, a.1, b.0, b.1) else {
+            return NOT_READY;
+        };
+        let millis = if t1 >= t0 {
+            t1.duration_since(t0).as_secs_f64() * 1e3
+        } else {
+            -(t0.duration_since(t1).as_secs_f64() * 1e3)
+        };
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(ms, millis as f32) };
+        SUCCESS
+    })
+}
+
+/// The bytes of a mock IPC event handle: a tag, the process id and the event's record state.
+const IPC_TAG: &[u8; 16] = b"cuda-mock-ipc-ev";
+
+/// `cuIpcGetEventHandle`: only for events created with `CU_EVENT_INTERPROCESS`.
+///
+/// # Safety
+///
+/// `p_handle` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcGetEventHandle(
+    p_handle: *mut CUipcEventHandle,
+    event: CUevent,
+) -> CUresult {
+    api("cuIpcGetEventHandle", false, |mut st| {
+        if p_handle.is_null() {
+            return INVALID_VALUE;
+        }
+        let (_, flags, core) = tri!(st.event(event as usize));
+        if flags & CU_EVENT_INTERPROCESS == 0 {
+            return INVALID_VALUE;
+        }
+        let mut bytes = [0u8; 64];
+        bytes[..16].copy_from_slice(IPC_TAG);
+        bytes[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+        bytes[24..32].copy_from_slice(&core.to_le_bytes());
+        let handle = CUipcEventHandle {
+            reserved: bytes.map(|b| b as c_char),
+        };
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(p_handle, handle) };
+        SUCCESS
+    })
+}
+
+/// `cuIpcOpenEventHandle`: a new event handle (in the current context; destroy it with
+/// `cuEventDestroy`) sharing the original's record state. Handles from this process alias the
+/// original event; handles from another process open as a never-recorded event.
+///
+/// # Safety
+///
+/// `ph_event` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenEventHandle(
+    ph_event: *mut CUevent,
+    handle: CUipcEventHandle,
+) -> CUresult {
+    api("cuIpcOpenEventHandle", false, |mut st| {
+        if ph_event.is_null() {
+            return INVALID_VALUE;
+        }
+        let bytes = handle.reserved.map(|b| b as u8);
+        if &bytes[..16] != IPC_TAG {
+            return INVALID_VALUE;
+        }
+        let ctx = tri!(st.current_ctx());
+        let pid = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+        let mut core_bytes = [0u8; 8];
+        core_bytes.copy_from_slice(&bytes[24..32]);
+        let core = u64::from_le_bytes(core_bytes);
+        let core = if pid == std::process::id() && st.cores.contains_key(&core) {
+            core
+        } else if pid == std::process::id() {
+            return INVALID_VALUE;
+        } else {
+            let fresh = st.next_id();
+            st.cores.insert(fresh, Core::default());
+            fresh
+        };
+        let h = new_event(
+            &mut st,
+            ctx,
+            CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS,
+            core,
+        );
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(ph_event, h as CUevent) };
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+/// `cuMemGetInfo_v2`: 80 GiB total, 79 GiB free, in the current context.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    api("cuMemGetInfo_v2", false, |st| {
+        if free.is_null() || total.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(st.current_ctx());
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(total, 80 << 30);
+            put(free, 79 << 30);
+        }
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control
+
+/// A C string argument of a control function.
+///
+/// # Safety
+///
+/// `p` is null or a NUL-terminated string valid for the call.
+unsafe fn c_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise.
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+/// Forgets every failure rule and override, zeroes the counters (call counts included), then
+/// applies `CUDA_MOCK_CONFIG` again. Handles, contexts and queued host functions are untouched.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_reset() {
+    guard((), || state::lock().reset());
+}
+
+/// Applies a configuration in `CUDA_MOCK_CONFIG` syntax on top of the current one. Returns 0, or
+/// -1 (after printing why to stderr) if the string does not parse; then nothing is applied.
+///
+/// # Safety
+///
+/// `spec` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mock_configure(spec: *const c_char) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller's promise.
+        let Some(spec) = (unsafe { c_str(spec) }) else {
+            return -1;
+        };
+        match state::parse_config(spec) {
+            Ok(cfg) => {
+                state::lock().apply(cfg);
+                0
+            }
+            Err(e) => {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "cuda_mock_configure: {e}");
+                -1
+            }
+        }
+    })
+}
+
+fn add_rule(name: *const c_char, nth: Option<u64>, code: u32) -> c_int {
+    guard(-1, || {
+        // SAFETY: the exported callers pass on their own caller's promise.
+        let Some(symbol) = (unsafe { c_str(name) }).and_then(state::canonical) else {
+            return -1;
+        };
+        state::lock()
+            .rules
+            .push(state::Rule::new(symbol, nth, CUresult(code)));
+        0
+    })
+}
+
+/// Fails the `nth` call (1-based, counted from now) of `name` with `code`. `name` is the exported
+/// symbol or the name C code writes (`cuStreamDestroy` means `cuStreamDestroy_v2`). Returns 0, or
+/// -1 for a symbol the mock does not export or `nth == 0`.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mock_fail(name: *const c_char, nth: u32, code: u32) -> c_int {
+    if nth == 0 {
+        return -1;
+    }
+    add_rule(name, Some(u64::from(nth)), code)
+}
+
+/// Fails every call of `name` with `code` until `cuda_mock_reset`. Returns 0 or -1 as
+/// [`cuda_mock_fail`].
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mock_fail_always(name: *const c_char, code: u32) -> c_int {
+    add_rule(name, None, code)
+}
+
+/// Sets the version `cuDriverGetVersion` reports.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_set_version(version: c_int) {
+    guard((), || state::lock().version = version);
+}
+
+/// Sets how many devices there are (0 to 8). Returns 0, or -1 if out of range.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_set_device_count(count: c_int) -> c_int {
+    guard(-1, || match usize::try_from(count) {
+        Ok(n) if n <= MAX_DEVICES => {
+            state::lock().devices = n;
+            0
+        }
+        _ => -1,
+    })
+}
+
+fn read(f: impl FnOnce(&State) -> u64) -> u64 {
+    guard(0, || f(&state::lock()))
+}
+
+/// Streams created and not destroyed (by `cuStreamDestroy` or with their context).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_live_streams() -> u64 {
+    read(|st| st.live_streams)
+}
+
+/// Events created or opened and not destroyed.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_live_events() -> u64 {
+    read(|st| st.live_events)
+}
+
+/// Primary-context references held: retains minus releases, over all devices.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_live_primary_retains() -> u64 {
+    read(|st| st.ctxs.iter().map(|c| c.refs).sum())
+}
+
+/// Successful `cuStreamDestroy` calls since the last reset.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_destroyed_streams() -> u64 {
+    read(|st| st.counters.destroyed_streams)
+}
+
+/// Successful `cuEventDestroy` calls since the last reset.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_destroyed_events() -> u64 {
+    read(|st| st.counters.destroyed_events)
+}
+
+/// Destroys of something that was not a live handle of the right kind (unknown, already destroyed,
+/// null or special) and releases of an unretained primary context, since the last reset.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_bad_destroys() -> u64 {
+    read(|st| st.counters.bad_destroys)
+}
+
+/// Uses of an unknown or destroyed stream, event or context handle since the last reset.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_bad_uses() -> u64 {
+    read(|st| st.counters.bad_uses)
+}
+
+/// Streams and events destroyed implicitly because their primary context's last reference was
+/// released, since the last reset.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_orphans() -> u64 {
+    read(|st| st.counters.orphans)
+}
+
+/// Driver calls made from inside a host function or stream callback (refused with
+/// `CUDA_ERROR_NOT_PERMITTED`) since the last reset.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_host_fn_api_calls() -> u64 {
+    read(|st| st.counters.host_fn_api_calls)
+}
+
+/// Host functions, callbacks and event records queued or running.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_pending_host_fns() -> u64 {
+    read(State::pending_jobs)
+}
+
+/// Calls of `name` (as for [`cuda_mock_fail`]) since the last reset, failed ones included; 0 for
+/// a name the mock does not export.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mock_calls(name: *const c_char) -> u64 {
+    // SAFETY: the caller's promise.
+    let Some(symbol) = (unsafe { c_str(name) }).and_then(state::canonical) else {
+        return 0;
+    };
+    read(|st| st.calls.get(symbol).copied().unwrap_or(0))
+}
+
+/// Whether a stream or event handle the mock created has been destroyed: 1 destroyed (explicitly
+/// or with its context), 0 alive, -1 not a handle the mock ever created.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_destroyed(handle: *mut c_void) -> c_int {
+    guard(-1, || match state::lock().objects.get(&(handle as usize)) {
+        Some(Object::Stream(StreamRec { alive, .. }) | Object::Event(EventRec { alive, .. })) => {
+            c_int::from(!*alive)
+        }
+        None => -1,
+    })
+}

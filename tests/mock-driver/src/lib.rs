@@ -1,0 +1,390 @@
+//! **A test instrument, not a driver.** A fault-injecting stand-in for libcuda that tests load
+//! through `cuda_sys::Driver::open`, so that the safe layer's ownership rules, error paths and
+//! fallbacks can be checked on a machine without a GPU. Nothing ships it (`publish = false`);
+//! it needs no GPU, no CUDA toolkit and no libcuda.
+//!
+//! # What it is
+//!
+//! This package builds a `cdylib`, `libcuda_mock_driver.so`, that exports the driver functions the
+//! safe layer (`cuda-stream`) uses under the symbols the real libcuda exports (`cuStreamDestroy_v2`,
+//! `cuCtxPushCurrent_v2`, `cuEventElapsedTime_v2`, ...) with the real signatures (the types come
+//! from `cuda-sys`), plus `cuda_mock_*` control functions. Its `rlib` side holds only
+//! [`mock_driver_path`], [`old_mock_driver_path`] and [`MockDriver`], the control handle; the
+//! exports are private to the cdylib and must be reached through the loaded library, never by
+//! linking: a test binary that links the rlib has its own, unused, copy of the mock's state.
+//!
+//! ```ignore
+//! let path = cuda_mock_driver::mock_driver_path();
+//! cuda_sys::Driver::install_global(cuda_sys::Driver::open(&path)?).unwrap();
+//! let mock = cuda_mock_driver::MockDriver::open(&path)?; // same library, same state
+//! mock.fail("cuStreamCreate", 2, cuda_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+//! // ... exercise the code under test ...
+//! assert_eq!(mock.live_streams(), 0);
+//! assert_eq!(mock.bad_destroys(), 0);
+//! ```
+//!
+//! # The model
+//!
+//! - 2 devices (configurable, 0 to 8; with 0, `cuInit` returns `CUDA_ERROR_NO_DEVICE`), each with
+//!   one primary context whose handle never changes. `cuDevicePrimaryCtxRetain`/`Release_v2`
+//!   count references; when the last one goes the context is destroyed with every stream and
+//!   event still in it (counted as *orphans*), and using it as current then gives
+//!   `CUDA_ERROR_CONTEXT_IS_DESTROYED`. Releasing an unretained context is a bad destroy.
+//! - Every function but `cuInit`, `cuDriverGetVersion`, `cuGetErrorName` and `cuGetErrorString`
+//!   returns `CUDA_ERROR_NOT_INITIALIZED` before a successful `cuInit`.
+//! - Each thread has its own context stack (`cuCtxSetCurrent`/`PushCurrent_v2`/`PopCurrent_v2`
+//!   with the real semantics). Stream priorities range from 0 (least) to -5 (greatest); the
+//!   requested priority is clamped.
+//! - Streams and events are heap addresses the mock allocates and never frees, so a handle value
+//!   is never reused and a stale handle is always recognised. The special stream handles 0x0
+//!   (the NULL stream, i.e. legacy), 0x1 (`CU_STREAM_LEGACY`) and 0x2 (`CU_STREAM_PER_THREAD`)
+//!   resolve through the calling thread's current context; with none, `CUDA_ERROR_INVALID_CONTEXT`.
+//! - There is no device work. A stream is idle unless it has host functions queued:
+//!   `cuLaunchHostFunc` and `cuStreamAddCallback` (called as `(stream, CUDA_SUCCESS, userData)`)
+//!   run on one dedicated worker thread of the library, in the order they were queued over all
+//!   streams. `cuStreamQuery` gives `CUDA_ERROR_NOT_READY` while the stream has one queued or
+//!   running; `cuStreamSynchronize`, `cuEventSynchronize` and `cuCtxSynchronize` wait for them.
+//!   The legacy stream's implicit synchronisation with blocking streams is not modelled beyond
+//!   that global order. A driver call made from inside a host function returns
+//!   `CUDA_ERROR_NOT_PERMITTED` (the driver's documented answer) and is counted.
+//! - A stream "owned by someone else" (for borrowing tests) is just one the test creates with
+//!   `cuStreamCreate` through the driver: the mock does not care who created a handle, only that
+//!   it did and that it is still alive.
+//! - Events: flags `CU_EVENT_BLOCKING_SYNC` (1), `CU_EVENT_DISABLE_TIMING` (2),
+//!   `CU_EVENT_INTERPROCESS` (4, only together with `DISABLE_TIMING`, else
+//!   `CUDA_ERROR_INVALID_VALUE`). A record completes when everything queued on the stream before
+//!   it has run, and takes its timestamp then. Recording on a stream of another context is
+//!   `CUDA_ERROR_INVALID_HANDLE`; `cuStreamWaitEvent` across contexts is legal and keeps the
+//!   stream not-ready until the record completes. `cuEventQuery` on a never-recorded event is
+//!   `CUDA_SUCCESS`. `cuEventElapsedTime_v2`: an event without timing or never recorded gives
+//!   `CUDA_ERROR_INVALID_HANDLE`, one not complete gives `CUDA_ERROR_NOT_READY`.
+//!   `cuIpcGetEventHandle` needs `CU_EVENT_INTERPROCESS`; `cuIpcOpenEventHandle` in the same
+//!   process opens a new handle (to destroy separately) sharing the original's record state.
+//! - Any use or destroy of a handle the mock did not create, or already destroyed, returns
+//!   `CUDA_ERROR_INVALID_HANDLE` (`CUDA_ERROR_INVALID_CONTEXT` for contexts), is counted, and
+//!   never crashes. No export unwinds into C: every body runs under `catch_unwind`, and a poisoned
+//!   lock is taken over, never a panic.
+//!
+//! # Control
+//!
+//! Through the exported C functions (wrapped by [`MockDriver`]):
+//!
+//! ```c
+//! void     cuda_mock_reset(void);                         // rules, overrides, counters -> CUDA_MOCK_CONFIG's
+//! int      cuda_mock_configure(const char *spec);         // CUDA_MOCK_CONFIG syntax; 0, or -1 on a parse error
+//! int      cuda_mock_fail(const char *name, uint32_t nth, uint32_t code); // nth >= 1, counted from now
+//! int      cuda_mock_fail_always(const char *name, uint32_t code);
+//! void     cuda_mock_set_version(int version);            // cuDriverGetVersion's answer
+//! int      cuda_mock_set_device_count(int count);         // 0..=8
+//! uint64_t cuda_mock_live_streams(void);
+//! uint64_t cuda_mock_live_events(void);
+//! uint64_t cuda_mock_live_primary_retains(void);
+//! uint64_t cuda_mock_destroyed_streams(void);             // successful destroys
+//! uint64_t cuda_mock_destroyed_events(void);
+//! uint64_t cuda_mock_bad_destroys(void);                  // unknown/double/special destroys, over-releases
+//! uint64_t cuda_mock_bad_uses(void);                      // unknown/destroyed handles used
+//! uint64_t cuda_mock_orphans(void);                       // destroyed with their context
+//! uint64_t cuda_mock_host_fn_api_calls(void);             // driver calls from host functions
+//! uint64_t cuda_mock_pending_host_fns(void);              // queued or running
+//! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
+//! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
+//! ```
+//!
+//! A `name` is an exported symbol (`cuStreamDestroy_v2`) or the name C code writes
+//! (`cuStreamDestroy`); the functions taking one return -1 (or 0 calls) for a symbol the mock does
+//! not export. The first rule that fires on a call decides its result; a failed call has no other
+//! effect (no handle is created, no out-pointer written). Counters and call counts cover the time
+//! since the last reset, except the `live_*` ones, which count what exists.
+//!
+//! Through the environment: `CUDA_MOCK_CONFIG`, read once, at the first call into the library,
+//! is the baseline `cuda_mock_reset` returns to. Entries are `key=value`, separated by `;`:
+//!
+//! ```text
+//! CUDA_MOCK_CONFIG='fail=cuStreamCreate:1:2;fail=cuEventCreate:*:CUDA_ERROR_OUT_OF_MEMORY;version=12040;devices=1'
+//! ```
+//!
+//! - `fail=SYMBOL:N:CODE`: fail the Nth call (1, 2, ...) or every call (`*`) with CODE, a number
+//!   or a `CUDA_*` name;
+//! - `version=V`: what `cuDriverGetVersion` reports (default 13000; 11080 for the old flavour);
+//! - `devices=N`: 0 to 8 devices (default 2).
+//!
+//! A string that does not parse aborts the process with a message: a misconfigured test must not
+//! run on.
+//!
+//! # Omitted symbols: two flavours of the library
+//!
+//! `cuda_sys::Driver` resolves symbols with `dlsym`, and reports `LoadError::MissingSymbol` when
+//! one is absent. A loaded library cannot take back an export, so omission cannot be a run-time
+//! setting (an `omit=` entry is refused). Instead the same source is built twice:
+//!
+//! - `cuda-mock-driver` (this package, feature `newer-symbols` on by default):
+//!   `libcuda_mock_driver.so`, everything above, reporting CUDA 13.0;
+//! - `cuda-mock-driver-old` (`tests/mock-driver-old`, the same `src/` without the feature):
+//!   `libcuda_mock_driver_old.so`, reporting CUDA 11.8, without `cuStreamGetId` (12.0),
+//!   `cuStreamGetDevice` (12.8) and `cuEventElapsedTime_v2` (12.8), which `cuda-stream` must
+//!   do without. Its path is [`old_mock_driver_path`].
+//!
+//! The two are separate libraries with separate state. Both are linked with `-z nodelete`, so a
+//! dropped `Driver` never unloads one (its worker thread and state live as long as the process,
+//! like the real driver's).
+//!
+//! # Finding the library
+//!
+//! Cargo builds the cdylib together with the rlib (one `rustc` run, `crate-type = ["cdylib",
+//! "rlib"]`), so any test of a package that has this one as a (dev-)dependency gets it built
+//! before the test runs: it lands as `target/<profile>/deps/libcuda_mock_driver.so` (no hash in
+//! the name), and is also copied to `target/<profile>/` when the package itself is built. Test
+//! executables live in `target/<profile>/deps/`; [`mock_driver_path`] looks there and one folder
+//! up, from [`std::env::current_exe`]. A package that wants the old flavour adds
+//! `cuda-mock-driver-old` as a dev-dependency too (never `use` it: its rlib would bring a second
+//! copy of the exports) and calls [`old_mock_driver_path`].
+//!
+//! The mock becomes the driver either explicitly, with
+//! `cuda_sys::Driver::install_global(Driver::open(mock_driver_path())?)` before anything loads a
+//! driver, or for a whole process (an example, a child process) through cuda-sys's
+//! `CUDA_SYS_LIBCUDA=/path/to/libcuda_mock_driver.so`.
+//!
+//! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
+//! `Mutex`) and call [`MockDriver::reset`] first.
+
+mod exports;
+mod state;
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use cuda_sys::CUresult;
+
+/// The file name of the full flavour's library on this platform.
+pub fn mock_driver_file_name() -> String {
+    format!(
+        "{}cuda_mock_driver{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )
+}
+
+/// The file name of the old flavour's library on this platform.
+pub fn old_mock_driver_file_name() -> String {
+    format!(
+        "{}cuda_mock_driver_old{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )
+}
+
+/// Looks for `file` next to the running executable and in the cargo output folders around it
+/// (`target/<profile>/deps/` for tests, `target/<profile>/examples/` for examples).
+fn find_next_to_exe(file: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut candidates = vec![dir.join(file), dir.join("deps").join(file)];
+    if let Some(up) = dir.parent() {
+        candidates.push(up.join(file));
+        candidates.push(up.join("deps").join(file));
+    }
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .unwrap_or(&candidates[0])
+        .clone()
+}
+
+/// The path of `libcuda_mock_driver.so` (the full flavour) built with the running test. If it
+/// cannot be found, the place it was expected, so that opening it reports that path.
+pub fn mock_driver_path() -> PathBuf {
+    find_next_to_exe(&mock_driver_file_name())
+}
+
+/// The path of `libcuda_mock_driver_old.so` (CUDA 11.8, without the 12.x symbols), built when
+/// the running test's package has `cuda-mock-driver-old` as a dev-dependency.
+pub fn old_mock_driver_path() -> PathBuf {
+    find_next_to_exe(&old_mock_driver_file_name())
+}
+
+type Counter = extern "C" fn() -> u64;
+
+/// The control functions of a loaded mock library.
+///
+/// Open it from the same path as the `cuda_sys::Driver` under test: the dynamic loader then hands
+/// out the same library, so both see the same state.
+pub struct MockDriver {
+    path: PathBuf,
+    _lib: libloading::Library,
+    reset: extern "C" fn(),
+    configure: unsafe extern "C" fn(*const c_char) -> c_int,
+    fail: unsafe extern "C" fn(*const c_char, u32, u32) -> c_int,
+    fail_always: unsafe extern "C" fn(*const c_char, u32) -> c_int,
+    set_version: extern "C" fn(c_int),
+    set_device_count: extern "C" fn(c_int) -> c_int,
+    counters: [Counter; 10],
+    calls: unsafe extern "C" fn(*const c_char) -> u64,
+    destroyed: extern "C" fn(*mut c_void) -> c_int,
+}
+
+impl fmt::Debug for MockDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockDriver")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+const COUNTERS: [&[u8]; 10] = [
+    b"cuda_mock_live_streams\0",
+    b"cuda_mock_live_events\0",
+    b"cuda_mock_live_primary_retains\0",
+    b"cuda_mock_destroyed_streams\0",
+    b"cuda_mock_destroyed_events\0",
+    b"cuda_mock_bad_destroys\0",
+    b"cuda_mock_bad_uses\0",
+    b"cuda_mock_orphans\0",
+    b"cuda_mock_host_fn_api_calls\0",
+    b"cuda_mock_pending_host_fns\0",
+];
+
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+impl MockDriver {
+    /// Opens the mock library at `path` and resolves its control functions.
+    pub fn open(path: impl AsRef<Path>) -> Result<MockDriver, libloading::Error> {
+        let path = path.as_ref();
+        // SAFETY: the mock's initialisers are Rust statics initialised lazily; loading it runs no
+        // code that could be unsound at any time.
+        let lib = unsafe { libloading::Library::new(path) }?;
+        // SAFETY: each symbol is one of the mock's exports, declared with exactly these types in
+        // `exports.rs`; the pointers are copied out and used only while `_lib` keeps the library
+        // loaded (and it is linked `-z nodelete`, so it stays loaded anyway).
+        unsafe {
+            let mut counters = [cuda_mock_never as Counter; 10];
+            for (slot, name) in counters.iter_mut().zip(COUNTERS) {
+                *slot = *lib.get::<Counter>(name)?;
+            }
+            Ok(MockDriver {
+                path: path.to_path_buf(),
+                reset: *lib.get(b"cuda_mock_reset\0")?,
+                configure: *lib.get(b"cuda_mock_configure\0")?,
+                fail: *lib.get(b"cuda_mock_fail\0")?,
+                fail_always: *lib.get(b"cuda_mock_fail_always\0")?,
+                set_version: *lib.get(b"cuda_mock_set_version\0")?,
+                set_device_count: *lib.get(b"cuda_mock_set_device_count\0")?,
+                counters,
+                calls: *lib.get(b"cuda_mock_calls\0")?,
+                destroyed: *lib.get(b"cuda_mock_destroyed\0")?,
+                _lib: lib,
+            })
+        }
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `cuda_mock_reset`: back to `CUDA_MOCK_CONFIG`'s rules and overrides, counters zeroed.
+    pub fn reset(&self) {
+        (self.reset)()
+    }
+
+    /// `cuda_mock_configure`: applies a `CUDA_MOCK_CONFIG`-style string on top of the current
+    /// configuration. Returns false (and the mock prints why to stderr) if it does not parse.
+    #[must_use]
+    pub fn configure(&self, spec: &str) -> bool {
+        let spec = c_string(spec);
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { (self.configure)(spec.as_ptr()) == 0 }
+    }
+
+    /// `cuda_mock_fail`: fails the `nth` call (1-based, from now) of `name` with `code`. Panics
+    /// if the mock does not export `name` or `nth` is 0 (a mistake in the test).
+    pub fn fail(&self, name: &str, nth: u32, code: CUresult) {
+        let c = c_string(name);
+        // SAFETY: a NUL-terminated string that outlives the call.
+        let rc = unsafe { (self.fail)(c.as_ptr(), nth, code.0) };
+        assert_eq!(rc, 0, "cuda_mock_fail({name}, {nth}) refused");
+    }
+
+    /// `cuda_mock_fail_always`: fails every call of `name` with `code` until the next reset.
+    /// Panics if the mock does not export `name`.
+    pub fn fail_always(&self, name: &str, code: CUresult) {
+        let c = c_string(name);
+        // SAFETY: a NUL-terminated string that outlives the call.
+        let rc = unsafe { (self.fail_always)(c.as_ptr(), code.0) };
+        assert_eq!(rc, 0, "cuda_mock_fail_always({name}) refused");
+    }
+
+    /// `cuda_mock_set_version`.
+    pub fn set_version(&self, version: i32) {
+        (self.set_version)(version)
+    }
+
+    /// `cuda_mock_set_device_count` (0 to 8); panics outside that range.
+    pub fn set_device_count(&self, count: i32) {
+        assert_eq!((self.set_device_count)(count), 0, "device count {count}");
+    }
+
+    /// Streams alive now.
+    pub fn live_streams(&self) -> u64 {
+        (self.counters[0])()
+    }
+    /// Events alive now.
+    pub fn live_events(&self) -> u64 {
+        (self.counters[1])()
+    }
+    /// Primary-context references held now.
+    pub fn live_primary_retains(&self) -> u64 {
+        (self.counters[2])()
+    }
+    /// Successful stream destroys since the last reset.
+    pub fn destroyed_streams(&self) -> u64 {
+        (self.counters[3])()
+    }
+    /// Successful event destroys since the last reset.
+    pub fn destroyed_events(&self) -> u64 {
+        (self.counters[4])()
+    }
+    /// Destroys of unknown, destroyed or special handles, and over-releases, since the last reset.
+    pub fn bad_destroys(&self) -> u64 {
+        (self.counters[5])()
+    }
+    /// Uses of unknown or destroyed handles since the last reset.
+    pub fn bad_uses(&self) -> u64 {
+        (self.counters[6])()
+    }
+    /// Streams and events destroyed with their context since the last reset.
+    pub fn orphans(&self) -> u64 {
+        (self.counters[7])()
+    }
+    /// Driver calls from inside host functions since the last reset.
+    pub fn host_fn_api_calls(&self) -> u64 {
+        (self.counters[8])()
+    }
+    /// Host functions, callbacks and event records queued or running now.
+    pub fn pending_host_fns(&self) -> u64 {
+        (self.counters[9])()
+    }
+
+    /// Calls of `name` since the last reset, failed ones included.
+    pub fn calls(&self, name: &str) -> u64 {
+        let c = c_string(name);
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { (self.calls)(c.as_ptr()) }
+    }
+
+    /// Whether a stream or event handle was destroyed: `Some(true)` destroyed, `Some(false)`
+    /// alive, `None` never created by the mock.
+    pub fn destroyed<T>(&self, handle: *mut T) -> Option<bool> {
+        match (self.destroyed)(handle.cast()) {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        }
+    }
+}
+
+extern "C" fn cuda_mock_never() -> u64 {
+    0
+}
