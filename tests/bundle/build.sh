@@ -28,9 +28,13 @@ for line in open(os.path.join(out, ".cargo-tests.json")):
         continue
     if not msg.get("profile", {}).get("test"):
         continue
-    pkg = msg["package_id"].split("#")[0].rstrip("/").split("/")[-1]
+    # `path+file:///dir#name@1.0` or, when the name is the folder's, `path+file:///dir#1.0`.
+    where, _, spec = msg["package_id"].partition("#")
+    pkg = spec.split("@")[0] if "@" in spec else where.rstrip("/").split("/")[-1]
     name = msg["target"]["name"]
     kind = msg["target"]["kind"][0]
+    if kind == "bin":
+        continue
     dest = f"{pkg}--{name}" if kind != "lib" else f"{pkg}--lib"
     if dest in seen:
         continue
