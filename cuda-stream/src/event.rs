@@ -135,6 +135,29 @@ impl Event {
         Event::create_in(ctx.raw(), Some(ctx.clone()), options)
     }
 
+    /// Creates an event in `ctx` without checking which context is current: saves the one
+    /// `cuCtxGetCurrent` that [`Event::new`] makes (see `BENCHMARKS.md`).
+    ///
+    /// # Safety
+    /// `ctx` must be the calling thread's current context (for example inside a
+    /// [`Context::bind`] guard with no other context bound since). Otherwise the driver creates
+    /// the event in whichever context is current, and this value would hold the wrong context
+    /// alive and could outlive the event's real one.
+    pub unsafe fn new_in_current(ctx: &Context, options: EventOptions) -> Result<Event> {
+        let flags = options.flags()?;
+        let f = driver_fn!(cuEventCreate);
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the caller promises `ctx` is current.
+        check(unsafe { f(&mut raw, flags) }, "cuEventCreate")?;
+        Ok(Event {
+            raw,
+            ctx: ctx.raw(),
+            options,
+            recorded: AtomicBool::new(false),
+            _keep: Some(ctx.clone()),
+        })
+    }
+
     /// Creates an event in the context `ctx`; keeps `keep` (or, when `None`, the context if it is
     /// a primary one) alive for the event's life.
     pub(crate) fn create_in(
@@ -253,6 +276,9 @@ impl Event {
                 reason: "the event was not created interprocess",
             });
         }
+        // The driver resolves the handle through the current context (measured: without one it
+        // answers CUDA_ERROR_INVALID_CONTEXT).
+        let _bound = bind(self.ctx)?;
         let f = driver_fn!(cuIpcGetEventHandle);
         let mut h = ffi::CUipcEventHandle::default();
         // SAFETY: `h` is a valid out-pointer; the event is live.

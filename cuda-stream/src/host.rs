@@ -55,7 +55,10 @@ pub(crate) fn report_panic(stream: Stream<'_>) -> Result<()> {
 fn report_panic_slow(stream: Stream<'_>) -> Result<()> {
     let key = (stream.raw() as usize, stream.context_raw() as usize);
     let mut list = PANICS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = list.iter().position(|(s, c, _)| (*s, *c) == key) {
+    if let Some(i) = list
+        .iter()
+        .position(|(s, c, _)| *s == key.0 && (*c == 0 || *c == key.1))
+    {
         let (s, _, message) = list.remove(i);
         PENDING.fetch_sub(1, Ordering::Release);
         return Err(Error::HostFnPanicked { stream: s, message });
@@ -79,9 +82,39 @@ unsafe extern "C" fn host_trampoline<F: FnOnce() + Send + 'static>(user_data: *m
     }
 }
 
+/// Runs a closure that captures nothing: the value was forgotten by `launch`, so conjuring it
+/// here moves it, and no allocation carries it.
+unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mut c_void) {
+    // SAFETY: `F` is zero-sized, so reading it from a dangling, aligned pointer is valid; `launch`
+    // forgot the original and the driver calls this exactly once, so the value exists once.
+    let f = unsafe { ptr::read(ptr::NonNull::<F>::dangling().as_ptr()) };
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+        // Only the stream travels in `user_data`; 0 matches any context.
+        record_panic(user_data as usize, 0, payload);
+    }
+}
+
 pub(crate) fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
     report_panic(stream)?;
     let launch = driver_fn!(cuLaunchHostFunc);
+    if std::mem::size_of::<F>() == 0 {
+        // No allocation for a closure that captures nothing: a malloc on this thread freed on the
+        // driver's thread costs more than the enqueue itself under load (see BENCHMARKS.md).
+        let _bound = if stream.is_default() {
+            Some(bind(stream.context_raw())?)
+        } else {
+            None
+        };
+        let f = std::mem::ManuallyDrop::new(f);
+        // SAFETY: the stream is live; the trampoline matches `CUhostFn` and conjures `f` back.
+        let rc = unsafe { launch(stream.raw(), Some(zst_trampoline::<F>), stream.raw().cast()) };
+        if rc != ffi::CUresult::CUDA_SUCCESS {
+            // The driver will never run it: drop the closure here, once.
+            drop(std::mem::ManuallyDrop::into_inner(f));
+            return Err(Error::driver("cuLaunchHostFunc", rc));
+        }
+        return Ok(());
+    }
     let data = Box::into_raw(Box::new(HostCall {
         f,
         stream: stream.raw() as usize,
