@@ -487,6 +487,56 @@ fn run(cfg: &Config, ctx: &Context) -> Result<Vec<Row>, Error> {
         Target::Ratio(1.05),
     );
 
+    // Where the event-creation overhead goes: the context check and the context retain.
+    let get_current = must(
+        sys::fns::cuCtxGetCurrent().map_err(Error::Load),
+        "cuCtxGetCurrent",
+    );
+    row(
+        "event create + destroy, unsafe Event::new_in_current (no context check)",
+        measure(
+            cfg,
+            (cfg.medium, cfg.medium),
+            1,
+            || {
+                let mut ev = ptr::null_mut();
+                // SAFETY: `ev` is a valid out-pointer; the context is current.
+                ok(unsafe { event_create(&mut ev, no_timing) }, "cuEventCreate");
+                // SAFETY: created just above, destroyed once.
+                ok(unsafe { event_destroy(black_box(ev)) }, "cuEventDestroy");
+            },
+            || {
+                // SAFETY: the benchmark thread keeps `ctx` bound for the whole run.
+                let ev = must(
+                    unsafe { Event::new_in_current(ctx, EventOptions::new()) },
+                    "Event::new_in_current",
+                );
+                drop(black_box(ev));
+            },
+            nothing,
+        ),
+        Target::Ratio(1.05),
+    );
+    row(
+        "the context check alone: cuCtxGetCurrent (raw) vs Context clone + drop (cuda-stream)",
+        measure(
+            cfg,
+            (cfg.fast, cfg.fast),
+            1,
+            || {
+                let mut cur = ptr::null_mut();
+                // SAFETY: `cur` is a valid out-pointer.
+                ok(unsafe { get_current(&mut cur) }, "cuCtxGetCurrent");
+                black_box(cur);
+            },
+            || {
+                drop(black_box(ctx.clone()));
+            },
+            nothing,
+        ),
+        Target::None,
+    );
+
     // Query on an idle stream.
     settle();
     row(
@@ -645,6 +695,40 @@ fn run(cfg: &Config, ctx: &Context) -> Result<Vec<Row>, Error> {
             nothing,
         ),
         Target::Ratio(1.10),
+    );
+
+    // The same throughput with a closure that captures data, so it is boxed: the box is freed
+    // on the driver's thread.
+    let counter = Arc::new(AtomicU64::new(0));
+    row(
+        &format!(
+            "host function throughput, closure capturing an Arc (boxed) ({n} enqueued; per host fn)"
+        ),
+        measure(
+            cfg,
+            (1, 1),
+            n,
+            || {
+                for _ in 0..n {
+                    // SAFETY: as in the round trip above.
+                    let rc = unsafe { launch_host_func(r1, Some(raw_host_fn), ptr::null_mut()) };
+                    ok(rc, "cuLaunchHostFunc");
+                }
+                sync_raw(r1);
+            },
+            || {
+                for _ in 0..n {
+                    let c = counter.clone();
+                    let r = s1.launch_host_func(move || {
+                        c.fetch_add(1, Ordering::Relaxed);
+                    });
+                    must(r, "Stream::launch_host_func");
+                }
+                must(s1.synchronize(), "Stream::synchronize");
+            },
+            nothing,
+        ),
+        Target::None,
     );
 
     // Pool acquire + release, warm.
