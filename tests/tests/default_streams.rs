@@ -15,6 +15,14 @@ use cuda_stream_tests::{
 const SPIN: Duration = Duration::from_millis(150);
 const NON_BLOCKING: u32 = sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0;
 
+/// The legacy stream is one per context, shared by every test of this binary: the tests that
+/// check it is idle right after synchronising it take turns.
+static LEGACY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn legacy_turn() -> std::sync::MutexGuard<'static, ()> {
+    LEGACY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Exercises `s` (a default stream of `ctx`) on the calling thread, whose current context is
 /// `expected` and must stay so after every call.
 fn exercise(ctx: &Context, k: &Kernels<'_>, s: Stream<'_>, name: &str, expected: sys::CUcontext) {
@@ -142,6 +150,7 @@ fn all_default_streams(ctx: &Context, k: &Kernels<'_>, expected: sys::CUcontext)
 
 #[test]
 fn default_streams_work_with_no_current_context() {
+    let _turn = legacy_turn();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     std::thread::scope(|s| {
@@ -155,6 +164,7 @@ fn default_streams_work_with_no_current_context() {
 
 #[test]
 fn default_streams_work_with_another_context_current() {
+    let _turn = legacy_turn();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let other = RawContext::create(ctx.device());
