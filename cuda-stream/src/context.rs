@@ -181,7 +181,7 @@ impl Context {
     }
 
     /// If `raw` is the primary context of its device, retains it and returns it as a `Context`;
-    /// `Ok(None)` for any other context.
+    /// `Ok(None)` for any other context. Never creates a primary context that is not active.
     pub fn retain_if_primary(raw: ffi::CUcontext) -> Result<Option<Context>> {
         if raw.is_null() {
             return Ok(None);
@@ -194,6 +194,15 @@ impl Context {
             check(unsafe { f(&mut d) }, "cuCtxGetDevice")?;
             Device::from_raw(d)
         };
+        // Retaining an inactive primary context would create one: ask first.
+        let state = driver_fn!(cuDevicePrimaryCtxGetState);
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: both are valid out-pointers; the device came from the driver.
+        let rc = unsafe { state(device.raw, &mut flags, &mut active) };
+        check(rc, "cuDevicePrimaryCtxGetState")?;
+        if active == 0 {
+            return Ok(None);
+        }
         let ctx = device.primary_context()?;
         Ok((ctx.raw() == raw).then_some(ctx))
     }

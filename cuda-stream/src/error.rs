@@ -64,6 +64,12 @@ pub enum Error {
     /// Elapsed time was asked before both events completed.
     #[error("the event has not completed")]
     NotCompleted,
+    /// Elapsed time between two events where the end completed before the start.
+    #[error("the end event completed {ms} ms before the start event")]
+    NegativeElapsed {
+        /// The driver's (negative) answer, in milliseconds.
+        ms: f32,
+    },
     /// A special default-stream value (0x0, 0x1, 0x2) was passed where a real stream handle is
     /// needed; use the context's `null_stream`, `legacy_stream` or `per_thread_stream`.
     #[error("{handle:#x} is a default-stream value, not a stream handle")]

@@ -247,8 +247,8 @@ impl Event {
 
     /// The GPU time between `start` completing and `self` completing (`cuEventElapsedTime`).
     /// Fails with [`Error::TimingDisabled`], [`Error::NotRecorded`] or [`Error::NotCompleted`]
-    /// rather than a bare driver code. Negative intervals (end recorded before start) are an
-    /// error from the driver.
+    /// rather than a bare driver code, and with [`Error::NegativeElapsed`] when `self` completed
+    /// before `start`.
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
         if !self.options.timing || !start.options.timing {
             return Err(Error::TimingDisabled);
@@ -260,9 +260,10 @@ impl Event {
         let mut ms = 0f32;
         // SAFETY: both events are live; `ms` is a valid out-pointer.
         match unsafe { f(&mut ms, start.raw, self.raw) } {
-            ffi::CUresult::CUDA_SUCCESS => {
-                Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+            ffi::CUresult::CUDA_SUCCESS if ms >= 0.0 => {
+                Ok(Duration::from_secs_f64(f64::from(ms) / 1e3))
             }
+            ffi::CUresult::CUDA_SUCCESS => Err(Error::NegativeElapsed { ms }),
             ffi::CUresult::CUDA_ERROR_NOT_READY => Err(Error::NotCompleted),
             rc => Err(Error::driver("cuEventElapsedTime", rc)),
         }

@@ -66,6 +66,18 @@ fn report_panic_slow(stream: Stream<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Drops the unreported panics of a stream that is being destroyed, so that a later stream that
+/// gets the same handle value does not inherit them.
+pub(crate) fn forget_panics(raw: ffi::CUstream) {
+    if PENDING.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let mut list = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+    let before = list.len();
+    list.retain(|(s, _, _)| *s != raw as usize);
+    PENDING.fetch_sub(before - list.len(), Ordering::Release);
+}
+
 struct HostCall<F> {
     f: F,
     stream: usize,
@@ -97,14 +109,10 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
 pub(crate) fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
     report_panic(stream)?;
     let launch = driver_fn!(cuLaunchHostFunc);
-    if std::mem::size_of::<F>() == 0 {
+    // Default streams go the boxed way, which records their context for panic reports.
+    if std::mem::size_of::<F>() == 0 && !stream.is_default() {
         // No allocation for a closure that captures nothing: a malloc on this thread freed on the
         // driver's thread costs more than the enqueue itself under load (see BENCHMARKS.md).
-        let _bound = if stream.is_default() {
-            Some(bind(stream.context_raw())?)
-        } else {
-            None
-        };
         let f = std::mem::ManuallyDrop::new(f);
         // SAFETY: the stream is live; the trampoline matches `CUhostFn` and conjures `f` back.
         let rc = unsafe { launch(stream.raw(), Some(zst_trampoline::<F>), stream.raw().cast()) };

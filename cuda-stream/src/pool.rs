@@ -157,8 +157,19 @@ impl PoolInner {
         }
         let made = (|| {
             let _bound = bind(self.ctx)?;
+            let priority = match self.priority {
+                None => None,
+                Some(p) => {
+                    let range = priority_range_current()?;
+                    Some(if self.options.clamps() {
+                        range.clamp(p)
+                    } else {
+                        range.check(p)?
+                    })
+                }
+            };
             let mut raw = ptr::null_mut();
-            match self.priority {
+            match priority {
                 None => {
                     let f = driver_fn!(cuStreamCreate);
                     check(
@@ -193,14 +204,30 @@ impl PoolInner {
     }
 }
 
+/// `cuCtxGetStreamPriorityRange` of the current context.
+fn priority_range_current() -> Result<crate::stream::PriorityRange> {
+    let f = driver_fn!(cuCtxGetStreamPriorityRange);
+    let (mut least, mut greatest) = (0, 0);
+    // SAFETY: both are valid out-pointers.
+    let rc = unsafe { f(&mut least, &mut greatest) };
+    check(rc, "cuCtxGetStreamPriorityRange")?;
+    Ok(crate::stream::PriorityRange::new(least, greatest))
+}
+
 impl Drop for PoolInner {
     fn drop(&mut self) {
         let free = std::mem::take(self.free.get_mut().unwrap_or_else(|e| e.into_inner()));
         if let Ok(f) = ffi::fns::cuStreamDestroy() {
             for raw in free {
+                let raw = raw as ffi::CUstream;
+                if crate::current::is_installed(raw) {
+                    // A leaked `CurrentStreamGuard` still names it: keep the handle valid.
+                    continue;
+                }
                 // SAFETY: the pool created these streams; no lease exists (leases borrow the
                 // pool), so each is destroyed exactly once.
-                let _ = unsafe { f(raw as ffi::CUstream) };
+                let _ = unsafe { f(raw) };
+                crate::host::forget_panics(raw);
             }
         }
     }
@@ -295,6 +322,7 @@ impl Drop for Notifier {
             if let Ok(f) = ffi::fns::cuStreamDestroy() {
                 // SAFETY: created by `notifier` for this value alone; destroyed once.
                 let _ = unsafe { f(self.raw) };
+                crate::host::forget_panics(self.raw);
             }
         }
     }

@@ -105,6 +105,9 @@ impl StreamOptions {
     pub(crate) fn requested_priority(self) -> Option<i32> {
         self.priority
     }
+    pub(crate) fn clamps(self) -> bool {
+        self.clamp
+    }
 }
 
 /// A borrowed view of a stream: the handle, its context, and a lifetime that stops it outliving
@@ -621,7 +624,9 @@ fn destroy(raw: ffi::CUstream) -> Result<()> {
     }
     let f = driver_fn!(cuStreamDestroy);
     // SAFETY: the caller owns `raw` and never uses it again.
-    check(unsafe { f(raw) }, "cuStreamDestroy")
+    check(unsafe { f(raw) }, "cuStreamDestroy")?;
+    crate::host::forget_panics(raw);
+    Ok(())
 }
 
 impl Drop for OwnedStream {
