@@ -1,0 +1,1242 @@
+//! Fault injection: every public operation of `cuda-stream`, run against the mock driver with
+//! each driver call it makes forced to fail in turn.
+//!
+//! For every operation of the table in [`operations`]: one clean run warms the process-wide
+//! caches (the shared scope pools, the notifier streams), a second clean run records which
+//! driver functions the operation calls and how often, then for every `(function, k)` with `k`
+//! from 1 to that count the operation runs again with the k-th call of the function failing with
+//! [`FAULT`]. Each run must: not panic; return an error naming exactly the failed function (or
+//! `Ok`, where the function is one the operation documents as swallowed, see the `SWALLOW`
+//! lists); leave no stream, event or primary-context retain behind (except the one handle whose
+//! destroy or release was the failed call: it is still alive in the driver, and must not be
+//! destroyed a second time); destroy nothing twice, use no dead handle, and never destroy a
+//! stream it does not own.
+//!
+//! Every run happens on a fresh thread (joined before the checks, so its thread-local caches are
+//! destroyed, with their driver calls counted and faulted too), with no context current: the
+//! default streams are exercised from a thread that has none.
+//!
+//! The test prints `fault cases: N (M operations)`; it fails if an operation makes no driver call
+//! at all or if fewer cases than [`MIN_FAULT_CASES`] ran, so a table that checks nothing cannot
+//! pass.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+use cuda_mock_driver::{MockDriver, mock_driver_path};
+use cuda_stream::ffi::{self, CUresult};
+use cuda_stream::{
+    AsStream, Context, Device, Error, Event, EventOptions, OwnedStream, Result, Stream,
+    StreamOptions, StreamPool, current_context_raw, current_stream, current_stream_raw,
+    driver_version,
+};
+
+/// The code injected: distinctive, and never one that `cuda-stream` maps to something else
+/// (`CUDA_ERROR_NOT_READY` would be read as "not yet").
+const FAULT: CUresult = CUresult::CUDA_ERROR_LAUNCH_FAILED;
+const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
+
+/// The floor on fault cases: the table discovers about a thousand; a few hundred fewer means
+/// operations stopped calling the driver (or the table lost rows), which must not pass silently.
+const MIN_FAULT_CASES: usize = 600;
+/// The floor on the table's size (6 stream kinds x 20 stream operations, plus 33 others).
+const MIN_OPERATIONS: usize = 150;
+
+/// Every driver function the mock exports, by the name C code writes (the name `cuda-stream`'s
+/// errors use: `cuStreamDestroy` for the symbol `cuStreamDestroy_v2`).
+const SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxPopCurrent",
+    "cuCtxGetDevice",
+    "cuCtxSynchronize",
+    "cuCtxGetStreamPriorityRange",
+    "cuStreamCreate",
+    "cuStreamCreateWithPriority",
+    "cuStreamDestroy",
+    "cuStreamQuery",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuStreamAddCallback",
+    "cuLaunchHostFunc",
+    "cuStreamGetCtx",
+    "cuStreamGetDevice",
+    "cuStreamGetFlags",
+    "cuStreamGetPriority",
+    "cuStreamGetId",
+    "cuEventCreate",
+    "cuEventDestroy",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+    "cuIpcGetEventHandle",
+    "cuIpcOpenEventHandle",
+    "cuMemGetInfo",
+];
+
+// The allow-lists: driver functions whose failure an operation may swallow (returning `Ok`).
+// Everything else that fails must come back as an error naming it.
+
+/// Calls made from `Drop`, which cannot return an error, so their failure is ignored by design:
+/// - `cuCtxPopCurrent`: restoring the caller's context after a call made one current
+///   (`context::Bound`); a failed pop leaves the context current, which is harmless;
+/// - `cuStreamDestroy`: `OwnedStream`'s `Drop`, a pool's `Drop` (its free streams), a temporary
+///   notifier (the explicit `OwnedStream::close` reports it, see [`SWALLOW_CLOSE_STREAM`]);
+/// - `cuEventDestroy`: `Event`'s `Drop`, the per-thread `wait_stream` event at thread exit
+///   (`Event::close` reports it, see [`SWALLOW_CLOSE_EVENT`]);
+/// - `cuDevicePrimaryCtxRelease`: the last `Context` clone's `Drop`.
+const SWALLOW_DROP: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+];
+/// `OwnedStream::close` must report its `cuStreamDestroy`; the rest is `Drop` cleanup.
+const SWALLOW_CLOSE_STREAM: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+];
+/// `Event::close` must report its `cuEventDestroy`; the rest is `Drop` cleanup.
+const SWALLOW_CLOSE_EVENT: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuDevicePrimaryCtxRelease",
+];
+/// `Stream::make_current` is infallible: `CurrentStreamGuard::install` retains the stream's
+/// context if it is a primary one (`Context::retain_if_primary`: bind, `cuCtxGetDevice`,
+/// `cuDevicePrimaryCtxRetain`) so the guard can keep it alive, and goes without when that fails
+/// (the view's lifetime already bounds the guard). Plus the `Drop` cleanup.
+const SWALLOW_MAKE_CURRENT: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxGetDevice",
+    "cuDevicePrimaryCtxRetain",
+];
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Serialises the test (the mock's state is process-wide), installs the mock as the process-wide
+/// driver (once, before any `cuda-stream` call) and resets it.
+fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+    static MOCK: OnceLock<MockDriver> = OnceLock::new();
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let m = MOCK.get_or_init(|| {
+        let path = mock_driver_path();
+        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
+        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+        MockDriver::open(&path).expect("the mock's control functions resolve")
+    });
+    m.reset();
+    (guard, m)
+}
+
+/// Runs `f` on a fresh thread and joins it: no context is current there, and its thread-local
+/// caches (the `wait_stream` events) are destroyed before this returns, not later, outside the
+/// test's lock. A panic in `f` comes back as `Err`.
+fn on_fresh_thread<R: Send>(f: impl FnOnce() -> R + Send) -> std::thread::Result<R> {
+    std::thread::scope(|s| {
+        s.spawn(|| catch_unwind(AssertUnwindSafe(f)))
+            .join()
+            .and_then(|r| r)
+    })
+}
+
+/// [`on_fresh_thread`] for a test body: a panic continues here.
+fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    on_fresh_thread(f).unwrap_or_else(|p| resume_unwind(p))
+}
+
+fn panic_message(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// A minimal executor: polls `fut` on this thread, parking until woken.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = TaskContext::from_waker(&waker);
+    let mut fut = pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+/// A stream created with raw driver calls, as a framework would: `cuda-stream` never owns it.
+fn raw_stream(ctx: &Context) -> ffi::CUstream {
+    let _bound = ctx.bind().expect("bind");
+    let mut s = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is current.
+    assert_eq!(unsafe { cuda_sys::cuStreamCreate(&mut s, 1) }, SUCCESS);
+    s
+}
+
+fn raw_destroy(s: ffi::CUstream) -> CUresult {
+    // SAFETY: the mock checks the handle; the caller owns it.
+    unsafe { cuda_sys::cuStreamDestroy(s) }
+}
+
+/// What exists, and what went wrong, in the mock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Live {
+    streams: u64,
+    events: u64,
+    retains: u64,
+}
+
+impl Live {
+    fn now(m: &MockDriver) -> Live {
+        Live {
+            streams: m.live_streams(),
+            events: m.live_events(),
+            retains: m.live_primary_retains(),
+        }
+    }
+}
+
+/// Objects the operations use without creating them.
+struct Fixture {
+    ctx: Context,
+    /// Device 1's primary context.
+    ctx1: Context,
+    /// A non-blocking owned stream.
+    owned: OwnedStream,
+    /// A blocking owned stream: the partner of `wait_stream`.
+    other: OwnedStream,
+    /// A stream created with raw calls, only ever borrowed (a `usize` so the fixture is `Sync`).
+    borrowed: usize,
+    /// An event the operations record (reused).
+    event: Event,
+    /// An event recorded on `owned`.
+    recorded: Event,
+    /// An event of device 1's context.
+    event1: Event,
+    /// The pool the `pooled` stream kind leases from.
+    pool: StreamPool,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let ctx = Context::primary(0).expect("device 0");
+        let ctx1 = Context::primary(1).expect("device 1");
+        let owned = ctx.new_stream().expect("stream");
+        let other = ctx
+            .new_stream_with(StreamOptions::new().blocking(true))
+            .expect("stream");
+        let borrowed = raw_stream(&ctx) as usize;
+        let event = ctx.new_event(EventOptions::new()).expect("event");
+        let recorded = owned.record_event().expect("record");
+        let event1 = ctx1.new_event(EventOptions::new()).expect("event");
+        let pool = StreamPool::new(&ctx, StreamOptions::new());
+        Fixture {
+            ctx,
+            ctx1,
+            owned,
+            other,
+            borrowed,
+            event,
+            recorded,
+            event1,
+            pool,
+        }
+    }
+
+    fn borrowed_raw(&self) -> ffi::CUstream {
+        self.borrowed as ffi::CUstream
+    }
+
+    /// The handles that must stay alive through every case.
+    fn handles(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("owned stream", self.owned.raw() as usize),
+            ("other stream", self.other.raw() as usize),
+            ("borrowed stream", self.borrowed),
+            ("event", self.event.raw() as usize),
+            ("recorded event", self.recorded.raw() as usize),
+            ("device 1 event", self.event1.raw() as usize),
+        ]
+    }
+
+    /// Drops everything; the borrowed stream must survive that, and is then destroyed raw.
+    fn finish(self, m: &MockDriver) {
+        let borrowed = self.borrowed_raw();
+        let Fixture {
+            ctx,
+            ctx1,
+            owned,
+            other,
+            event,
+            recorded,
+            event1,
+            pool,
+            ..
+        } = self;
+        let owned_raw = owned.raw();
+        drop((owned, other, event, recorded, event1, pool));
+        assert_eq!(m.destroyed(owned_raw), Some(true));
+        assert_eq!(
+            m.destroyed(borrowed),
+            Some(false),
+            "a borrowed stream was destroyed"
+        );
+        assert_eq!(raw_destroy(borrowed), SUCCESS);
+        drop((ctx, ctx1));
+    }
+}
+
+/// The streams every stream operation runs on.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Owned,
+    Pooled,
+    Borrowed,
+    Legacy,
+    PerThread,
+    Null,
+}
+
+impl Kind {
+    const ALL: [Kind; 6] = [
+        Kind::Owned,
+        Kind::Pooled,
+        Kind::Borrowed,
+        Kind::Legacy,
+        Kind::PerThread,
+        Kind::Null,
+    ];
+}
+
+/// Runs `f` on a view of the fixture's stream of kind `kind`: the owned one, a lease of the
+/// fixture's pool, the raw stream borrowed (`Stream::borrow_raw`, which calls the driver too), or
+/// one of the context's default streams.
+fn on_stream(fx: &Fixture, kind: Kind, f: impl FnOnce(Stream<'_>) -> Result<()>) -> Result<()> {
+    match kind {
+        Kind::Owned => f(fx.owned.as_stream()),
+        Kind::Pooled => {
+            let lease = fx.pool.acquire()?;
+            f(lease.as_stream())
+        }
+        Kind::Borrowed => {
+            // SAFETY: `fx.borrowed` is a live stream that only `Fixture::finish` destroys, after
+            // every view of it (each borrows `fx`) is gone.
+            let s = unsafe { Stream::borrow_raw(fx.borrowed_raw(), fx) }?;
+            assert_eq!(s.context_raw(), fx.ctx.raw());
+            f(s)
+        }
+        Kind::Legacy => f(fx.ctx.legacy_stream()),
+        Kind::PerThread => f(fx.ctx.per_thread_stream()),
+        Kind::Null => f(fx.ctx.null_stream()),
+    }
+}
+
+type OpFn = Box<dyn Fn(&Fixture) -> Result<()> + Send + Sync>;
+
+/// One public operation (or a short sequence that needs it), and the driver functions whose
+/// failure it may swallow.
+struct Op {
+    name: String,
+    swallowed: &'static [&'static str],
+    run: OpFn,
+}
+
+fn op(
+    name: impl Into<String>,
+    swallowed: &'static [&'static str],
+    run: impl Fn(&Fixture) -> Result<()> + Send + Sync + 'static,
+) -> Op {
+    Op {
+        name: name.into(),
+        swallowed,
+        run: Box::new(run),
+    }
+}
+
+/// A host function's capture that tells whether the closure was dropped without running: if
+/// enqueueing fails, the closure (and so the token) must be dropped before the call returns.
+fn token_check(token: &Arc<()>, r: &Result<()>) {
+    if r.is_err() {
+        assert_eq!(
+            Arc::strong_count(token),
+            1,
+            "a refused host function was not dropped"
+        );
+    }
+}
+
+/// The stream operations, on a stream of `kind`.
+fn stream_ops(kind: Kind) -> Vec<Op> {
+    let k = kind;
+    let name = |op: &str| format!("{k:?} stream: {op}");
+    vec![
+        op(name("query"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.query().map(drop))
+        }),
+        op(name("synchronize"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.synchronize())
+        }),
+        op(name("record_event"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| {
+                let e = s.record_event()?;
+                assert!(e.is_recorded());
+                Ok(())
+            })
+        }),
+        op(name("record_event_with(timing)"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| {
+                s.record_event_with(EventOptions::new().timing(true))?
+                    .synchronize()
+            })
+        }),
+        op(name("record"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.record(&fx.event))
+        }),
+        op(name("wait_event"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.wait_event(&fx.recorded))
+        }),
+        op(name("wait_event(other context)"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.wait_event(&fx.event1))
+        }),
+        op(name("wait_stream"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.wait_stream(&fx.other))
+        }),
+        op(name("waited on by wait_stream"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| fx.other.wait_stream(s))
+        }),
+        op(name("launch_host_func"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| {
+                let token = Arc::new(());
+                let t = token.clone();
+                let r = s.launch_host_func(move || drop(t));
+                token_check(&token, &r);
+                r
+            })
+        }),
+        // A closure that captures nothing takes another path (no allocation): it is dropped
+        // by hand when refused. `ZstDrop` is zero-sized, so the closure is too.
+        op(
+            name("launch_host_func(capturing nothing)"),
+            SWALLOW_DROP,
+            move |fx| {
+                on_stream(fx, k, |s| {
+                    let before = ZST_DROPS.load(Ordering::SeqCst);
+                    let z = ZstDrop;
+                    let f = move || drop(z);
+                    assert_eq!(std::mem::size_of_val(&f), 0);
+                    let r = s.launch_host_func(f);
+                    if r.is_err() {
+                        assert!(ZST_DROPS.load(Ordering::SeqCst) > before, "not dropped");
+                    }
+                    r
+                })
+            },
+        ),
+        op(name("add_callback"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| {
+                let token = Arc::new(());
+                let t = token.clone();
+                let r = s.add_callback(move |_status| drop(t));
+                token_check(&token, &r);
+                r
+            })
+        }),
+        op(name("device"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| {
+                assert_eq!(s.device()?, fx.ctx.device());
+                Ok(())
+            })
+        }),
+        op(name("flags"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.flags().map(drop))
+        }),
+        op(name("is_nonblocking"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.is_nonblocking().map(drop))
+        }),
+        op(name("priority"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.priority().map(drop))
+        }),
+        op(name("id"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.id().map(drop))
+        }),
+        op(name("make_current"), SWALLOW_MAKE_CURRENT, move |fx| {
+            on_stream(fx, k, |s| {
+                let guard = s.make_current();
+                let r = current_stream(&fx.ctx, |cur| {
+                    assert_eq!(cur, s);
+                    cur.query().map(drop)
+                });
+                drop(guard);
+                r
+            })
+        }),
+        op(name("completed"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| block_on(s.completed()))
+        }),
+        op(name("scope with forks"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| {
+                s.scope(|sc| {
+                    assert_eq!(sc.parent(), s);
+                    let a = sc.fork()?;
+                    let b = sc.fork()?;
+                    assert_ne!(a, b);
+                    a.launch_host_func(|| ())?;
+                    b.wait_stream(a)?;
+                    b.query()?;
+                    Ok(())
+                })
+            })
+        }),
+    ]
+}
+
+/// Every public operation of `cuda-stream` that calls the driver. (`init` is not a row of its
+/// own: it caches its outcome for the process, so after the fixture's first call it calls
+/// nothing; `missing_library.rs` covers its failure.)
+fn operations() -> Vec<Op> {
+    let mut ops = vec![
+        op("driver_version", SWALLOW_DROP, |_| {
+            driver_version().map(drop)
+        }),
+        op("Device::count", SWALLOW_DROP, |_| Device::count().map(drop)),
+        op("Device::new", SWALLOW_DROP, |_| Device::new(1).map(drop)),
+        op("Device::name", SWALLOW_DROP, |fx| {
+            fx.ctx.device().name().map(drop)
+        }),
+        op("Device::attribute", SWALLOW_DROP, |fx| {
+            let a = ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+            fx.ctx1.device().attribute(a).map(drop)
+        }),
+        op("Device::primary_context", SWALLOW_DROP, |_| {
+            Device::new(1)?.primary_context().map(drop)
+        }),
+        op("Context::primary", SWALLOW_DROP, |_| {
+            Context::primary(1).map(drop)
+        }),
+        op("Context::retain_if_primary", SWALLOW_DROP, |fx| {
+            let c = Context::retain_if_primary(fx.ctx.raw())?;
+            assert_eq!(c.as_ref(), Some(&fx.ctx));
+            Ok(())
+        }),
+        op("current_context_raw", SWALLOW_DROP, |_| {
+            assert!(current_context_raw()?.is_null());
+            Ok(())
+        }),
+        op("Context::priority_range (not cached)", SWALLOW_DROP, |_| {
+            Context::primary(0)?.priority_range().map(drop)
+        }),
+        op("Context::synchronize", SWALLOW_DROP, |fx| {
+            fx.ctx.synchronize()
+        }),
+        op("Context::bind", SWALLOW_DROP, |fx| {
+            let _bound = fx.ctx.bind()?;
+            assert_eq!(current_context_raw()?, fx.ctx.raw());
+            Ok(())
+        }),
+        op("Context::new_stream + drop", SWALLOW_DROP, |fx| {
+            fx.ctx.new_stream().map(drop)
+        }),
+        op("Context::new_stream_with(priority)", SWALLOW_DROP, |fx| {
+            let p = fx.ctx.priority_range()?.greatest();
+            let s = fx
+                .ctx
+                .new_stream_with(StreamOptions::new().blocking(true).priority(p))?;
+            assert_eq!(s.priority()?, p);
+            Ok(())
+        }),
+        op(
+            "OwnedStream::new(priority), range not cached",
+            SWALLOW_DROP,
+            |_| {
+                let ctx = Context::primary(0)?;
+                OwnedStream::new(&ctx, StreamOptions::new().priority(-2)).map(drop)
+            },
+        ),
+        op("OwnedStream::new(priority_clamped)", SWALLOW_DROP, |fx| {
+            OwnedStream::new(&fx.ctx, StreamOptions::new().priority_clamped(-100)).map(drop)
+        }),
+        op("OwnedStream drop after use", SWALLOW_DROP, |fx| {
+            let s = fx.ctx.new_stream()?;
+            s.launch_host_func(|| ())?;
+            s.synchronize()?;
+            drop(s);
+            Ok(())
+        }),
+        op("OwnedStream::close", SWALLOW_CLOSE_STREAM, |fx| {
+            fx.ctx.new_stream()?.close()
+        }),
+        op("OwnedStream::into_raw + from_raw", SWALLOW_DROP, |fx| {
+            let raw = fx.ctx.new_stream()?.into_raw();
+            // SAFETY: `raw` was just handed over by `into_raw`; nothing else uses it.
+            let s = unsafe { OwnedStream::from_raw(raw, &fx.ctx) }?;
+            s.query().map(drop)
+        }),
+        op("OwnedStream::make_current", SWALLOW_DROP, |fx| {
+            let s = fx.ctx.new_stream()?;
+            let guard = s.make_current();
+            assert_eq!(current_stream_raw(&fx.ctx), s.raw());
+            let r = current_stream(&fx.ctx, |cur| cur.query().map(drop));
+            drop(guard);
+            r
+        }),
+        op("Stream::wait_event_raw", SWALLOW_DROP, |fx| {
+            // SAFETY: the fixture's event is live for the call.
+            unsafe { fx.owned.as_stream().wait_event_raw(fx.recorded.raw()) }
+        }),
+        op("Event::new_in_current", SWALLOW_DROP, |fx| {
+            let _bound = fx.ctx.bind()?;
+            // SAFETY: `fx.ctx` was made current just above, and nothing else is bound since.
+            let e = unsafe { Event::new_in_current(&fx.ctx, EventOptions::new()) }?;
+            fx.owned.record(&e)
+        }),
+        op("Context::new_event + drop", SWALLOW_DROP, |fx| {
+            fx.ctx
+                .new_event(EventOptions::new().blocking_sync(true))
+                .map(drop)
+        }),
+        op("Event::new + record + elapsed_since", SWALLOW_DROP, |fx| {
+            let timing = EventOptions::new().timing(true);
+            let start = Event::new(&fx.ctx, timing)?;
+            let end = Event::new(&fx.ctx, timing)?;
+            fx.owned.record(&start)?;
+            fx.owned.record(&end)?;
+            end.synchronize()?;
+            end.elapsed_since(&start).map(drop)
+        }),
+        op("Event::query", SWALLOW_DROP, |fx| {
+            fx.recorded.query().map(drop)
+        }),
+        op("Event::synchronize", SWALLOW_DROP, |fx| {
+            fx.recorded.synchronize()
+        }),
+        op("Event::ipc_handle + open_ipc", SWALLOW_DROP, |fx| {
+            let e = Event::new(&fx.ctx, EventOptions::new().interprocess(true))?;
+            let handle = e.ipc_handle()?;
+            let opened = Event::open_ipc(&fx.ctx, &handle)?;
+            fx.owned.record(&e)?;
+            opened.synchronize()
+        }),
+        op("Event::close", SWALLOW_CLOSE_EVENT, |fx| {
+            fx.ctx.new_event(EventOptions::new())?.close()
+        }),
+        op("Event::into_raw + from_raw", SWALLOW_DROP, |fx| {
+            let raw = fx.ctx.new_event(EventOptions::new())?.into_raw();
+            // SAFETY: `raw` was just handed over by `into_raw`, created with these options.
+            let e = unsafe { Event::from_raw(raw, &fx.ctx, EventOptions::new()) };
+            e.query().map(drop)
+        }),
+        op("Event::completed", SWALLOW_DROP, |fx| {
+            block_on(fx.recorded.completed())
+        }),
+        op("StreamPool::acquire", SWALLOW_DROP, |fx| {
+            let pool = StreamPool::new(&fx.ctx, StreamOptions::new());
+            let a = pool.acquire()?;
+            let b = pool.acquire()?;
+            assert_ne!(a.raw(), b.raw());
+            a.wait_stream(&b)?;
+            drop((a, b));
+            let c = pool.acquire()?;
+            assert_eq!(pool.created(), 2);
+            c.query().map(drop)
+        }),
+        op("StreamPool::bounded acquire", SWALLOW_DROP, |fx| {
+            let pool = StreamPool::bounded(&fx.ctx, StreamOptions::new().priority(-1), 1);
+            let a = pool.acquire()?;
+            match pool.acquire() {
+                Err(Error::PoolExhausted { limit: 1 }) => {}
+                other => panic!("a second lease of a pool of one: {other:?}"),
+            }
+            assert_eq!(a.priority()?, -1);
+            Ok(())
+        }),
+        // One stream only: with more, a failing creation leaks the ones made before it (see
+        // `pool_reserve_failure_keeps_the_streams_it_made`, ignored until that is fixed).
+        op("StreamPool::reserve", SWALLOW_DROP, |fx| {
+            let pool = StreamPool::new(&fx.ctx, StreamOptions::new());
+            pool.reserve(1)?;
+            assert_eq!(pool.free(), 1);
+            let a = pool.acquire()?;
+            assert_eq!(pool.created(), 1);
+            a.query().map(drop)
+        }),
+    ];
+    for kind in Kind::ALL {
+        ops.extend(stream_ops(kind));
+    }
+    ops
+}
+
+/// Runs one operation on a fresh thread; `Err` if it panicked.
+fn run(fx: &Fixture, op: &Op) -> std::thread::Result<Result<()>> {
+    on_fresh_thread(|| (op.run)(fx))
+}
+
+/// What the mock saw during one run.
+struct After {
+    live: Live,
+    bad_destroys: u64,
+    bad_uses: u64,
+    orphans: u64,
+    host_fn_api_calls: u64,
+    dead_fixture_handles: Vec<&'static str>,
+}
+
+impl After {
+    fn now(m: &MockDriver, fx: &Fixture) -> After {
+        After {
+            live: Live::now(m),
+            bad_destroys: m.bad_destroys(),
+            bad_uses: m.bad_uses(),
+            orphans: m.orphans(),
+            host_fn_api_calls: m.host_fn_api_calls(),
+            dead_fixture_handles: fx
+                .handles()
+                .into_iter()
+                .filter(|&(_, h)| m.destroyed(h as *mut u8) != Some(false))
+                .map(|(what, _)| what)
+                .collect(),
+        }
+    }
+
+    /// The problems, given what should exist now.
+    fn problems(&self, expected: Live) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.live != expected {
+            p.push(format!("left {:?}, expected {expected:?}", self.live));
+        }
+        if self.bad_destroys != 0 {
+            p.push(format!("{} bad destroys", self.bad_destroys));
+        }
+        if self.bad_uses != 0 {
+            p.push(format!("{} uses of dead handles", self.bad_uses));
+        }
+        if self.orphans != 0 {
+            p.push(format!(
+                "{} objects destroyed with their context",
+                self.orphans
+            ));
+        }
+        if self.host_fn_api_calls != 0 {
+            p.push(format!(
+                "{} driver calls from host functions",
+                self.host_fn_api_calls
+            ));
+        }
+        if !self.dead_fixture_handles.is_empty() {
+            p.push(format!("destroyed {:?}", self.dead_fixture_handles));
+        }
+        p
+    }
+}
+
+/// What may be left alive after `failed` failed: the handle that the failed destroy or release
+/// was for (the driver refused, so it still exists), and nothing else.
+fn expected_after(base: Live, failed: Option<&str>) -> Live {
+    let mut e = base;
+    match failed {
+        Some("cuStreamDestroy") => e.streams += 1,
+        Some("cuEventDestroy") => e.events += 1,
+        Some("cuDevicePrimaryCtxRelease") => e.retains += 1,
+        _ => {}
+    }
+    e
+}
+
+/// The driver functions `run` called, with counts, since the last reset.
+fn called(m: &MockDriver) -> Vec<(&'static str, u64)> {
+    SYMBOLS
+        .iter()
+        .map(|&s| (s, m.calls(s)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
+/// Functions of the bindings that were called but are missing from [`SYMBOLS`].
+fn called_outside_the_list(m: &MockDriver) -> Vec<&'static str> {
+    let listed: Vec<_> = SYMBOLS
+        .iter()
+        .filter_map(|s| cuda_sys::SymbolInfo::find(s).map(|i| i.symbol))
+        .collect();
+    cuda_sys::SymbolInfo::all()
+        .iter()
+        .filter(|i| !listed.contains(&i.symbol) && m.calls(i.name) > 0)
+        .map(|i| i.name)
+        .collect()
+}
+
+#[test]
+fn every_operation_fails_cleanly_at_every_driver_call() {
+    let (_lock, m) = mock();
+    let fx = Fixture::new();
+    let ops = operations();
+    let mut failures: Vec<String> = Vec::new();
+    let mut cases = 0usize;
+    let mut discovered = 0u64;
+
+    for op in &ops {
+        // A clean run to fill the process-wide caches, then the one whose calls are recorded.
+        let mut clean = Vec::new();
+        for pass in ["warm-up", "clean"] {
+            m.reset();
+            let base = Live::now(m);
+            let r = run(&fx, op);
+            let after = After::now(m, &fx);
+            // The warm-up may create what is cached for the process (the notifier stream, the
+            // scope pools' streams, the fixture pool's stream); the clean run may not.
+            let expected = if pass == "warm-up" { after.live } else { base };
+            let problems = after.problems(expected);
+            match r {
+                Ok(Ok(())) if problems.is_empty() => {}
+                Ok(Ok(())) => failures.push(format!("{}: {pass} run: {problems:?}", op.name)),
+                Ok(Err(e)) => failures.push(format!("{}: {pass} run failed: {e:?}", op.name)),
+                Err(p) => failures.push(format!(
+                    "{}: {pass} run panicked: {}",
+                    op.name,
+                    panic_message(&*p)
+                )),
+            }
+            clean = called(m);
+            let outside = called_outside_the_list(m);
+            if !outside.is_empty() {
+                failures.push(format!("{}: calls {outside:?}, not in SYMBOLS", op.name));
+            }
+        }
+        if clean.is_empty() {
+            failures.push(format!("{}: makes no driver call", op.name));
+        }
+
+        for &(symbol, n) in &clean {
+            discovered += n;
+            for k in 1..=n {
+                m.reset();
+                let base = Live::now(m);
+                m.fail(symbol, k as u32, FAULT);
+                let r = run(&fx, op);
+                cases += 1;
+                let fired = m.calls(symbol) >= k;
+                let after = After::now(m, &fx);
+                let case = format!("{}: {symbol} call {k}/{n} failing", op.name);
+                if !fired {
+                    failures.push(format!("{case}: the run no longer makes that call"));
+                }
+                match r {
+                    Err(p) => failures.push(format!("{case}: panicked: {}", panic_message(&*p))),
+                    Ok(Err(e)) if e.call() == Some(symbol) && e.driver_code() == Some(FAULT) => {}
+                    Ok(Err(e)) => failures.push(format!("{case}: returned {e:?}")),
+                    Ok(Ok(())) if op.swallowed.contains(&symbol) => {}
+                    Ok(Ok(())) => failures.push(format!("{case}: returned Ok")),
+                }
+                let problems = after.problems(expected_after(base, Some(symbol)));
+                if !problems.is_empty() {
+                    failures.push(format!("{case}: {problems:?}"));
+                }
+            }
+        }
+    }
+    println!("fault cases: {cases} ({} operations)", ops.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} fault cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    m.reset();
+    fx.finish(m);
+    assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+    assert_eq!(cases as u64, discovered);
+    assert!(ops.len() >= MIN_OPERATIONS, "only {} operations", ops.len());
+    assert!(
+        cases >= MIN_FAULT_CASES,
+        "only {cases} fault cases ran (at least {MIN_FAULT_CASES} expected)"
+    );
+}
+
+#[test]
+fn every_listed_symbol_is_one_the_mock_exports() {
+    let (_lock, m) = mock();
+    for s in SYMBOLS {
+        // Panics if the mock does not export it.
+        m.fail_always(s, FAULT);
+    }
+    m.reset();
+    assert!(m.configure("version=13000"));
+}
+
+#[test]
+fn a_borrowed_stream_is_never_destroyed() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let raw = raw_stream(&ctx);
+        let destroyed = m.destroyed_streams();
+        {
+            let owner = ();
+            // SAFETY: `raw` is live until the raw destroy below, after every view is gone.
+            let view = unsafe { Stream::borrow_raw(raw, &owner) }.unwrap();
+            assert_eq!(view.raw(), raw);
+            view.launch_host_func(|| ()).unwrap();
+            let ev = view.record_event().unwrap();
+            view.wait_event(&ev).unwrap();
+            view.wait_stream(ctx.legacy_stream()).unwrap();
+            {
+                let _guard = view.make_current();
+                current_stream(&ctx, |cur| assert_eq!(cur, view));
+            }
+            view.scope(|s| s.fork()?.query().map(drop)).unwrap();
+            block_on(view.completed()).unwrap();
+            view.synchronize().unwrap();
+            drop(ev);
+        }
+        assert_eq!(
+            m.destroyed(raw),
+            Some(false),
+            "the view destroyed its stream"
+        );
+        assert_eq!(m.destroyed_streams(), destroyed);
+        assert_eq!(raw_destroy(raw), SUCCESS, "the owner destroys it once");
+        assert_eq!(m.destroyed(raw), Some(true));
+        assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+
+        // The special values are refused, with no driver call.
+        for special in [0usize, 1, 2] {
+            // SAFETY: refused before any use.
+            let r = unsafe { Stream::borrow_raw(special as ffi::CUstream, &()) };
+            assert!(
+                matches!(r, Err(Error::SpecialHandle { handle }) if handle == special),
+                "{r:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn an_owned_stream_is_destroyed_exactly_once() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let base = Live::now(m);
+
+        let s = ctx.new_stream().unwrap();
+        let raw = s.raw();
+        let d = m.destroyed_streams();
+        drop(s);
+        assert_eq!(m.destroyed_streams(), d + 1, "Drop destroys it");
+        assert_eq!(m.destroyed(raw), Some(true));
+
+        let s = ctx.new_stream().unwrap();
+        let raw = s.raw();
+        s.close().unwrap();
+        assert_eq!(m.destroyed_streams(), d + 2, "close destroys it");
+        assert_eq!(m.destroyed(raw), Some(true));
+
+        // close reports a failed destroy and does not try again.
+        let s = ctx.new_stream().unwrap();
+        let raw = s.raw();
+        m.fail("cuStreamDestroy", 1, FAULT);
+        let err = s.close().unwrap_err();
+        assert_eq!(err.call(), Some("cuStreamDestroy"), "{err:?}");
+        assert_eq!(err.driver_code(), Some(FAULT));
+        assert_eq!(m.calls("cuStreamDestroy"), 3, "one destroy per stream");
+        assert_eq!(m.destroyed(raw), Some(false));
+        assert_eq!(m.destroyed_streams(), d + 2);
+        assert_eq!(raw_destroy(raw), SUCCESS, "the handle was left alive, once");
+
+        // So does Drop, silently.
+        let s = ctx.new_stream().unwrap();
+        let raw = s.raw();
+        m.fail("cuStreamDestroy", 1, FAULT);
+        drop(s);
+        assert_eq!(m.calls("cuStreamDestroy"), 5);
+        assert_eq!(m.destroyed(raw), Some(false));
+        assert_eq!(raw_destroy(raw), SUCCESS);
+
+        assert_eq!(Live::now(m), base);
+        assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+    });
+}
+
+#[test]
+fn an_owned_event_is_destroyed_exactly_once() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let base = Live::now(m);
+        let d = m.destroyed_events();
+
+        let e = ctx.new_event(EventOptions::new()).unwrap();
+        let raw = e.raw();
+        drop(e);
+        assert_eq!(m.destroyed_events(), d + 1);
+        assert_eq!(m.destroyed(raw), Some(true));
+
+        let e = ctx.new_event(EventOptions::new()).unwrap();
+        let raw = e.raw();
+        e.close().unwrap();
+        assert_eq!(m.destroyed_events(), d + 2);
+        assert_eq!(m.destroyed(raw), Some(true));
+
+        let e = ctx.new_event(EventOptions::new()).unwrap();
+        let raw = e.raw();
+        m.fail("cuEventDestroy", 1, FAULT);
+        let err = e.close().unwrap_err();
+        assert_eq!(err.call(), Some("cuEventDestroy"), "{err:?}");
+        assert_eq!(m.destroyed(raw), Some(false));
+        assert_eq!(m.destroyed_events(), d + 2);
+        // SAFETY: the mock checks the handle; the failed close left it to us.
+        assert_eq!(unsafe { cuda_sys::cuEventDestroy(raw) }, SUCCESS);
+
+        assert_eq!(Live::now(m), base);
+        assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+    });
+}
+
+#[test]
+fn a_panicking_host_function_is_reported_not_unwound() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let s = ctx.new_stream().unwrap();
+
+        s.launch_host_func(|| panic!("boom")).unwrap();
+        match s.synchronize() {
+            Err(Error::HostFnPanicked { stream, message }) => {
+                assert_eq!(message, "boom");
+                assert_eq!(stream, s.raw() as usize);
+            }
+            other => panic!("expected HostFnPanicked, got {other:?}"),
+        }
+        s.synchronize().expect("a panic is reported once");
+
+        // The same for a closure with captures (it travels boxed).
+        let word = String::from("boom");
+        s.launch_host_func(move || panic!("{word}")).unwrap();
+        match s.synchronize() {
+            Err(Error::HostFnPanicked { stream, message }) => {
+                assert_eq!(message, "boom");
+                assert_eq!(stream, s.raw() as usize);
+            }
+            other => panic!("expected HostFnPanicked, got {other:?}"),
+        }
+        s.synchronize().expect("a panic is reported once");
+
+        // The driver's thread survived: a later host function runs.
+        let (tx, rx) = mpsc::channel();
+        s.launch_host_func(move || tx.send(7).unwrap()).unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(rx.try_recv(), Ok(7));
+
+        // A callback sees the stream's status: Ok.
+        let (tx, rx) = mpsc::channel();
+        s.add_callback(move |status| tx.send(status.is_ok()).unwrap())
+            .unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(rx.try_recv(), Ok(true));
+
+        // A panicking callback is reported too.
+        s.add_callback(|_| panic!("callback {}", 2)).unwrap();
+        match s.synchronize() {
+            Err(Error::HostFnPanicked { message, .. }) => assert_eq!(message, "callback 2"),
+            other => panic!("expected HostFnPanicked, got {other:?}"),
+        }
+
+        // By query as well, and only on its own stream.
+        let t = ctx.new_stream().unwrap();
+        s.launch_host_func(|| panic!("again")).unwrap();
+        ctx.synchronize().unwrap();
+        assert!(t.query().unwrap());
+        t.synchronize().unwrap();
+        match s.query() {
+            Err(Error::HostFnPanicked { message, .. }) => assert_eq!(message, "again"),
+            other => panic!("expected HostFnPanicked, got {other:?}"),
+        }
+        assert!(s.query().unwrap());
+        assert_eq!(m.host_fn_api_calls(), 0);
+    });
+}
+
+/// Drops of [`ZstDrop`] values, process-wide.
+static ZST_DROPS: AtomicUsize = AtomicUsize::new(0);
+
+/// A zero-sized capture that counts its drops, for closures that capture nothing else.
+struct ZstDrop;
+
+impl Drop for ZstDrop {
+    fn drop(&mut self) {
+        ZST_DROPS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts drops of a host function's capture.
+struct DropCount(Arc<AtomicUsize>);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_refused_host_function_is_dropped_once_and_never_run() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let s = ctx.new_stream().unwrap();
+        let streams = [s.as_stream(), ctx.legacy_stream(), ctx.per_thread_stream()];
+        let refusals = [("cuLaunchHostFunc", false), ("cuStreamAddCallback", true)];
+        for stream in streams {
+            for (symbol, callback) in refusals {
+                m.reset();
+                m.fail_always(symbol, FAULT);
+                let (ran, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+                let (r, d) = (ran.clone(), DropCount(dropped.clone()));
+                let err = if callback {
+                    stream.add_callback(move |_| {
+                        let _d = d;
+                        r.fetch_add(1, Ordering::SeqCst);
+                    })
+                } else {
+                    stream.launch_host_func(move || {
+                        let _d = d;
+                        r.fetch_add(1, Ordering::SeqCst);
+                    })
+                }
+                .unwrap_err();
+                assert_eq!(err.call(), Some(symbol), "{err:?}");
+                assert_eq!(dropped.load(Ordering::SeqCst), 1, "dropped when refused");
+                m.reset();
+                stream.synchronize().unwrap();
+                ctx.synchronize().unwrap();
+                assert_eq!(
+                    ran.load(Ordering::SeqCst),
+                    0,
+                    "a refused closure never runs"
+                );
+                assert_eq!(dropped.load(Ordering::SeqCst), 1, "and is dropped once");
+            }
+        }
+        // A closure that captures nothing (no allocation carries it) is dropped once, too.
+        static ZST_RAN: AtomicUsize = AtomicUsize::new(0);
+        for stream in streams {
+            m.reset();
+            m.fail_always("cuLaunchHostFunc", FAULT);
+            let before = ZST_DROPS.load(Ordering::SeqCst);
+            let z = ZstDrop;
+            let f = move || {
+                let _z = z;
+                ZST_RAN.fetch_add(1, Ordering::SeqCst);
+            };
+            assert_eq!(std::mem::size_of_val(&f), 0);
+            let err = stream.launch_host_func(f).unwrap_err();
+            assert_eq!(err.call(), Some("cuLaunchHostFunc"), "{err:?}");
+            assert_eq!(ZST_DROPS.load(Ordering::SeqCst), before + 1);
+            m.reset();
+            ctx.synchronize().unwrap();
+            assert_eq!(
+                ZST_RAN.load(Ordering::SeqCst),
+                0,
+                "a refused closure never runs"
+            );
+            assert_eq!(ZST_DROPS.load(Ordering::SeqCst), before + 1);
+        }
+        // The same when binding the default stream's context fails, before the driver sees it.
+        m.reset();
+        m.fail_always("cuCtxPushCurrent", FAULT);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let d = DropCount(dropped.clone());
+        let err = ctx
+            .legacy_stream()
+            .launch_host_func(move || drop(d))
+            .unwrap_err();
+        assert_eq!(err.call(), Some("cuCtxPushCurrent"));
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        m.reset();
+    });
+}
+
+/// `StreamPool::reserve` (cuda-stream/src/pool.rs) collects the streams it creates in a local
+/// `Vec` and returns early with `?` when a creation fails, so the streams created before the
+/// failure are neither put in the pool nor destroyed: they leak (and `created()` still counts
+/// them). Fix: on error, move `fresh` into the free list before returning the error.
+#[test]
+#[ignore = "bug: StreamPool::reserve leaks the streams it created before a failing creation"]
+fn pool_reserve_failure_keeps_the_streams_it_made() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let base = Live::now(m);
+        {
+            let pool = StreamPool::new(&ctx, StreamOptions::new());
+            m.fail("cuStreamCreate", 3, FAULT);
+            let err = pool.reserve(4).unwrap_err();
+            assert_eq!(err.call(), Some("cuStreamCreate"));
+            assert_eq!(
+                pool.created(),
+                pool.free(),
+                "every stream created is usable"
+            );
+        }
+        assert_eq!(Live::now(m), base, "the pool's drop destroys what it made");
+        assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+    });
+}
+
+/// A panic of a host function that captures nothing is recorded with context 0, "any context"
+/// (`zst_trampoline` in cuda-stream/src/host.rs: only the stream handle travels in `user_data`).
+/// For an explicit stream that is harmless (handles are unique across contexts), but the default
+/// streams have the same value (0x1, 0x2, 0x0) in every context, so a panic on device 0's legacy
+/// stream is reported by device 1's. Fix: in `launch`, take the zero-sized fast path only when
+/// `!stream.is_default()`, so default streams keep the boxed path that records the context.
+#[test]
+#[ignore = "bug: a capture-less host function's panic on a default stream is reported in every context"]
+fn a_default_stream_panic_is_reported_in_its_own_context_only() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx0 = Context::primary(0).unwrap();
+        let ctx1 = Context::primary(1).unwrap();
+        ctx0.legacy_stream()
+            .launch_host_func(|| panic!("device 0"))
+            .unwrap();
+        ctx0.synchronize().unwrap();
+        let other = ctx1.legacy_stream().synchronize();
+        let own = ctx0.legacy_stream().synchronize();
+        assert!(other.is_ok(), "device 1's legacy stream reported {other:?}");
+        assert!(
+            matches!(&own, Err(Error::HostFnPanicked { message, .. }) if message == "device 0"),
+            "{own:?}"
+        );
+        assert_eq!(m.host_fn_api_calls(), 0);
+    });
+}
