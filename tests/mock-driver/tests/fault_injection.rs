@@ -59,6 +59,7 @@ const SYMBOLS: &[&str] = &[
     "cuDeviceGetName",
     "cuDeviceGetAttribute",
     "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxGetState",
     "cuDevicePrimaryCtxRelease",
     "cuCtxGetCurrent",
     "cuCtxSetCurrent",
@@ -121,9 +122,10 @@ const SWALLOW_CLOSE_EVENT: &[&str] = &[
     "cuDevicePrimaryCtxRelease",
 ];
 /// `Stream::make_current` is infallible: `CurrentStreamGuard::install` retains the stream's
-/// context if it is a primary one (`Context::retain_if_primary`: bind, `cuCtxGetDevice`,
-/// `cuDevicePrimaryCtxRetain`) so the guard can keep it alive, and goes without when that fails
-/// (the view's lifetime already bounds the guard). Plus the `Drop` cleanup.
+/// context if it is an active primary one (`Context::retain_if_primary`: bind, `cuCtxGetDevice`,
+/// `cuDevicePrimaryCtxGetState`, `cuDevicePrimaryCtxRetain`) so the guard can keep it alive, and
+/// goes without when that fails (the view's lifetime already bounds the guard). Plus the `Drop`
+/// cleanup.
 const SWALLOW_MAKE_CURRENT: &[&str] = &[
     "cuCtxPopCurrent",
     "cuStreamDestroy",
@@ -132,6 +134,7 @@ const SWALLOW_MAKE_CURRENT: &[&str] = &[
     "cuCtxGetCurrent",
     "cuCtxPushCurrent",
     "cuCtxGetDevice",
+    "cuDevicePrimaryCtxGetState",
     "cuDevicePrimaryCtxRetain",
 ];
 
@@ -1213,14 +1216,11 @@ fn pool_reserve_failure_keeps_the_streams_it_made() {
     });
 }
 
-/// A panic of a host function that captures nothing is recorded with context 0, "any context"
-/// (`zst_trampoline` in cuda-stream/src/host.rs: only the stream handle travels in `user_data`).
-/// For an explicit stream that is harmless (handles are unique across contexts), but the default
-/// streams have the same value (0x1, 0x2, 0x0) in every context, so a panic on device 0's legacy
-/// stream is reported by device 1's. Fix: in `launch`, take the zero-sized fast path only when
-/// `!stream.is_default()`, so default streams keep the boxed path that records the context.
+/// A panic of a host function that captures nothing goes with its stream handle only (the
+/// zero-sized fast path of `launch`), which names a default stream (0x1, 0x2, 0x0) in every
+/// context: default streams must take the boxed path, which records the context, so that a panic
+/// on device 0's legacy stream is not reported by device 1's.
 #[test]
-#[ignore = "bug: a capture-less host function's panic on a default stream is reported in every context"]
 fn a_default_stream_panic_is_reported_in_its_own_context_only() {
     let (_lock, m) = mock();
     isolated(|| {
