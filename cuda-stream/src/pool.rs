@@ -103,18 +103,27 @@ impl StreamPool {
             .len()
     }
 
-    /// Creates streams until `n` are free, so later leases need no creation.
+    /// Creates streams until `n` are free, so later leases need no creation. On an error, the
+    /// streams made so far stay in the pool.
     pub fn reserve(&self, n: usize) -> Result<()> {
         let mut fresh = Vec::new();
+        let mut made = Ok(());
         while self.free() + fresh.len() < n {
-            fresh.push(self.inner.create()?);
+            match self.inner.create() {
+                Ok(raw) => fresh.push(raw),
+                Err(e) => {
+                    made = Err(e);
+                    break;
+                }
+            }
         }
+        // Streams made before a failure are kept, not leaked.
         self.inner
             .free
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(fresh);
-        Ok(())
+        made
     }
 
     /// Returns a stream leased and forgotten by a scope.

@@ -319,6 +319,35 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
     })
 }
 
+/// `cuDevicePrimaryCtxGetState`: no flags are modelled (0); active while retained.
+///
+/// # Safety
+///
+/// `flags` and `active` are each null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CUresult {
+    api("cuDevicePrimaryCtxGetState", false, |mut st| {
+        if flags.is_null() || active.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        let Some(c) = st.device_ctx(dev) else {
+            return CUresult::CUDA_ERROR_INVALID_DEVICE;
+        };
+        let on = c_int::from(c.refs > 0);
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(flags, 0);
+            put(active, on);
+        }
+        SUCCESS
+    })
+}
+
 /// `cuDevicePrimaryCtxRelease_v2`: at zero references the context is destroyed with every stream
 /// and event still in it (counted as orphans). Releasing an unretained context is counted as a
 /// bad destroy.

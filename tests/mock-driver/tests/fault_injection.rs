@@ -685,8 +685,6 @@ fn operations() -> Vec<Op> {
             assert_eq!(a.priority()?, -1);
             Ok(())
         }),
-        // One stream only: with more, a failing creation leaks the ones made before it (see
-        // `pool_reserve_failure_keeps_the_streams_it_made`, ignored until that is fixed).
         op("StreamPool::reserve", SWALLOW_DROP, |fx| {
             let pool = StreamPool::new(&fx.ctx, StreamOptions::new());
             pool.reserve(1)?;
@@ -1189,12 +1187,9 @@ fn a_refused_host_function_is_dropped_once_and_never_run() {
     });
 }
 
-/// `StreamPool::reserve` (cuda-stream/src/pool.rs) collects the streams it creates in a local
-/// `Vec` and returns early with `?` when a creation fails, so the streams created before the
-/// failure are neither put in the pool nor destroyed: they leak (and `created()` still counts
-/// them). Fix: on error, move `fresh` into the free list before returning the error.
+/// Regression: `StreamPool::reserve` once returned early on a failing creation and leaked the
+/// streams it had made before it; they must stay in the pool.
 #[test]
-#[ignore = "bug: StreamPool::reserve leaks the streams it created before a failing creation"]
 fn pool_reserve_failure_keeps_the_streams_it_made() {
     let (_lock, m) = mock();
     isolated(|| {
