@@ -4,7 +4,8 @@
 # synccheck) where it is installed. Prints a pass/fail summary with the GPU and driver, and exits
 # non-zero on any failure. `--bench` also runs the benchmark; `--quick` skips the sanitizers;
 # `--sanitize-only` runs only the sanitizers. The sanitizer runs stop starting new binaries after
-# SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit.
+# SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit; SANITIZER_TOOLS
+# picks the tools (default "memcheck racecheck synccheck").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=0
@@ -80,7 +81,7 @@ if [ $sanitize -eq 1 ]; then
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n1)
     if [ -n "$cs" ]; then
         start=$(date +%s)
-        for tool in memcheck racecheck synccheck; do
+        for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
             for t in "$here"/tests/cuda-stream-tests--*; do
                 name=$(basename "$t")
                 case "$name" in *stress*|*lib|*leak*) continue ;; esac
