@@ -317,7 +317,7 @@ fn tokens<T: quote::ToTokens>(t: &T) -> String {
 fn parse_aliases(header: &str) -> BTreeMap<String, String> {
     let mut map = BTreeMap::new();
     for line in header.lines() {
-        let mut words = line.trim_start().split_whitespace();
+        let mut words = line.split_whitespace();
         let (Some(hash), Some(name), Some(target)) = (words.next(), words.next(), words.next())
         else {
             continue;
