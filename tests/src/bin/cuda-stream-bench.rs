@@ -939,8 +939,13 @@ fn kernel_module_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
     let line = text.lines().next()?;
     // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+    // ... or "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...": take the
+    // first word that looks like a version number.
     let after = line.split("Kernel Module").nth(1)?;
-    after.split_whitespace().next().map(str::to_string)
+    after
+        .split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
 }
 
 fn usage() -> &'static str {
