@@ -224,14 +224,7 @@ impl Context {
             return Ok(*r);
         }
         let _bound = bind(self.0.raw)?;
-        let f = driver_fn!(cuCtxGetStreamPriorityRange);
-        let (mut least, mut greatest) = (0, 0);
-        check(
-            // SAFETY: both are valid out-pointers; the context is current.
-            unsafe { f(&mut least, &mut greatest) },
-            "cuCtxGetStreamPriorityRange",
-        )?;
-        let r = PriorityRange::new(least, greatest);
+        let r = priority_range_current()?;
         Ok(*self.0.range.get_or_init(|| r))
     }
 
@@ -277,6 +270,16 @@ impl Context {
 pub struct ContextBinding<'a> {
     _inner: Bound,
     _ctx: std::marker::PhantomData<&'a Context>,
+}
+
+/// `cuCtxGetStreamPriorityRange` of the calling thread's current context.
+pub(crate) fn priority_range_current() -> Result<PriorityRange> {
+    let f = driver_fn!(cuCtxGetStreamPriorityRange);
+    let (mut least, mut greatest) = (0, 0);
+    // SAFETY: both are valid out-pointers.
+    let rc = unsafe { f(&mut least, &mut greatest) };
+    check(rc, "cuCtxGetStreamPriorityRange")?;
+    Ok(PriorityRange::new(least, greatest))
 }
 
 /// The context current on the calling thread (null if none).

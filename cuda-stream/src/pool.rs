@@ -2,11 +2,10 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::ptr;
 use std::sync::{Arc, Mutex};
 
-use crate::context::{Context, bind};
-use crate::error::{Error, Result, check, driver_fn};
+use crate::context::Context;
+use crate::error::{Error, Result};
 use crate::ffi;
 use crate::stream::{AsStream, Stream, StreamOptions, forward_stream_ops};
 
@@ -35,7 +34,6 @@ pub struct StreamPool {
 pub(crate) struct PoolInner {
     ctx: ffi::CUcontext,
     options: StreamOptions,
-    priority: Option<i32>,
     limit: Option<usize>,
     free: Mutex<Vec<usize>>,
     created: Mutex<usize>,
@@ -74,7 +72,6 @@ impl StreamPool {
             inner: Arc::new(PoolInner {
                 ctx,
                 options,
-                priority: options.requested_priority(),
                 limit,
                 free: Mutex::new(Vec::new()),
                 created: Mutex::new(0),
@@ -164,40 +161,8 @@ impl PoolInner {
             }
             *created += 1;
         }
-        let made = (|| {
-            let _bound = bind(self.ctx)?;
-            let priority = match self.priority {
-                None => None,
-                Some(p) => {
-                    let range = priority_range_current()?;
-                    Some(if self.options.clamps() {
-                        range.clamp(p)
-                    } else {
-                        range.check(p)?
-                    })
-                }
-            };
-            let mut raw = ptr::null_mut();
-            match priority {
-                None => {
-                    let f = driver_fn!(cuStreamCreate);
-                    check(
-                        // SAFETY: `raw` is a valid out-pointer; the context is current.
-                        unsafe { f(&mut raw, self.options.flags()) },
-                        "cuStreamCreate",
-                    )?;
-                }
-                Some(p) => {
-                    let f = driver_fn!(cuStreamCreateWithPriority);
-                    check(
-                        // SAFETY: as above.
-                        unsafe { f(&mut raw, self.options.flags(), p) },
-                        "cuStreamCreateWithPriority",
-                    )?;
-                }
-            }
-            Ok(raw as usize)
-        })();
+        let made = crate::stream::create_raw(self.ctx, self._keep.as_ref(), self.options)
+            .map(|raw| raw as usize);
         if made.is_err() {
             *self.created.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
         }
@@ -211,16 +176,6 @@ impl PoolInner {
             .unwrap_or_else(|e| e.into_inner())
             .push(raw);
     }
-}
-
-/// `cuCtxGetStreamPriorityRange` of the current context.
-fn priority_range_current() -> Result<crate::stream::PriorityRange> {
-    let f = driver_fn!(cuCtxGetStreamPriorityRange);
-    let (mut least, mut greatest) = (0, 0);
-    // SAFETY: both are valid out-pointers.
-    let rc = unsafe { f(&mut least, &mut greatest) };
-    check(rc, "cuCtxGetStreamPriorityRange")?;
-    Ok(crate::stream::PriorityRange::new(least, greatest))
 }
 
 impl Drop for PoolInner {
@@ -348,17 +303,7 @@ pub(crate) fn notifier(ctx: ffi::CUcontext) -> Result<Notifier> {
         });
     }
     let keep = Context::retain_if_primary(ctx)?;
-    let raw = {
-        let _bound = bind(ctx)?;
-        let f = driver_fn!(cuStreamCreate);
-        let mut raw = ptr::null_mut();
-        check(
-            // SAFETY: `raw` is a valid out-pointer; the context is current.
-            unsafe { f(&mut raw, StreamOptions::new().flags()) },
-            "cuStreamCreate",
-        )?;
-        raw
-    };
+    let raw = crate::stream::create_raw(ctx, keep.as_ref(), StreamOptions::new())?;
     match keep {
         Some(keep) => {
             shared.push((ctx as usize, raw as usize, keep));

@@ -105,9 +105,6 @@ impl StreamOptions {
     pub(crate) fn requested_priority(self) -> Option<i32> {
         self.priority
     }
-    pub(crate) fn clamps(self) -> bool {
-        self.clamp
-    }
 }
 
 /// A borrowed view of a stream: the handle, its context, and a lifetime that stops it outliving
@@ -532,37 +529,7 @@ impl OwnedStream {
     /// Creates a stream in `ctx` (`cuStreamCreateWithPriority`), making `ctx` current for the
     /// call only.
     pub fn new(ctx: &Context, options: StreamOptions) -> Result<OwnedStream> {
-        let priority = match options.requested_priority() {
-            None => None,
-            Some(p) => {
-                let range = ctx.priority_range()?;
-                Some(if options.clamp {
-                    range.clamp(p)
-                } else {
-                    range.check(p)?
-                })
-            }
-        };
-        let _bound = bind(ctx.raw())?;
-        let mut raw = ptr::null_mut();
-        match priority {
-            None => {
-                let f = driver_fn!(cuStreamCreate);
-                // SAFETY: `raw` is a valid out-pointer; the context is current.
-                check(unsafe { f(&mut raw, options.flags()) }, "cuStreamCreate")?;
-            }
-            Some(p) => {
-                let f = driver_fn!(cuStreamCreateWithPriority);
-                check(
-                    // SAFETY: as above; the priority is in the context's range.
-                    unsafe { f(&mut raw, options.flags(), p) },
-                    "cuStreamCreateWithPriority",
-                )?;
-            }
-        }
-        if raw.is_null() {
-            return Err(Error::NullHandle { what: "stream" });
-        }
+        let raw = create_raw(ctx.raw(), Some(ctx), options)?;
         Ok(OwnedStream {
             raw,
             ctx: ctx.clone(),
@@ -615,6 +582,50 @@ impl OwnedStream {
         let _ctx = unsafe { ptr::read(&this.ctx) };
         destroy(this.raw)
     }
+}
+
+/// Creates a stream in `ctx` with `options`, making `ctx` current for the call only. A requested
+/// priority is checked against the context's range (or clamped, when the options say so);
+/// `known` is the context's `Context`, whose cached range saves a driver call.
+pub(crate) fn create_raw(
+    ctx: ffi::CUcontext,
+    known: Option<&Context>,
+    options: StreamOptions,
+) -> Result<ffi::CUstream> {
+    let _bound = bind(ctx)?;
+    let priority = match options.requested_priority() {
+        None => None,
+        Some(p) => {
+            let range = match known {
+                Some(c) => c.priority_range()?,
+                None => crate::context::priority_range_current()?,
+            };
+            Some(if options.clamp {
+                range.clamp(p)
+            } else {
+                range.check(p)?
+            })
+        }
+    };
+    let mut raw = ptr::null_mut();
+    match priority {
+        None => {
+            let f = driver_fn!(cuStreamCreate);
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            let rc = unsafe { f(&mut raw, options.flags()) };
+            check(rc, "cuStreamCreate")?;
+        }
+        Some(p) => {
+            let f = driver_fn!(cuStreamCreateWithPriority);
+            // SAFETY: as above; the priority is in the context's range.
+            let rc = unsafe { f(&mut raw, options.flags(), p) };
+            check(rc, "cuStreamCreateWithPriority")?;
+        }
+    }
+    if raw.is_null() {
+        return Err(Error::NullHandle { what: "stream" });
+    }
+    Ok(raw)
 }
 
 fn destroy(raw: ffi::CUstream) -> Result<()> {
