@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::context::Context;
@@ -35,12 +36,90 @@ pub(crate) struct PoolInner {
     ctx: ffi::CUcontext,
     options: StreamOptions,
     limit: Option<usize>,
-    free: Mutex<Vec<usize>>,
+    free: FreeList,
     created: Mutex<usize>,
     _keep: Option<Context>,
 }
 
-// SAFETY: the handles are thread-safe driver objects; the mutable state is behind Mutexes.
+/// How many free streams a pool keeps in lock-free slots before it uses its locked list.
+const FAST_SLOTS: usize = 16;
+
+/// The free streams of a pool: lock-free slots for the common case (taking one is an atomic
+/// swap, putting one back a compare-exchange; 0 means empty), and a locked list beyond them. A
+/// handle is in at most one place, and a swap hands it to exactly one taker.
+struct FreeList {
+    slots: [AtomicUsize; FAST_SLOTS],
+    overflow: Mutex<Vec<usize>>,
+}
+
+impl FreeList {
+    fn new() -> FreeList {
+        FreeList {
+            slots: [const { AtomicUsize::new(0) }; FAST_SLOTS],
+            overflow: Mutex::new(Vec::new()),
+        }
+    }
+
+    #[inline]
+    fn pop(&self) -> Option<usize> {
+        for slot in &self.slots {
+            if slot.load(Ordering::Relaxed) != 0 {
+                let raw = slot.swap(0, Ordering::Acquire);
+                if raw != 0 {
+                    return Some(raw);
+                }
+            }
+        }
+        self.overflow
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+    }
+
+    #[inline]
+    fn push(&self, raw: usize) {
+        for slot in &self.slots {
+            if slot.load(Ordering::Relaxed) == 0
+                && slot
+                    .compare_exchange(0, raw, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+        self.overflow
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(raw);
+    }
+
+    fn len(&self) -> usize {
+        let fast = self
+            .slots
+            .iter()
+            .filter(|s| s.load(Ordering::Acquire) != 0)
+            .count();
+        fast + self
+            .overflow
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    fn drain(&mut self) -> Vec<usize> {
+        let mut all: Vec<usize> =
+            std::mem::take(self.overflow.get_mut().unwrap_or_else(|e| e.into_inner()));
+        all.extend(
+            self.slots
+                .iter_mut()
+                .map(|s| std::mem::take(s.get_mut()))
+                .filter(|&raw| raw != 0),
+        );
+        all
+    }
+}
+
+// SAFETY: the handles are thread-safe driver objects; the mutable state is atomic or locked.
 unsafe impl Send for PoolInner {}
 // SAFETY: as above.
 unsafe impl Sync for PoolInner {}
@@ -73,7 +152,7 @@ impl StreamPool {
                 ctx,
                 options,
                 limit,
-                free: Mutex::new(Vec::new()),
+                free: FreeList::new(),
                 created: Mutex::new(0),
                 _keep: keep,
             }),
@@ -93,11 +172,7 @@ impl StreamPool {
 
     /// How many streams are free (not leased).
     pub fn free(&self) -> usize {
-        self.inner
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.inner.free.len()
     }
 
     /// Creates streams until `n` are free, so later leases need no creation. On an error, the
@@ -115,11 +190,9 @@ impl StreamPool {
             }
         }
         // Streams made before a failure are kept, not leaked.
-        self.inner
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(fresh);
+        for raw in fresh {
+            self.inner.free.push(raw);
+        }
         made
     }
 
@@ -131,13 +204,7 @@ impl StreamPool {
     /// Leases a stream: a free one if any, else a new one. The lease returns it on drop.
     #[inline]
     pub fn acquire(&self) -> Result<PooledStream<'_>> {
-        let popped = self
-            .inner
-            .free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop();
-        let raw = match popped {
+        let raw = match self.inner.free.pop() {
             Some(raw) => raw,
             None => self.inner.create()?,
         };
@@ -171,16 +238,13 @@ impl PoolInner {
 
     #[inline]
     pub(crate) fn release(&self, raw: usize) {
-        self.free
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(raw);
+        self.free.push(raw);
     }
 }
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
-        let free = std::mem::take(self.free.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let free = self.free.drain();
         if let Ok(f) = ffi::fns::cuStreamDestroy() {
             for raw in free {
                 let raw = raw as ffi::CUstream;
@@ -318,5 +382,39 @@ pub(crate) fn notifier(ctx: ffi::CUcontext) -> Result<Notifier> {
             ctx,
             temporary: true,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn the_free_list_never_hands_one_stream_to_two_takers() {
+        const N: usize = 40; // more than FAST_SLOTS: the locked overflow is exercised too
+        let list = FreeList::new();
+        for raw in 1..=N {
+            list.push(raw);
+        }
+        assert_eq!(list.len(), N);
+        let held: Vec<AtomicBool> = (0..=N).map(|_| AtomicBool::new(false)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        let Some(raw) = list.pop() else { continue };
+                        assert!(!held[raw].swap(true, Ordering::SeqCst), "{raw} taken twice");
+                        held[raw].store(false, Ordering::SeqCst);
+                        list.push(raw);
+                    }
+                });
+            }
+        });
+        let mut list = list;
+        let mut all = list.drain();
+        all.sort_unstable();
+        assert_eq!(all, (1..=N).collect::<Vec<_>>());
+        assert_eq!(list.len(), 0);
     }
 }
