@@ -10,7 +10,8 @@
 //! Method: for every operation the raw body (the driver's function pointers, resolved once before
 //! timing, so the raw column is the floor a C program pays) and the safe body (the `cuda-stream`
 //! call) are each run for many iterations per repetition; repetitions alternate raw-first and
-//! safe-first, and the median ns/op of each side is reported with the ratio safe/raw. Work that an
+//! safe-first; the median ns/op of each side is reported, and the median of the repetitions' own
+//! safe/raw ratios (each from two batches run back to back, so drift cancels). Work that an
 //! operation enqueues is drained (untimed) between batches.
 //!
 //! The "first use" table comes from child processes: the binary runs itself with
@@ -76,7 +77,7 @@ impl Config {
     fn full() -> Config {
         Config {
             quick: false,
-            reps: 9,
+            reps: 15,
             fast: 20_000,
             medium: 5_000,
             slow: 2_000,
@@ -304,7 +305,8 @@ fn batch(iters: u64, body: &mut impl FnMut()) -> f64 {
     t.elapsed().as_nanos() as f64 / iters as f64
 }
 
-/// Median ns per operation of `raw` and `safe`, each iteration of a body doing `per_iter`
+/// Median ns per operation of `raw` and `safe`, and the median of the repetitions' own
+/// safe/raw ratios, each iteration of a body doing `per_iter`
 /// operations. Repetitions interleave the two sides (alternating which goes first); `settle`
 /// runs untimed after every batch to drain what the batch enqueued.
 fn measure(
@@ -314,7 +316,7 @@ fn measure(
     mut raw: impl FnMut(),
     mut safe: impl FnMut(),
     mut settle: impl FnMut(),
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     // Warm-up: caches, lazily resolved symbols, the driver's own free lists.
     batch(raw_iters.clamp(1, 1_000), &mut raw);
     settle();
@@ -335,7 +337,11 @@ fn measure(
         }
     }
     let per = per_iter as f64;
-    (median(&mut r) / per, median(&mut s) / per)
+    // The ratio is the median of each repetition's own ratio: the two batches of a repetition
+    // run back to back, so drift of the machine between repetitions cancels out.
+    let mut ratios: Vec<f64> = r.iter().zip(&s).map(|(raw, safe)| safe / raw).collect();
+    let ratio = median(&mut ratios);
+    (median(&mut r) / per, median(&mut s) / per, ratio)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -352,12 +358,13 @@ struct Row {
     op: String,
     raw: f64,
     safe: f64,
+    ratio: f64,
     target: Target,
 }
 
 impl Row {
     fn ratio(&self) -> f64 {
-        self.safe / self.raw
+        self.ratio
     }
 
     fn target_cell(&self) -> String {
@@ -426,11 +433,12 @@ fn run(cfg: &Config, ctx: &Context) -> Result<Vec<Row>, Error> {
     let nothing = || {};
 
     let mut rows = Vec::new();
-    let mut row = |op: &str, (raw, safe): (f64, f64), target: Target| {
+    let mut row = |op: &str, (raw, safe, ratio): (f64, f64, f64), target: Target| {
         rows.push(Row {
             op: op.to_string(),
             raw,
             safe,
+            ratio,
             target,
         });
     };
@@ -1045,7 +1053,7 @@ fn main() -> ExitCode {
     println!();
     println!(
         "raw: the driver's function pointers, resolved once before timing (what C code calling \
-         libcuda pays); cuda-stream: the safe call; ratio: cuda-stream / raw. The primary context \
+         libcuda pays); cuda-stream: the safe call; ratio: the median over repetitions of cuda-stream / raw, each from two back-to-back batches. The primary context \
          is current on the benchmark thread throughout."
     );
 
