@@ -5,7 +5,8 @@
 # non-zero on any failure. `--bench` also runs the benchmark; `--quick` skips the sanitizers;
 # `--sanitize-only` runs only the sanitizers. The sanitizer runs stop starting new binaries after
 # SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit; SANITIZER_TOOLS
-# picks the tools (default "memcheck racecheck synccheck").
+# picks the tools (default "memcheck racecheck synccheck"); SANITIZER_PER_BINARY_S bounds each
+# binary (default 120); SANITIZER_ONLY="query pool" limits the binaries.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=0
@@ -20,6 +21,8 @@ for a in "$@"; do
     esac
 done
 budget=${SANITIZER_BUDGET_S:-480}
+per_binary=${SANITIZER_PER_BINARY_S:-120}
+only=${SANITIZER_ONLY:-}
 log_dir=${OUT:-/tmp}/gpu-logs
 mkdir -p "$log_dir"
 
@@ -88,12 +91,15 @@ if [ $sanitize -eq 1 ]; then
             for t in "$here"/tests/cuda-stream-tests--*; do
                 name=$(basename "$t")
                 case "$name" in *stress*|*lib|*leak*) continue ;; esac
+                if [ -n "$only" ] && ! echo " $only " | grep -q " ${name#cuda-stream-tests--} "; then
+                    continue
+                fi
                 left=$((budget - ($(date +%s) - start)))
                 if [ $left -le 20 ]; then
                     echo "compute-sanitizer $tool $name: not run (sanitizer budget spent)"
                     continue
                 fi
-                timeout $left "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 \
+                timeout $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 \
                     >"$log_dir/san-$tool-$name.log" 2>&1
                 st=$?
                 n=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log_dir/san-$tool-$name.log" | tail -n1)
