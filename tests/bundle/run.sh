@@ -102,7 +102,11 @@ if [ $sanitize -eq 1 ]; then
                 timeout $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 \
                     >"$log_dir/san-$tool-$name.log" 2>&1
                 st=$?
-                n=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log_dir/san-$tool-$name.log" | tail -n1)
+                # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
+                # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+                n=$(sed -n -e 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' \
+                    -e 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' \
+                    "$log_dir/san-$tool-$name.log" | tail -n1)
                 n=${n:-0}
                 sanitizer_errors=$((sanitizer_errors + n))
                 echo "compute-sanitizer $tool $name: ${n} errors (exit $st)"
