@@ -2,7 +2,9 @@
 //!
 //! Every `cu*` function of the pinned `cuda.h` (CUDA 13.0) is here under the name a C programmer
 //! writes, with the ABI the header means: [`cuStreamDestroy`] calls the exported symbol
-//! `cuStreamDestroy_v2`, exactly as `#define cuStreamDestroy cuStreamDestroy_v2` makes C do. Types,
+//! `cuStreamDestroy_v2`, exactly as `#define cuStreamDestroy cuStreamDestroy_v2` makes C do. The
+//! per-thread-default-stream variants that a build with `CUDA_API_PER_THREAD_DEFAULT_STREAM`
+//! calls are bound under their exported names (`cuMemcpyHtoDAsync_v2_ptsz`). Types,
 //! enums (as newtypes, so an unknown value from a newer driver is never undefined behaviour),
 //! constants and structs come with them. The bindings are generated offline by `build-support` and
 //! committed: building needs no CUDA toolkit, no libclang and no build script.

@@ -69,19 +69,38 @@ fn versioned_symbols_keep_the_header_meaning() {
     assert_eq!(ctx.symbol.to_str().unwrap(), "cuCtxCreate_v4");
     let elapsed = SymbolInfo::find("cuEventElapsedTime").unwrap();
     assert_eq!(elapsed.symbol.to_str().unwrap(), "cuEventElapsedTime_v2");
-    // The per-thread variants are not what a default build calls.
-    assert!(
-        SymbolInfo::all()
-            .iter()
-            .all(|s| !s.symbol.to_str().unwrap().ends_with("_ptsz"))
+    // A C name means what a default build calls; the per-thread-default-stream variants are
+    // bound too, under their exported names.
+    for s in SymbolInfo::all() {
+        let symbol = s.symbol.to_str().unwrap();
+        if symbol.ends_with("_ptsz") || symbol.ends_with("_ptds") {
+            assert_eq!(s.name, symbol, "{s:?}");
+        } else {
+            assert!(
+                !s.name.ends_with("_ptsz") && !s.name.ends_with("_ptds"),
+                "{s:?}"
+            );
+        }
+    }
+    let ptsz = SymbolInfo::find("cuMemcpyHtoDAsync_v2_ptsz").unwrap();
+    assert_eq!(ptsz.since, 7000);
+    assert_eq!(
+        SymbolInfo::find("cuMemcpyHtoDAsync")
+            .unwrap()
+            .symbol
+            .to_str()
+            .unwrap(),
+        "cuMemcpyHtoDAsync_v2"
     );
+    assert!(SymbolInfo::find("cuStreamQuery_ptsz").is_some());
+    assert!(SymbolInfo::find("cuMemcpy_ptds").is_some());
     assert!(SymbolInfo::find("cuStreamDestroy_v2").is_none());
 }
 
 #[test]
 fn the_bindings_cover_the_whole_header() {
     assert_eq!(SymbolInfo::all().len(), SYMBOL_COUNT);
-    const { assert!(SYMBOL_COUNT >= 440) };
+    const { assert!(SYMBOL_COUNT >= 530) };
     for name in [
         "cuInit",
         "cuDriverGetVersion",

@@ -7,7 +7,7 @@ use crate::loader::{Driver, LoadError, SymbolInfo, global_symbol};
 use core::ffi::c_void;
 
 /// How many driver functions the bindings cover.
-pub const SYMBOL_COUNT: usize = 449;
+pub const SYMBOL_COUNT: usize = 534;
 
 /// Every function: the C name, the exported symbol it stands for, and the CUDA version
 /// (`1000 * major + 10 * minor`) that introduced that symbol (0: not recorded).
@@ -104,6 +104,8 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuEventQuery", symbol: c"cuEventQuery", since: 2000 },
     SymbolInfo { name: "cuEventRecord", symbol: c"cuEventRecord", since: 2000 },
     SymbolInfo { name: "cuEventRecordWithFlags", symbol: c"cuEventRecordWithFlags", since: 11010 },
+    SymbolInfo { name: "cuEventRecordWithFlags_ptsz", symbol: c"cuEventRecordWithFlags_ptsz", since: 11010 },
+    SymbolInfo { name: "cuEventRecord_ptsz", symbol: c"cuEventRecord_ptsz", since: 7000 },
     SymbolInfo { name: "cuEventSynchronize", symbol: c"cuEventSynchronize", since: 2000 },
     SymbolInfo { name: "cuExternalMemoryGetMappedBuffer", symbol: c"cuExternalMemoryGetMappedBuffer", since: 10000 },
     SymbolInfo { name: "cuExternalMemoryGetMappedMipmappedArray", symbol: c"cuExternalMemoryGetMappedMipmappedArray", since: 10000 },
@@ -176,12 +178,14 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuGraphHostNodeSetParams", symbol: c"cuGraphHostNodeSetParams", since: 10000 },
     SymbolInfo { name: "cuGraphInstantiate", symbol: c"cuGraphInstantiateWithFlags", since: 11040 },
     SymbolInfo { name: "cuGraphInstantiateWithParams", symbol: c"cuGraphInstantiateWithParams", since: 12000 },
+    SymbolInfo { name: "cuGraphInstantiateWithParams_ptsz", symbol: c"cuGraphInstantiateWithParams_ptsz", since: 12000 },
     SymbolInfo { name: "cuGraphKernelNodeCopyAttributes", symbol: c"cuGraphKernelNodeCopyAttributes", since: 11000 },
     SymbolInfo { name: "cuGraphKernelNodeGetAttribute", symbol: c"cuGraphKernelNodeGetAttribute", since: 11000 },
     SymbolInfo { name: "cuGraphKernelNodeGetParams", symbol: c"cuGraphKernelNodeGetParams_v2", since: 12000 },
     SymbolInfo { name: "cuGraphKernelNodeSetAttribute", symbol: c"cuGraphKernelNodeSetAttribute", since: 11000 },
     SymbolInfo { name: "cuGraphKernelNodeSetParams", symbol: c"cuGraphKernelNodeSetParams_v2", since: 12000 },
     SymbolInfo { name: "cuGraphLaunch", symbol: c"cuGraphLaunch", since: 10000 },
+    SymbolInfo { name: "cuGraphLaunch_ptsz", symbol: c"cuGraphLaunch_ptsz", since: 10000 },
     SymbolInfo { name: "cuGraphMemAllocNodeGetParams", symbol: c"cuGraphMemAllocNodeGetParams", since: 11040 },
     SymbolInfo { name: "cuGraphMemFreeNodeGetParams", symbol: c"cuGraphMemFreeNodeGetParams", since: 11040 },
     SymbolInfo { name: "cuGraphMemcpyNodeGetParams", symbol: c"cuGraphMemcpyNodeGetParams", since: 10000 },
@@ -199,12 +203,15 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuGraphRemoveDependencies", symbol: c"cuGraphRemoveDependencies_v2", since: 12030 },
     SymbolInfo { name: "cuGraphRetainUserObject", symbol: c"cuGraphRetainUserObject", since: 11030 },
     SymbolInfo { name: "cuGraphUpload", symbol: c"cuGraphUpload", since: 11010 },
+    SymbolInfo { name: "cuGraphUpload_ptsz", symbol: c"cuGraphUpload_ptsz", since: 11010 },
     SymbolInfo { name: "cuGraphicsMapResources", symbol: c"cuGraphicsMapResources", since: 3000 },
+    SymbolInfo { name: "cuGraphicsMapResources_ptsz", symbol: c"cuGraphicsMapResources_ptsz", since: 7000 },
     SymbolInfo { name: "cuGraphicsResourceGetMappedMipmappedArray", symbol: c"cuGraphicsResourceGetMappedMipmappedArray", since: 5000 },
     SymbolInfo { name: "cuGraphicsResourceGetMappedPointer", symbol: c"cuGraphicsResourceGetMappedPointer_v2", since: 3020 },
     SymbolInfo { name: "cuGraphicsResourceSetMapFlags", symbol: c"cuGraphicsResourceSetMapFlags_v2", since: 6050 },
     SymbolInfo { name: "cuGraphicsSubResourceGetMappedArray", symbol: c"cuGraphicsSubResourceGetMappedArray", since: 3000 },
     SymbolInfo { name: "cuGraphicsUnmapResources", symbol: c"cuGraphicsUnmapResources", since: 3000 },
+    SymbolInfo { name: "cuGraphicsUnmapResources_ptsz", symbol: c"cuGraphicsUnmapResources_ptsz", since: 7000 },
     SymbolInfo { name: "cuGraphicsUnregisterResource", symbol: c"cuGraphicsUnregisterResource", since: 3000 },
     SymbolInfo { name: "cuGreenCtxCreate", symbol: c"cuGreenCtxCreate", since: 12040 },
     SymbolInfo { name: "cuGreenCtxDestroy", symbol: c"cuGreenCtxDestroy", since: 12040 },
@@ -231,11 +238,15 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuLaunch", symbol: c"cuLaunch", since: 2000 },
     SymbolInfo { name: "cuLaunchCooperativeKernel", symbol: c"cuLaunchCooperativeKernel", since: 9000 },
     SymbolInfo { name: "cuLaunchCooperativeKernelMultiDevice", symbol: c"cuLaunchCooperativeKernelMultiDevice", since: 9000 },
+    SymbolInfo { name: "cuLaunchCooperativeKernel_ptsz", symbol: c"cuLaunchCooperativeKernel_ptsz", since: 9000 },
     SymbolInfo { name: "cuLaunchGrid", symbol: c"cuLaunchGrid", since: 2000 },
     SymbolInfo { name: "cuLaunchGridAsync", symbol: c"cuLaunchGridAsync", since: 2000 },
     SymbolInfo { name: "cuLaunchHostFunc", symbol: c"cuLaunchHostFunc", since: 10000 },
+    SymbolInfo { name: "cuLaunchHostFunc_ptsz", symbol: c"cuLaunchHostFunc_ptsz", since: 10000 },
     SymbolInfo { name: "cuLaunchKernel", symbol: c"cuLaunchKernel", since: 4000 },
     SymbolInfo { name: "cuLaunchKernelEx", symbol: c"cuLaunchKernelEx", since: 11060 },
+    SymbolInfo { name: "cuLaunchKernelEx_ptsz", symbol: c"cuLaunchKernelEx_ptsz", since: 11060 },
+    SymbolInfo { name: "cuLaunchKernel_ptsz", symbol: c"cuLaunchKernel_ptsz", since: 7000 },
     SymbolInfo { name: "cuLibraryEnumerateKernels", symbol: c"cuLibraryEnumerateKernels", since: 12040 },
     SymbolInfo { name: "cuLibraryGetGlobal", symbol: c"cuLibraryGetGlobal", since: 12000 },
     SymbolInfo { name: "cuLibraryGetKernel", symbol: c"cuLibraryGetKernel", since: 12000 },
@@ -261,17 +272,23 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuMemAdvise", symbol: c"cuMemAdvise_v2", since: 12020 },
     SymbolInfo { name: "cuMemAlloc", symbol: c"cuMemAlloc_v2", since: 3020 },
     SymbolInfo { name: "cuMemAllocAsync", symbol: c"cuMemAllocAsync", since: 11020 },
+    SymbolInfo { name: "cuMemAllocAsync_ptsz", symbol: c"cuMemAllocAsync_ptsz", since: 11020 },
     SymbolInfo { name: "cuMemAllocFromPoolAsync", symbol: c"cuMemAllocFromPoolAsync", since: 11020 },
+    SymbolInfo { name: "cuMemAllocFromPoolAsync_ptsz", symbol: c"cuMemAllocFromPoolAsync_ptsz", since: 11020 },
     SymbolInfo { name: "cuMemAllocHost", symbol: c"cuMemAllocHost_v2", since: 3020 },
     SymbolInfo { name: "cuMemAllocManaged", symbol: c"cuMemAllocManaged", since: 6000 },
     SymbolInfo { name: "cuMemAllocPitch", symbol: c"cuMemAllocPitch_v2", since: 3020 },
     SymbolInfo { name: "cuMemBatchDecompressAsync", symbol: c"cuMemBatchDecompressAsync", since: 12060 },
+    SymbolInfo { name: "cuMemBatchDecompressAsync_ptsz", symbol: c"cuMemBatchDecompressAsync_ptsz", since: 12060 },
     SymbolInfo { name: "cuMemCreate", symbol: c"cuMemCreate", since: 10020 },
     SymbolInfo { name: "cuMemDiscardAndPrefetchBatchAsync", symbol: c"cuMemDiscardAndPrefetchBatchAsync", since: 13000 },
+    SymbolInfo { name: "cuMemDiscardAndPrefetchBatchAsync_ptsz", symbol: c"cuMemDiscardAndPrefetchBatchAsync_ptsz", since: 13000 },
     SymbolInfo { name: "cuMemDiscardBatchAsync", symbol: c"cuMemDiscardBatchAsync", since: 13000 },
+    SymbolInfo { name: "cuMemDiscardBatchAsync_ptsz", symbol: c"cuMemDiscardBatchAsync_ptsz", since: 13000 },
     SymbolInfo { name: "cuMemExportToShareableHandle", symbol: c"cuMemExportToShareableHandle", since: 10020 },
     SymbolInfo { name: "cuMemFree", symbol: c"cuMemFree_v2", since: 3020 },
     SymbolInfo { name: "cuMemFreeAsync", symbol: c"cuMemFreeAsync", since: 11020 },
+    SymbolInfo { name: "cuMemFreeAsync_ptsz", symbol: c"cuMemFreeAsync_ptsz", since: 11020 },
     SymbolInfo { name: "cuMemFreeHost", symbol: c"cuMemFreeHost", since: 2000 },
     SymbolInfo { name: "cuMemGetAccess", symbol: c"cuMemGetAccess", since: 10020 },
     SymbolInfo { name: "cuMemGetAddressRange", symbol: c"cuMemGetAddressRange_v2", since: 3020 },
@@ -289,6 +306,7 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuMemImportFromShareableHandle", symbol: c"cuMemImportFromShareableHandle", since: 10020 },
     SymbolInfo { name: "cuMemMap", symbol: c"cuMemMap", since: 10020 },
     SymbolInfo { name: "cuMemMapArrayAsync", symbol: c"cuMemMapArrayAsync", since: 11010 },
+    SymbolInfo { name: "cuMemMapArrayAsync_ptsz", symbol: c"cuMemMapArrayAsync_ptsz", since: 11010 },
     SymbolInfo { name: "cuMemPoolCreate", symbol: c"cuMemPoolCreate", since: 11020 },
     SymbolInfo { name: "cuMemPoolDestroy", symbol: c"cuMemPoolDestroy", since: 11020 },
     SymbolInfo { name: "cuMemPoolExportPointer", symbol: c"cuMemPoolExportPointer", since: 11020 },
@@ -301,7 +319,9 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuMemPoolSetAttribute", symbol: c"cuMemPoolSetAttribute", since: 11020 },
     SymbolInfo { name: "cuMemPoolTrimTo", symbol: c"cuMemPoolTrimTo", since: 11020 },
     SymbolInfo { name: "cuMemPrefetchAsync", symbol: c"cuMemPrefetchAsync_v2", since: 12020 },
+    SymbolInfo { name: "cuMemPrefetchAsync_v2_ptsz", symbol: c"cuMemPrefetchAsync_v2_ptsz", since: 12020 },
     SymbolInfo { name: "cuMemPrefetchBatchAsync", symbol: c"cuMemPrefetchBatchAsync", since: 13000 },
+    SymbolInfo { name: "cuMemPrefetchBatchAsync_ptsz", symbol: c"cuMemPrefetchBatchAsync_ptsz", since: 13000 },
     SymbolInfo { name: "cuMemRangeGetAttribute", symbol: c"cuMemRangeGetAttribute", since: 8000 },
     SymbolInfo { name: "cuMemRangeGetAttributes", symbol: c"cuMemRangeGetAttributes", since: 8000 },
     SymbolInfo { name: "cuMemRelease", symbol: c"cuMemRelease", since: 10020 },
@@ -312,41 +332,79 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuMemcpy", symbol: c"cuMemcpy", since: 4000 },
     SymbolInfo { name: "cuMemcpy2D", symbol: c"cuMemcpy2D_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpy2DAsync", symbol: c"cuMemcpy2DAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpy2DAsync_v2_ptsz", symbol: c"cuMemcpy2DAsync_v2_ptsz", since: 7000 },
     SymbolInfo { name: "cuMemcpy2DUnaligned", symbol: c"cuMemcpy2DUnaligned_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpy2DUnaligned_v2_ptds", symbol: c"cuMemcpy2DUnaligned_v2_ptds", since: 7000 },
+    SymbolInfo { name: "cuMemcpy2D_v2_ptds", symbol: c"cuMemcpy2D_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpy3D", symbol: c"cuMemcpy3D_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpy3DAsync", symbol: c"cuMemcpy3DAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpy3DAsync_v2_ptsz", symbol: c"cuMemcpy3DAsync_v2_ptsz", since: 7000 },
     SymbolInfo { name: "cuMemcpy3DBatchAsync", symbol: c"cuMemcpy3DBatchAsync_v2", since: 13000 },
+    SymbolInfo { name: "cuMemcpy3DBatchAsync_v2_ptsz", symbol: c"cuMemcpy3DBatchAsync_v2_ptsz", since: 13000 },
     SymbolInfo { name: "cuMemcpy3DPeer", symbol: c"cuMemcpy3DPeer", since: 4000 },
     SymbolInfo { name: "cuMemcpy3DPeerAsync", symbol: c"cuMemcpy3DPeerAsync", since: 4000 },
+    SymbolInfo { name: "cuMemcpy3DPeerAsync_ptsz", symbol: c"cuMemcpy3DPeerAsync_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpy3DPeer_ptds", symbol: c"cuMemcpy3DPeer_ptds", since: 7000 },
+    SymbolInfo { name: "cuMemcpy3D_v2_ptds", symbol: c"cuMemcpy3D_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyAsync", symbol: c"cuMemcpyAsync", since: 4000 },
+    SymbolInfo { name: "cuMemcpyAsync_ptsz", symbol: c"cuMemcpyAsync_ptsz", since: 7000 },
     SymbolInfo { name: "cuMemcpyAtoA", symbol: c"cuMemcpyAtoA_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyAtoA_v2_ptds", symbol: c"cuMemcpyAtoA_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyAtoD", symbol: c"cuMemcpyAtoD_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyAtoD_v2_ptds", symbol: c"cuMemcpyAtoD_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyAtoH", symbol: c"cuMemcpyAtoH_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpyAtoHAsync", symbol: c"cuMemcpyAtoHAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyAtoHAsync_v2_ptsz", symbol: c"cuMemcpyAtoHAsync_v2_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpyAtoH_v2_ptds", symbol: c"cuMemcpyAtoH_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyBatchAsync", symbol: c"cuMemcpyBatchAsync_v2", since: 13000 },
+    SymbolInfo { name: "cuMemcpyBatchAsync_v2_ptsz", symbol: c"cuMemcpyBatchAsync_v2_ptsz", since: 13000 },
     SymbolInfo { name: "cuMemcpyDtoA", symbol: c"cuMemcpyDtoA_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyDtoA_v2_ptds", symbol: c"cuMemcpyDtoA_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyDtoD", symbol: c"cuMemcpyDtoD_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpyDtoDAsync", symbol: c"cuMemcpyDtoDAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyDtoDAsync_v2_ptsz", symbol: c"cuMemcpyDtoDAsync_v2_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpyDtoD_v2_ptds", symbol: c"cuMemcpyDtoD_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyDtoH", symbol: c"cuMemcpyDtoH_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpyDtoHAsync", symbol: c"cuMemcpyDtoHAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyDtoHAsync_v2_ptsz", symbol: c"cuMemcpyDtoHAsync_v2_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpyDtoH_v2_ptds", symbol: c"cuMemcpyDtoH_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyHtoA", symbol: c"cuMemcpyHtoA_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpyHtoAAsync", symbol: c"cuMemcpyHtoAAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyHtoAAsync_v2_ptsz", symbol: c"cuMemcpyHtoAAsync_v2_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpyHtoA_v2_ptds", symbol: c"cuMemcpyHtoA_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyHtoD", symbol: c"cuMemcpyHtoD_v2", since: 3020 },
     SymbolInfo { name: "cuMemcpyHtoDAsync", symbol: c"cuMemcpyHtoDAsync_v2", since: 3020 },
+    SymbolInfo { name: "cuMemcpyHtoDAsync_v2_ptsz", symbol: c"cuMemcpyHtoDAsync_v2_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpyHtoD_v2_ptds", symbol: c"cuMemcpyHtoD_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemcpyPeer", symbol: c"cuMemcpyPeer", since: 4000 },
     SymbolInfo { name: "cuMemcpyPeerAsync", symbol: c"cuMemcpyPeerAsync", since: 4000 },
+    SymbolInfo { name: "cuMemcpyPeerAsync_ptsz", symbol: c"cuMemcpyPeerAsync_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemcpyPeer_ptds", symbol: c"cuMemcpyPeer_ptds", since: 7000 },
+    SymbolInfo { name: "cuMemcpy_ptds", symbol: c"cuMemcpy_ptds", since: 7000 },
     SymbolInfo { name: "cuMemsetD16", symbol: c"cuMemsetD16_v2", since: 3020 },
     SymbolInfo { name: "cuMemsetD16Async", symbol: c"cuMemsetD16Async", since: 3020 },
+    SymbolInfo { name: "cuMemsetD16Async_ptsz", symbol: c"cuMemsetD16Async_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemsetD16_v2_ptds", symbol: c"cuMemsetD16_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemsetD2D16", symbol: c"cuMemsetD2D16_v2", since: 3020 },
     SymbolInfo { name: "cuMemsetD2D16Async", symbol: c"cuMemsetD2D16Async", since: 3020 },
+    SymbolInfo { name: "cuMemsetD2D16Async_ptsz", symbol: c"cuMemsetD2D16Async_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemsetD2D16_v2_ptds", symbol: c"cuMemsetD2D16_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemsetD2D32", symbol: c"cuMemsetD2D32_v2", since: 3020 },
     SymbolInfo { name: "cuMemsetD2D32Async", symbol: c"cuMemsetD2D32Async", since: 3020 },
+    SymbolInfo { name: "cuMemsetD2D32Async_ptsz", symbol: c"cuMemsetD2D32Async_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemsetD2D32_v2_ptds", symbol: c"cuMemsetD2D32_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemsetD2D8", symbol: c"cuMemsetD2D8_v2", since: 3020 },
     SymbolInfo { name: "cuMemsetD2D8Async", symbol: c"cuMemsetD2D8Async", since: 3020 },
+    SymbolInfo { name: "cuMemsetD2D8Async_ptsz", symbol: c"cuMemsetD2D8Async_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemsetD2D8_v2_ptds", symbol: c"cuMemsetD2D8_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemsetD32", symbol: c"cuMemsetD32_v2", since: 3020 },
     SymbolInfo { name: "cuMemsetD32Async", symbol: c"cuMemsetD32Async", since: 3020 },
+    SymbolInfo { name: "cuMemsetD32Async_ptsz", symbol: c"cuMemsetD32Async_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemsetD32_v2_ptds", symbol: c"cuMemsetD32_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMemsetD8", symbol: c"cuMemsetD8_v2", since: 3020 },
     SymbolInfo { name: "cuMemsetD8Async", symbol: c"cuMemsetD8Async", since: 3020 },
+    SymbolInfo { name: "cuMemsetD8Async_ptsz", symbol: c"cuMemsetD8Async_ptsz", since: 7000 },
+    SymbolInfo { name: "cuMemsetD8_v2_ptds", symbol: c"cuMemsetD8_v2_ptds", since: 7000 },
     SymbolInfo { name: "cuMipmappedArrayCreate", symbol: c"cuMipmappedArrayCreate", since: 5000 },
     SymbolInfo { name: "cuMipmappedArrayDestroy", symbol: c"cuMipmappedArrayDestroy", since: 5000 },
     SymbolInfo { name: "cuMipmappedArrayGetLevel", symbol: c"cuMipmappedArrayGetLevel", since: 5000 },
@@ -386,35 +444,61 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuPointerGetAttributes", symbol: c"cuPointerGetAttributes", since: 7000 },
     SymbolInfo { name: "cuPointerSetAttribute", symbol: c"cuPointerSetAttribute", since: 6000 },
     SymbolInfo { name: "cuSignalExternalSemaphoresAsync", symbol: c"cuSignalExternalSemaphoresAsync", since: 10000 },
+    SymbolInfo { name: "cuSignalExternalSemaphoresAsync_ptsz", symbol: c"cuSignalExternalSemaphoresAsync_ptsz", since: 10000 },
     SymbolInfo { name: "cuStreamAddCallback", symbol: c"cuStreamAddCallback", since: 5000 },
+    SymbolInfo { name: "cuStreamAddCallback_ptsz", symbol: c"cuStreamAddCallback_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamAttachMemAsync", symbol: c"cuStreamAttachMemAsync", since: 6000 },
+    SymbolInfo { name: "cuStreamAttachMemAsync_ptsz", symbol: c"cuStreamAttachMemAsync_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamBatchMemOp", symbol: c"cuStreamBatchMemOp_v2", since: 11070 },
+    SymbolInfo { name: "cuStreamBatchMemOp_v2_ptsz", symbol: c"cuStreamBatchMemOp_v2_ptsz", since: 11070 },
     SymbolInfo { name: "cuStreamBeginCapture", symbol: c"cuStreamBeginCapture_v2", since: 10010 },
     SymbolInfo { name: "cuStreamBeginCaptureToGraph", symbol: c"cuStreamBeginCaptureToGraph", since: 12030 },
+    SymbolInfo { name: "cuStreamBeginCaptureToGraph_ptsz", symbol: c"cuStreamBeginCaptureToGraph_ptsz", since: 12030 },
+    SymbolInfo { name: "cuStreamBeginCapture_v2_ptsz", symbol: c"cuStreamBeginCapture_v2_ptsz", since: 10010 },
     SymbolInfo { name: "cuStreamCopyAttributes", symbol: c"cuStreamCopyAttributes", since: 11000 },
+    SymbolInfo { name: "cuStreamCopyAttributes_ptsz", symbol: c"cuStreamCopyAttributes_ptsz", since: 11000 },
     SymbolInfo { name: "cuStreamCreate", symbol: c"cuStreamCreate", since: 2000 },
     SymbolInfo { name: "cuStreamCreateWithPriority", symbol: c"cuStreamCreateWithPriority", since: 5050 },
     SymbolInfo { name: "cuStreamDestroy", symbol: c"cuStreamDestroy_v2", since: 4000 },
     SymbolInfo { name: "cuStreamEndCapture", symbol: c"cuStreamEndCapture", since: 10000 },
+    SymbolInfo { name: "cuStreamEndCapture_ptsz", symbol: c"cuStreamEndCapture_ptsz", since: 10000 },
     SymbolInfo { name: "cuStreamGetAttribute", symbol: c"cuStreamGetAttribute", since: 11000 },
+    SymbolInfo { name: "cuStreamGetAttribute_ptsz", symbol: c"cuStreamGetAttribute_ptsz", since: 11000 },
     SymbolInfo { name: "cuStreamGetCaptureInfo", symbol: c"cuStreamGetCaptureInfo_v3", since: 12030 },
+    SymbolInfo { name: "cuStreamGetCaptureInfo_v3_ptsz", symbol: c"cuStreamGetCaptureInfo_v3_ptsz", since: 12030 },
     SymbolInfo { name: "cuStreamGetCtx", symbol: c"cuStreamGetCtx", since: 9020 },
+    SymbolInfo { name: "cuStreamGetCtx_ptsz", symbol: c"cuStreamGetCtx_ptsz", since: 9020 },
     SymbolInfo { name: "cuStreamGetCtx_v2", symbol: c"cuStreamGetCtx_v2", since: 12050 },
+    SymbolInfo { name: "cuStreamGetCtx_v2_ptsz", symbol: c"cuStreamGetCtx_v2_ptsz", since: 12050 },
     SymbolInfo { name: "cuStreamGetDevice", symbol: c"cuStreamGetDevice", since: 12080 },
+    SymbolInfo { name: "cuStreamGetDevice_ptsz", symbol: c"cuStreamGetDevice_ptsz", since: 12080 },
     SymbolInfo { name: "cuStreamGetFlags", symbol: c"cuStreamGetFlags", since: 5050 },
+    SymbolInfo { name: "cuStreamGetFlags_ptsz", symbol: c"cuStreamGetFlags_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamGetGreenCtx", symbol: c"cuStreamGetGreenCtx", since: 12040 },
     SymbolInfo { name: "cuStreamGetId", symbol: c"cuStreamGetId", since: 12000 },
+    SymbolInfo { name: "cuStreamGetId_ptsz", symbol: c"cuStreamGetId_ptsz", since: 12000 },
     SymbolInfo { name: "cuStreamGetPriority", symbol: c"cuStreamGetPriority", since: 5050 },
+    SymbolInfo { name: "cuStreamGetPriority_ptsz", symbol: c"cuStreamGetPriority_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamIsCapturing", symbol: c"cuStreamIsCapturing", since: 10000 },
+    SymbolInfo { name: "cuStreamIsCapturing_ptsz", symbol: c"cuStreamIsCapturing_ptsz", since: 10000 },
     SymbolInfo { name: "cuStreamQuery", symbol: c"cuStreamQuery", since: 2000 },
+    SymbolInfo { name: "cuStreamQuery_ptsz", symbol: c"cuStreamQuery_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamSetAttribute", symbol: c"cuStreamSetAttribute", since: 11000 },
+    SymbolInfo { name: "cuStreamSetAttribute_ptsz", symbol: c"cuStreamSetAttribute_ptsz", since: 11000 },
     SymbolInfo { name: "cuStreamSynchronize", symbol: c"cuStreamSynchronize", since: 2000 },
+    SymbolInfo { name: "cuStreamSynchronize_ptsz", symbol: c"cuStreamSynchronize_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamUpdateCaptureDependencies", symbol: c"cuStreamUpdateCaptureDependencies_v2", since: 12030 },
+    SymbolInfo { name: "cuStreamUpdateCaptureDependencies_v2_ptsz", symbol: c"cuStreamUpdateCaptureDependencies_v2_ptsz", since: 12030 },
     SymbolInfo { name: "cuStreamWaitEvent", symbol: c"cuStreamWaitEvent", since: 3020 },
+    SymbolInfo { name: "cuStreamWaitEvent_ptsz", symbol: c"cuStreamWaitEvent_ptsz", since: 7000 },
     SymbolInfo { name: "cuStreamWaitValue32", symbol: c"cuStreamWaitValue32_v2", since: 11070 },
+    SymbolInfo { name: "cuStreamWaitValue32_v2_ptsz", symbol: c"cuStreamWaitValue32_v2_ptsz", since: 11070 },
     SymbolInfo { name: "cuStreamWaitValue64", symbol: c"cuStreamWaitValue64_v2", since: 11070 },
+    SymbolInfo { name: "cuStreamWaitValue64_v2_ptsz", symbol: c"cuStreamWaitValue64_v2_ptsz", since: 11070 },
     SymbolInfo { name: "cuStreamWriteValue32", symbol: c"cuStreamWriteValue32_v2", since: 11070 },
+    SymbolInfo { name: "cuStreamWriteValue32_v2_ptsz", symbol: c"cuStreamWriteValue32_v2_ptsz", since: 11070 },
     SymbolInfo { name: "cuStreamWriteValue64", symbol: c"cuStreamWriteValue64_v2", since: 11070 },
+    SymbolInfo { name: "cuStreamWriteValue64_v2_ptsz", symbol: c"cuStreamWriteValue64_v2_ptsz", since: 11070 },
     SymbolInfo { name: "cuSurfObjectCreate", symbol: c"cuSurfObjectCreate", since: 5000 },
     SymbolInfo { name: "cuSurfObjectDestroy", symbol: c"cuSurfObjectDestroy", since: 5000 },
     SymbolInfo { name: "cuSurfObjectGetResourceDesc", symbol: c"cuSurfObjectGetResourceDesc", since: 5000 },
@@ -461,6 +545,7 @@ pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [
     SymbolInfo { name: "cuUserObjectRelease", symbol: c"cuUserObjectRelease", since: 11030 },
     SymbolInfo { name: "cuUserObjectRetain", symbol: c"cuUserObjectRetain", since: 11030 },
     SymbolInfo { name: "cuWaitExternalSemaphoresAsync", symbol: c"cuWaitExternalSemaphoresAsync", since: 10000 },
+    SymbolInfo { name: "cuWaitExternalSemaphoresAsync_ptsz", symbol: c"cuWaitExternalSemaphoresAsync_ptsz", since: 10000 },
 ];
 
 /// Function-pointer types of the driver functions, named as C call sites name them.
@@ -650,6 +735,10 @@ pub mod pfn {
     pub type cuEventRecord = unsafe extern "C" fn(hEvent: CUevent, hStream: CUstream) -> CUresult;
     /// `cuEventRecordWithFlags` (symbol `cuEventRecordWithFlags`).
     pub type cuEventRecordWithFlags = unsafe extern "C" fn(hEvent: CUevent, hStream: CUstream, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuEventRecordWithFlags_ptsz` (symbol `cuEventRecordWithFlags_ptsz`).
+    pub type cuEventRecordWithFlags_ptsz = unsafe extern "C" fn(hEvent: CUevent, hStream: CUstream, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuEventRecord_ptsz` (symbol `cuEventRecord_ptsz`).
+    pub type cuEventRecord_ptsz = unsafe extern "C" fn(hEvent: CUevent, hStream: CUstream) -> CUresult;
     /// `cuEventSynchronize` (symbol `cuEventSynchronize`).
     pub type cuEventSynchronize = unsafe extern "C" fn(hEvent: CUevent) -> CUresult;
     /// `cuExternalMemoryGetMappedBuffer` (symbol `cuExternalMemoryGetMappedBuffer`).
@@ -794,6 +883,8 @@ pub mod pfn {
     pub type cuGraphInstantiate = unsafe extern "C" fn(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, flags: ::core::ffi::c_ulonglong) -> CUresult;
     /// `cuGraphInstantiateWithParams` (symbol `cuGraphInstantiateWithParams`).
     pub type cuGraphInstantiateWithParams = unsafe extern "C" fn(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult;
+    /// `cuGraphInstantiateWithParams_ptsz` (symbol `cuGraphInstantiateWithParams_ptsz`).
+    pub type cuGraphInstantiateWithParams_ptsz = unsafe extern "C" fn(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult;
     /// `cuGraphKernelNodeCopyAttributes` (symbol `cuGraphKernelNodeCopyAttributes`).
     pub type cuGraphKernelNodeCopyAttributes = unsafe extern "C" fn(dst: CUgraphNode, src: CUgraphNode) -> CUresult;
     /// `cuGraphKernelNodeGetAttribute` (symbol `cuGraphKernelNodeGetAttribute`).
@@ -806,6 +897,8 @@ pub mod pfn {
     pub type cuGraphKernelNodeSetParams = unsafe extern "C" fn(hNode: CUgraphNode, nodeParams: *const CUDA_KERNEL_NODE_PARAMS) -> CUresult;
     /// `cuGraphLaunch` (symbol `cuGraphLaunch`).
     pub type cuGraphLaunch = unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
+    /// `cuGraphLaunch_ptsz` (symbol `cuGraphLaunch_ptsz`).
+    pub type cuGraphLaunch_ptsz = unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
     /// `cuGraphMemAllocNodeGetParams` (symbol `cuGraphMemAllocNodeGetParams`).
     pub type cuGraphMemAllocNodeGetParams = unsafe extern "C" fn(hNode: CUgraphNode, params_out: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
     /// `cuGraphMemFreeNodeGetParams` (symbol `cuGraphMemFreeNodeGetParams`).
@@ -840,8 +933,12 @@ pub mod pfn {
     pub type cuGraphRetainUserObject = unsafe extern "C" fn(graph: CUgraph, object: CUuserObject, count: ::core::ffi::c_uint, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuGraphUpload` (symbol `cuGraphUpload`).
     pub type cuGraphUpload = unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
+    /// `cuGraphUpload_ptsz` (symbol `cuGraphUpload_ptsz`).
+    pub type cuGraphUpload_ptsz = unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult;
     /// `cuGraphicsMapResources` (symbol `cuGraphicsMapResources`).
     pub type cuGraphicsMapResources = unsafe extern "C" fn(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult;
+    /// `cuGraphicsMapResources_ptsz` (symbol `cuGraphicsMapResources_ptsz`).
+    pub type cuGraphicsMapResources_ptsz = unsafe extern "C" fn(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult;
     /// `cuGraphicsResourceGetMappedMipmappedArray` (symbol `cuGraphicsResourceGetMappedMipmappedArray`).
     pub type cuGraphicsResourceGetMappedMipmappedArray = unsafe extern "C" fn(pMipmappedArray: *mut CUmipmappedArray, resource: CUgraphicsResource) -> CUresult;
     /// `cuGraphicsResourceGetMappedPointer` (symbol `cuGraphicsResourceGetMappedPointer_v2`).
@@ -852,6 +949,8 @@ pub mod pfn {
     pub type cuGraphicsSubResourceGetMappedArray = unsafe extern "C" fn(pArray: *mut CUarray, resource: CUgraphicsResource, arrayIndex: ::core::ffi::c_uint, mipLevel: ::core::ffi::c_uint) -> CUresult;
     /// `cuGraphicsUnmapResources` (symbol `cuGraphicsUnmapResources`).
     pub type cuGraphicsUnmapResources = unsafe extern "C" fn(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult;
+    /// `cuGraphicsUnmapResources_ptsz` (symbol `cuGraphicsUnmapResources_ptsz`).
+    pub type cuGraphicsUnmapResources_ptsz = unsafe extern "C" fn(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult;
     /// `cuGraphicsUnregisterResource` (symbol `cuGraphicsUnregisterResource`).
     pub type cuGraphicsUnregisterResource = unsafe extern "C" fn(resource: CUgraphicsResource) -> CUresult;
     /// `cuGreenCtxCreate` (symbol `cuGreenCtxCreate`).
@@ -904,16 +1003,24 @@ pub mod pfn {
     pub type cuLaunchCooperativeKernel = unsafe extern "C" fn(f: CUfunction, gridDimX: ::core::ffi::c_uint, gridDimY: ::core::ffi::c_uint, gridDimZ: ::core::ffi::c_uint, blockDimX: ::core::ffi::c_uint, blockDimY: ::core::ffi::c_uint, blockDimZ: ::core::ffi::c_uint, sharedMemBytes: ::core::ffi::c_uint, hStream: CUstream, kernelParams: *mut * mut::core::ffi::c_void) -> CUresult;
     /// `cuLaunchCooperativeKernelMultiDevice` (symbol `cuLaunchCooperativeKernelMultiDevice`).
     pub type cuLaunchCooperativeKernelMultiDevice = unsafe extern "C" fn(launchParamsList: *mut CUDA_LAUNCH_PARAMS, numDevices: ::core::ffi::c_uint, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuLaunchCooperativeKernel_ptsz` (symbol `cuLaunchCooperativeKernel_ptsz`).
+    pub type cuLaunchCooperativeKernel_ptsz = unsafe extern "C" fn(f: CUfunction, gridDimX: ::core::ffi::c_uint, gridDimY: ::core::ffi::c_uint, gridDimZ: ::core::ffi::c_uint, blockDimX: ::core::ffi::c_uint, blockDimY: ::core::ffi::c_uint, blockDimZ: ::core::ffi::c_uint, sharedMemBytes: ::core::ffi::c_uint, hStream: CUstream, kernelParams: *mut * mut::core::ffi::c_void) -> CUresult;
     /// `cuLaunchGrid` (symbol `cuLaunchGrid`).
     pub type cuLaunchGrid = unsafe extern "C" fn(f: CUfunction, grid_width: ::core::ffi::c_int, grid_height: ::core::ffi::c_int) -> CUresult;
     /// `cuLaunchGridAsync` (symbol `cuLaunchGridAsync`).
     pub type cuLaunchGridAsync = unsafe extern "C" fn(f: CUfunction, grid_width: ::core::ffi::c_int, grid_height: ::core::ffi::c_int, hStream: CUstream) -> CUresult;
     /// `cuLaunchHostFunc` (symbol `cuLaunchHostFunc`).
     pub type cuLaunchHostFunc = unsafe extern "C" fn(hStream: CUstream, fn_: CUhostFn, userData: * mut::core::ffi::c_void) -> CUresult;
+    /// `cuLaunchHostFunc_ptsz` (symbol `cuLaunchHostFunc_ptsz`).
+    pub type cuLaunchHostFunc_ptsz = unsafe extern "C" fn(hStream: CUstream, fn_: CUhostFn, userData: * mut::core::ffi::c_void) -> CUresult;
     /// `cuLaunchKernel` (symbol `cuLaunchKernel`).
     pub type cuLaunchKernel = unsafe extern "C" fn(f: CUfunction, gridDimX: ::core::ffi::c_uint, gridDimY: ::core::ffi::c_uint, gridDimZ: ::core::ffi::c_uint, blockDimX: ::core::ffi::c_uint, blockDimY: ::core::ffi::c_uint, blockDimZ: ::core::ffi::c_uint, sharedMemBytes: ::core::ffi::c_uint, hStream: CUstream, kernelParams: *mut * mut::core::ffi::c_void, extra: *mut * mut::core::ffi::c_void) -> CUresult;
     /// `cuLaunchKernelEx` (symbol `cuLaunchKernelEx`).
     pub type cuLaunchKernelEx = unsafe extern "C" fn(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut * mut::core::ffi::c_void, extra: *mut * mut::core::ffi::c_void) -> CUresult;
+    /// `cuLaunchKernelEx_ptsz` (symbol `cuLaunchKernelEx_ptsz`).
+    pub type cuLaunchKernelEx_ptsz = unsafe extern "C" fn(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut * mut::core::ffi::c_void, extra: *mut * mut::core::ffi::c_void) -> CUresult;
+    /// `cuLaunchKernel_ptsz` (symbol `cuLaunchKernel_ptsz`).
+    pub type cuLaunchKernel_ptsz = unsafe extern "C" fn(f: CUfunction, gridDimX: ::core::ffi::c_uint, gridDimY: ::core::ffi::c_uint, gridDimZ: ::core::ffi::c_uint, blockDimX: ::core::ffi::c_uint, blockDimY: ::core::ffi::c_uint, blockDimZ: ::core::ffi::c_uint, sharedMemBytes: ::core::ffi::c_uint, hStream: CUstream, kernelParams: *mut * mut::core::ffi::c_void, extra: *mut * mut::core::ffi::c_void) -> CUresult;
     /// `cuLibraryEnumerateKernels` (symbol `cuLibraryEnumerateKernels`).
     pub type cuLibraryEnumerateKernels = unsafe extern "C" fn(kernels: *mut CUkernel, numKernels: ::core::ffi::c_uint, lib: CUlibrary) -> CUresult;
     /// `cuLibraryGetGlobal` (symbol `cuLibraryGetGlobal`).
@@ -964,8 +1071,12 @@ pub mod pfn {
     pub type cuMemAlloc = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult;
     /// `cuMemAllocAsync` (symbol `cuMemAllocAsync`).
     pub type cuMemAllocAsync = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemAllocAsync_ptsz` (symbol `cuMemAllocAsync_ptsz`).
+    pub type cuMemAllocAsync_ptsz = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult;
     /// `cuMemAllocFromPoolAsync` (symbol `cuMemAllocFromPoolAsync`).
     pub type cuMemAllocFromPoolAsync = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, hStream: CUstream) -> CUresult;
+    /// `cuMemAllocFromPoolAsync_ptsz` (symbol `cuMemAllocFromPoolAsync_ptsz`).
+    pub type cuMemAllocFromPoolAsync_ptsz = unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, hStream: CUstream) -> CUresult;
     /// `cuMemAllocHost` (symbol `cuMemAllocHost_v2`).
     pub type cuMemAllocHost = unsafe extern "C" fn(pp: *mut * mut::core::ffi::c_void, bytesize: usize) -> CUresult;
     /// `cuMemAllocManaged` (symbol `cuMemAllocManaged`).
@@ -974,18 +1085,26 @@ pub mod pfn {
     pub type cuMemAllocPitch = unsafe extern "C" fn(dptr: *mut CUdeviceptr, pPitch: *mut usize, WidthInBytes: usize, Height: usize, ElementSizeBytes: ::core::ffi::c_uint) -> CUresult;
     /// `cuMemBatchDecompressAsync` (symbol `cuMemBatchDecompressAsync`).
     pub type cuMemBatchDecompressAsync = unsafe extern "C" fn(paramsArray: *mut CUmemDecompressParams, count: usize, flags: ::core::ffi::c_uint, errorIndex: *mut usize, stream: CUstream) -> CUresult;
+    /// `cuMemBatchDecompressAsync_ptsz` (symbol `cuMemBatchDecompressAsync_ptsz`).
+    pub type cuMemBatchDecompressAsync_ptsz = unsafe extern "C" fn(paramsArray: *mut CUmemDecompressParams, count: usize, flags: ::core::ffi::c_uint, errorIndex: *mut usize, stream: CUstream) -> CUresult;
     /// `cuMemCreate` (symbol `cuMemCreate`).
     pub type cuMemCreate = unsafe extern "C" fn(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: ::core::ffi::c_ulonglong) -> CUresult;
     /// `cuMemDiscardAndPrefetchBatchAsync` (symbol `cuMemDiscardAndPrefetchBatchAsync`).
     pub type cuMemDiscardAndPrefetchBatchAsync = unsafe extern "C" fn(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
+    /// `cuMemDiscardAndPrefetchBatchAsync_ptsz` (symbol `cuMemDiscardAndPrefetchBatchAsync_ptsz`).
+    pub type cuMemDiscardAndPrefetchBatchAsync_ptsz = unsafe extern "C" fn(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
     /// `cuMemDiscardBatchAsync` (symbol `cuMemDiscardBatchAsync`).
     pub type cuMemDiscardBatchAsync = unsafe extern "C" fn(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
+    /// `cuMemDiscardBatchAsync_ptsz` (symbol `cuMemDiscardBatchAsync_ptsz`).
+    pub type cuMemDiscardBatchAsync_ptsz = unsafe extern "C" fn(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
     /// `cuMemExportToShareableHandle` (symbol `cuMemExportToShareableHandle`).
     pub type cuMemExportToShareableHandle = unsafe extern "C" fn(shareableHandle: * mut::core::ffi::c_void, handle: CUmemGenericAllocationHandle, handleType: CUmemAllocationHandleType, flags: ::core::ffi::c_ulonglong) -> CUresult;
     /// `cuMemFree` (symbol `cuMemFree_v2`).
     pub type cuMemFree = unsafe extern "C" fn(dptr: CUdeviceptr) -> CUresult;
     /// `cuMemFreeAsync` (symbol `cuMemFreeAsync`).
     pub type cuMemFreeAsync = unsafe extern "C" fn(dptr: CUdeviceptr, hStream: CUstream) -> CUresult;
+    /// `cuMemFreeAsync_ptsz` (symbol `cuMemFreeAsync_ptsz`).
+    pub type cuMemFreeAsync_ptsz = unsafe extern "C" fn(dptr: CUdeviceptr, hStream: CUstream) -> CUresult;
     /// `cuMemFreeHost` (symbol `cuMemFreeHost`).
     pub type cuMemFreeHost = unsafe extern "C" fn(p: * mut::core::ffi::c_void) -> CUresult;
     /// `cuMemGetAccess` (symbol `cuMemGetAccess`).
@@ -1020,6 +1139,8 @@ pub mod pfn {
     pub type cuMemMap = unsafe extern "C" fn(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: ::core::ffi::c_ulonglong) -> CUresult;
     /// `cuMemMapArrayAsync` (symbol `cuMemMapArrayAsync`).
     pub type cuMemMapArrayAsync = unsafe extern "C" fn(mapInfoList: *mut CUarrayMapInfo, count: ::core::ffi::c_uint, hStream: CUstream) -> CUresult;
+    /// `cuMemMapArrayAsync_ptsz` (symbol `cuMemMapArrayAsync_ptsz`).
+    pub type cuMemMapArrayAsync_ptsz = unsafe extern "C" fn(mapInfoList: *mut CUarrayMapInfo, count: ::core::ffi::c_uint, hStream: CUstream) -> CUresult;
     /// `cuMemPoolCreate` (symbol `cuMemPoolCreate`).
     pub type cuMemPoolCreate = unsafe extern "C" fn(pool: *mut CUmemoryPool, poolProps: *const CUmemPoolProps) -> CUresult;
     /// `cuMemPoolDestroy` (symbol `cuMemPoolDestroy`).
@@ -1044,8 +1165,12 @@ pub mod pfn {
     pub type cuMemPoolTrimTo = unsafe extern "C" fn(pool: CUmemoryPool, minBytesToKeep: usize) -> CUresult;
     /// `cuMemPrefetchAsync` (symbol `cuMemPrefetchAsync_v2`).
     pub type cuMemPrefetchAsync = unsafe extern "C" fn(devPtr: CUdeviceptr, count: usize, location: CUmemLocation, flags: ::core::ffi::c_uint, hStream: CUstream) -> CUresult;
+    /// `cuMemPrefetchAsync_v2_ptsz` (symbol `cuMemPrefetchAsync_v2_ptsz`).
+    pub type cuMemPrefetchAsync_v2_ptsz = unsafe extern "C" fn(devPtr: CUdeviceptr, count: usize, location: CUmemLocation, flags: ::core::ffi::c_uint, hStream: CUstream) -> CUresult;
     /// `cuMemPrefetchBatchAsync` (symbol `cuMemPrefetchBatchAsync`).
     pub type cuMemPrefetchBatchAsync = unsafe extern "C" fn(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
+    /// `cuMemPrefetchBatchAsync_ptsz` (symbol `cuMemPrefetchBatchAsync_ptsz`).
+    pub type cuMemPrefetchBatchAsync_ptsz = unsafe extern "C" fn(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
     /// `cuMemRangeGetAttribute` (symbol `cuMemRangeGetAttribute`).
     pub type cuMemRangeGetAttribute = unsafe extern "C" fn(data: * mut::core::ffi::c_void, dataSize: usize, attribute: CUmem_range_attribute, devPtr: CUdeviceptr, count: usize) -> CUresult;
     /// `cuMemRangeGetAttributes` (symbol `cuMemRangeGetAttributes`).
@@ -1066,76 +1191,152 @@ pub mod pfn {
     pub type cuMemcpy2D = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY2D) -> CUresult;
     /// `cuMemcpy2DAsync` (symbol `cuMemcpy2DAsync_v2`).
     pub type cuMemcpy2DAsync = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream) -> CUresult;
+    /// `cuMemcpy2DAsync_v2_ptsz` (symbol `cuMemcpy2DAsync_v2_ptsz`).
+    pub type cuMemcpy2DAsync_v2_ptsz = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream) -> CUresult;
     /// `cuMemcpy2DUnaligned` (symbol `cuMemcpy2DUnaligned_v2`).
     pub type cuMemcpy2DUnaligned = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY2D) -> CUresult;
+    /// `cuMemcpy2DUnaligned_v2_ptds` (symbol `cuMemcpy2DUnaligned_v2_ptds`).
+    pub type cuMemcpy2DUnaligned_v2_ptds = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY2D) -> CUresult;
+    /// `cuMemcpy2D_v2_ptds` (symbol `cuMemcpy2D_v2_ptds`).
+    pub type cuMemcpy2D_v2_ptds = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY2D) -> CUresult;
     /// `cuMemcpy3D` (symbol `cuMemcpy3D_v2`).
     pub type cuMemcpy3D = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D) -> CUresult;
     /// `cuMemcpy3DAsync` (symbol `cuMemcpy3DAsync_v2`).
     pub type cuMemcpy3DAsync = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream) -> CUresult;
+    /// `cuMemcpy3DAsync_v2_ptsz` (symbol `cuMemcpy3DAsync_v2_ptsz`).
+    pub type cuMemcpy3DAsync_v2_ptsz = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream) -> CUresult;
     /// `cuMemcpy3DBatchAsync` (symbol `cuMemcpy3DBatchAsync_v2`).
     pub type cuMemcpy3DBatchAsync = unsafe extern "C" fn(numOps: usize, opList: *mut CUDA_MEMCPY3D_BATCH_OP, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
+    /// `cuMemcpy3DBatchAsync_v2_ptsz` (symbol `cuMemcpy3DBatchAsync_v2_ptsz`).
+    pub type cuMemcpy3DBatchAsync_v2_ptsz = unsafe extern "C" fn(numOps: usize, opList: *mut CUDA_MEMCPY3D_BATCH_OP, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult;
     /// `cuMemcpy3DPeer` (symbol `cuMemcpy3DPeer`).
     pub type cuMemcpy3DPeer = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult;
     /// `cuMemcpy3DPeerAsync` (symbol `cuMemcpy3DPeerAsync`).
     pub type cuMemcpy3DPeerAsync = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUstream) -> CUresult;
+    /// `cuMemcpy3DPeerAsync_ptsz` (symbol `cuMemcpy3DPeerAsync_ptsz`).
+    pub type cuMemcpy3DPeerAsync_ptsz = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUstream) -> CUresult;
+    /// `cuMemcpy3DPeer_ptds` (symbol `cuMemcpy3DPeer_ptds`).
+    pub type cuMemcpy3DPeer_ptds = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult;
+    /// `cuMemcpy3D_v2_ptds` (symbol `cuMemcpy3D_v2_ptds`).
+    pub type cuMemcpy3D_v2_ptds = unsafe extern "C" fn(pCopy: *const CUDA_MEMCPY3D) -> CUresult;
     /// `cuMemcpyAsync` (symbol `cuMemcpyAsync`).
     pub type cuMemcpyAsync = unsafe extern "C" fn(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyAsync_ptsz` (symbol `cuMemcpyAsync_ptsz`).
+    pub type cuMemcpyAsync_ptsz = unsafe extern "C" fn(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult;
     /// `cuMemcpyAtoA` (symbol `cuMemcpyAtoA_v2`).
     pub type cuMemcpyAtoA = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult;
+    /// `cuMemcpyAtoA_v2_ptds` (symbol `cuMemcpyAtoA_v2_ptds`).
+    pub type cuMemcpyAtoA_v2_ptds = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult;
     /// `cuMemcpyAtoD` (symbol `cuMemcpyAtoD_v2`).
     pub type cuMemcpyAtoD = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult;
+    /// `cuMemcpyAtoD_v2_ptds` (symbol `cuMemcpyAtoD_v2_ptds`).
+    pub type cuMemcpyAtoD_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult;
     /// `cuMemcpyAtoH` (symbol `cuMemcpyAtoH_v2`).
     pub type cuMemcpyAtoH = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult;
     /// `cuMemcpyAtoHAsync` (symbol `cuMemcpyAtoHAsync_v2`).
     pub type cuMemcpyAtoHAsync = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyAtoHAsync_v2_ptsz` (symbol `cuMemcpyAtoHAsync_v2_ptsz`).
+    pub type cuMemcpyAtoHAsync_v2_ptsz = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyAtoH_v2_ptds` (symbol `cuMemcpyAtoH_v2_ptds`).
+    pub type cuMemcpyAtoH_v2_ptds = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult;
     /// `cuMemcpyBatchAsync` (symbol `cuMemcpyBatchAsync_v2`).
     pub type cuMemcpyBatchAsync = unsafe extern "C" fn(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr, sizes: *mut usize, count: usize, attrs: *mut CUmemcpyAttributes, attrsIdxs: *mut usize, numAttrs: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyBatchAsync_v2_ptsz` (symbol `cuMemcpyBatchAsync_v2_ptsz`).
+    pub type cuMemcpyBatchAsync_v2_ptsz = unsafe extern "C" fn(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr, sizes: *mut usize, count: usize, attrs: *mut CUmemcpyAttributes, attrsIdxs: *mut usize, numAttrs: usize, hStream: CUstream) -> CUresult;
     /// `cuMemcpyDtoA` (symbol `cuMemcpyDtoA_v2`).
     pub type cuMemcpyDtoA = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
+    /// `cuMemcpyDtoA_v2_ptds` (symbol `cuMemcpyDtoA_v2_ptds`).
+    pub type cuMemcpyDtoA_v2_ptds = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
     /// `cuMemcpyDtoD` (symbol `cuMemcpyDtoD_v2`).
     pub type cuMemcpyDtoD = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
     /// `cuMemcpyDtoDAsync` (symbol `cuMemcpyDtoDAsync_v2`).
     pub type cuMemcpyDtoDAsync = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyDtoDAsync_v2_ptsz` (symbol `cuMemcpyDtoDAsync_v2_ptsz`).
+    pub type cuMemcpyDtoDAsync_v2_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyDtoD_v2_ptds` (symbol `cuMemcpyDtoD_v2_ptds`).
+    pub type cuMemcpyDtoD_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
     /// `cuMemcpyDtoH` (symbol `cuMemcpyDtoH_v2`).
     pub type cuMemcpyDtoH = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
     /// `cuMemcpyDtoHAsync` (symbol `cuMemcpyDtoHAsync_v2`).
     pub type cuMemcpyDtoHAsync = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyDtoHAsync_v2_ptsz` (symbol `cuMemcpyDtoHAsync_v2_ptsz`).
+    pub type cuMemcpyDtoHAsync_v2_ptsz = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyDtoH_v2_ptds` (symbol `cuMemcpyDtoH_v2_ptds`).
+    pub type cuMemcpyDtoH_v2_ptds = unsafe extern "C" fn(dstHost: * mut::core::ffi::c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult;
     /// `cuMemcpyHtoA` (symbol `cuMemcpyHtoA_v2`).
     pub type cuMemcpyHtoA = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcHost: * const::core::ffi::c_void, ByteCount: usize) -> CUresult;
     /// `cuMemcpyHtoAAsync` (symbol `cuMemcpyHtoAAsync_v2`).
     pub type cuMemcpyHtoAAsync = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcHost: * const::core::ffi::c_void, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyHtoAAsync_v2_ptsz` (symbol `cuMemcpyHtoAAsync_v2_ptsz`).
+    pub type cuMemcpyHtoAAsync_v2_ptsz = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcHost: * const::core::ffi::c_void, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyHtoA_v2_ptds` (symbol `cuMemcpyHtoA_v2_ptds`).
+    pub type cuMemcpyHtoA_v2_ptds = unsafe extern "C" fn(dstArray: CUarray, dstOffset: usize, srcHost: * const::core::ffi::c_void, ByteCount: usize) -> CUresult;
     /// `cuMemcpyHtoD` (symbol `cuMemcpyHtoD_v2`).
     pub type cuMemcpyHtoD = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcHost: * const::core::ffi::c_void, ByteCount: usize) -> CUresult;
     /// `cuMemcpyHtoDAsync` (symbol `cuMemcpyHtoDAsync_v2`).
     pub type cuMemcpyHtoDAsync = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcHost: * const::core::ffi::c_void, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyHtoDAsync_v2_ptsz` (symbol `cuMemcpyHtoDAsync_v2_ptsz`).
+    pub type cuMemcpyHtoDAsync_v2_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcHost: * const::core::ffi::c_void, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyHtoD_v2_ptds` (symbol `cuMemcpyHtoD_v2_ptds`).
+    pub type cuMemcpyHtoD_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, srcHost: * const::core::ffi::c_void, ByteCount: usize) -> CUresult;
     /// `cuMemcpyPeer` (symbol `cuMemcpyPeer`).
     pub type cuMemcpyPeer = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDevice: CUdeviceptr, srcContext: CUcontext, ByteCount: usize) -> CUresult;
     /// `cuMemcpyPeerAsync` (symbol `cuMemcpyPeerAsync`).
     pub type cuMemcpyPeerAsync = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDevice: CUdeviceptr, srcContext: CUcontext, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyPeerAsync_ptsz` (symbol `cuMemcpyPeerAsync_ptsz`).
+    pub type cuMemcpyPeerAsync_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDevice: CUdeviceptr, srcContext: CUcontext, ByteCount: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemcpyPeer_ptds` (symbol `cuMemcpyPeer_ptds`).
+    pub type cuMemcpyPeer_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDevice: CUdeviceptr, srcContext: CUcontext, ByteCount: usize) -> CUresult;
+    /// `cuMemcpy_ptds` (symbol `cuMemcpy_ptds`).
+    pub type cuMemcpy_ptds = unsafe extern "C" fn(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize) -> CUresult;
     /// `cuMemsetD16` (symbol `cuMemsetD16_v2`).
     pub type cuMemsetD16 = unsafe extern "C" fn(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort, N: usize) -> CUresult;
     /// `cuMemsetD16Async` (symbol `cuMemsetD16Async`).
     pub type cuMemsetD16Async = unsafe extern "C" fn(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort, N: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD16Async_ptsz` (symbol `cuMemsetD16Async_ptsz`).
+    pub type cuMemsetD16Async_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort, N: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD16_v2_ptds` (symbol `cuMemsetD16_v2_ptds`).
+    pub type cuMemsetD16_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort, N: usize) -> CUresult;
     /// `cuMemsetD2D16` (symbol `cuMemsetD2D16_v2`).
     pub type cuMemsetD2D16 = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, us: ::core::ffi::c_ushort, Width: usize, Height: usize) -> CUresult;
     /// `cuMemsetD2D16Async` (symbol `cuMemsetD2D16Async`).
     pub type cuMemsetD2D16Async = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, us: ::core::ffi::c_ushort, Width: usize, Height: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD2D16Async_ptsz` (symbol `cuMemsetD2D16Async_ptsz`).
+    pub type cuMemsetD2D16Async_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, us: ::core::ffi::c_ushort, Width: usize, Height: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD2D16_v2_ptds` (symbol `cuMemsetD2D16_v2_ptds`).
+    pub type cuMemsetD2D16_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, us: ::core::ffi::c_ushort, Width: usize, Height: usize) -> CUresult;
     /// `cuMemsetD2D32` (symbol `cuMemsetD2D32_v2`).
     pub type cuMemsetD2D32 = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::core::ffi::c_uint, Width: usize, Height: usize) -> CUresult;
     /// `cuMemsetD2D32Async` (symbol `cuMemsetD2D32Async`).
     pub type cuMemsetD2D32Async = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::core::ffi::c_uint, Width: usize, Height: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD2D32Async_ptsz` (symbol `cuMemsetD2D32Async_ptsz`).
+    pub type cuMemsetD2D32Async_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::core::ffi::c_uint, Width: usize, Height: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD2D32_v2_ptds` (symbol `cuMemsetD2D32_v2_ptds`).
+    pub type cuMemsetD2D32_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::core::ffi::c_uint, Width: usize, Height: usize) -> CUresult;
     /// `cuMemsetD2D8` (symbol `cuMemsetD2D8_v2`).
     pub type cuMemsetD2D8 = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::core::ffi::c_uchar, Width: usize, Height: usize) -> CUresult;
     /// `cuMemsetD2D8Async` (symbol `cuMemsetD2D8Async`).
     pub type cuMemsetD2D8Async = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::core::ffi::c_uchar, Width: usize, Height: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD2D8Async_ptsz` (symbol `cuMemsetD2D8Async_ptsz`).
+    pub type cuMemsetD2D8Async_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::core::ffi::c_uchar, Width: usize, Height: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD2D8_v2_ptds` (symbol `cuMemsetD2D8_v2_ptds`).
+    pub type cuMemsetD2D8_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::core::ffi::c_uchar, Width: usize, Height: usize) -> CUresult;
     /// `cuMemsetD32` (symbol `cuMemsetD32_v2`).
     pub type cuMemsetD32 = unsafe extern "C" fn(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, N: usize) -> CUresult;
     /// `cuMemsetD32Async` (symbol `cuMemsetD32Async`).
     pub type cuMemsetD32Async = unsafe extern "C" fn(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, N: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD32Async_ptsz` (symbol `cuMemsetD32Async_ptsz`).
+    pub type cuMemsetD32Async_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, N: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD32_v2_ptds` (symbol `cuMemsetD32_v2_ptds`).
+    pub type cuMemsetD32_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, N: usize) -> CUresult;
     /// `cuMemsetD8` (symbol `cuMemsetD8_v2`).
     pub type cuMemsetD8 = unsafe extern "C" fn(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, N: usize) -> CUresult;
     /// `cuMemsetD8Async` (symbol `cuMemsetD8Async`).
     pub type cuMemsetD8Async = unsafe extern "C" fn(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, N: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD8Async_ptsz` (symbol `cuMemsetD8Async_ptsz`).
+    pub type cuMemsetD8Async_ptsz = unsafe extern "C" fn(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, N: usize, hStream: CUstream) -> CUresult;
+    /// `cuMemsetD8_v2_ptds` (symbol `cuMemsetD8_v2_ptds`).
+    pub type cuMemsetD8_v2_ptds = unsafe extern "C" fn(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, N: usize) -> CUresult;
     /// `cuMipmappedArrayCreate` (symbol `cuMipmappedArrayCreate`).
     pub type cuMipmappedArrayCreate = unsafe extern "C" fn(pHandle: *mut CUmipmappedArray, pMipmappedArrayDesc: *const CUDA_ARRAY3D_DESCRIPTOR, numMipmapLevels: ::core::ffi::c_uint) -> CUresult;
     /// `cuMipmappedArrayDestroy` (symbol `cuMipmappedArrayDestroy`).
@@ -1214,18 +1415,32 @@ pub mod pfn {
     pub type cuPointerSetAttribute = unsafe extern "C" fn(value: * const::core::ffi::c_void, attribute: CUpointer_attribute, ptr: CUdeviceptr) -> CUresult;
     /// `cuSignalExternalSemaphoresAsync` (symbol `cuSignalExternalSemaphoresAsync`).
     pub type cuSignalExternalSemaphoresAsync = unsafe extern "C" fn(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult;
+    /// `cuSignalExternalSemaphoresAsync_ptsz` (symbol `cuSignalExternalSemaphoresAsync_ptsz`).
+    pub type cuSignalExternalSemaphoresAsync_ptsz = unsafe extern "C" fn(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult;
     /// `cuStreamAddCallback` (symbol `cuStreamAddCallback`).
     pub type cuStreamAddCallback = unsafe extern "C" fn(hStream: CUstream, callback: CUstreamCallback, userData: * mut::core::ffi::c_void, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamAddCallback_ptsz` (symbol `cuStreamAddCallback_ptsz`).
+    pub type cuStreamAddCallback_ptsz = unsafe extern "C" fn(hStream: CUstream, callback: CUstreamCallback, userData: * mut::core::ffi::c_void, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamAttachMemAsync` (symbol `cuStreamAttachMemAsync`).
     pub type cuStreamAttachMemAsync = unsafe extern "C" fn(hStream: CUstream, dptr: CUdeviceptr, length: usize, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamAttachMemAsync_ptsz` (symbol `cuStreamAttachMemAsync_ptsz`).
+    pub type cuStreamAttachMemAsync_ptsz = unsafe extern "C" fn(hStream: CUstream, dptr: CUdeviceptr, length: usize, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamBatchMemOp` (symbol `cuStreamBatchMemOp_v2`).
     pub type cuStreamBatchMemOp = unsafe extern "C" fn(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamBatchMemOp_v2_ptsz` (symbol `cuStreamBatchMemOp_v2_ptsz`).
+    pub type cuStreamBatchMemOp_v2_ptsz = unsafe extern "C" fn(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamBeginCapture` (symbol `cuStreamBeginCapture_v2`).
     pub type cuStreamBeginCapture = unsafe extern "C" fn(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult;
     /// `cuStreamBeginCaptureToGraph` (symbol `cuStreamBeginCaptureToGraph`).
     pub type cuStreamBeginCaptureToGraph = unsafe extern "C" fn(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode) -> CUresult;
+    /// `cuStreamBeginCaptureToGraph_ptsz` (symbol `cuStreamBeginCaptureToGraph_ptsz`).
+    pub type cuStreamBeginCaptureToGraph_ptsz = unsafe extern "C" fn(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode) -> CUresult;
+    /// `cuStreamBeginCapture_v2_ptsz` (symbol `cuStreamBeginCapture_v2_ptsz`).
+    pub type cuStreamBeginCapture_v2_ptsz = unsafe extern "C" fn(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult;
     /// `cuStreamCopyAttributes` (symbol `cuStreamCopyAttributes`).
     pub type cuStreamCopyAttributes = unsafe extern "C" fn(dst: CUstream, src: CUstream) -> CUresult;
+    /// `cuStreamCopyAttributes_ptsz` (symbol `cuStreamCopyAttributes_ptsz`).
+    pub type cuStreamCopyAttributes_ptsz = unsafe extern "C" fn(dst: CUstream, src: CUstream) -> CUresult;
     /// `cuStreamCreate` (symbol `cuStreamCreate`).
     pub type cuStreamCreate = unsafe extern "C" fn(phStream: *mut CUstream, Flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamCreateWithPriority` (symbol `cuStreamCreateWithPriority`).
@@ -1234,44 +1449,82 @@ pub mod pfn {
     pub type cuStreamDestroy = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
     /// `cuStreamEndCapture` (symbol `cuStreamEndCapture`).
     pub type cuStreamEndCapture = unsafe extern "C" fn(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult;
+    /// `cuStreamEndCapture_ptsz` (symbol `cuStreamEndCapture_ptsz`).
+    pub type cuStreamEndCapture_ptsz = unsafe extern "C" fn(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult;
     /// `cuStreamGetAttribute` (symbol `cuStreamGetAttribute`).
     pub type cuStreamGetAttribute = unsafe extern "C" fn(hStream: CUstream, attr: CUstreamAttrID, value_out: *mut CUstreamAttrValue) -> CUresult;
+    /// `cuStreamGetAttribute_ptsz` (symbol `cuStreamGetAttribute_ptsz`).
+    pub type cuStreamGetAttribute_ptsz = unsafe extern "C" fn(hStream: CUstream, attr: CUstreamAttrID, value_out: *mut CUstreamAttrValue) -> CUresult;
     /// `cuStreamGetCaptureInfo` (symbol `cuStreamGetCaptureInfo_v3`).
     pub type cuStreamGetCaptureInfo = unsafe extern "C" fn(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, edgeData_out: *mut *const CUgraphEdgeData, numDependencies_out: *mut usize) -> CUresult;
+    /// `cuStreamGetCaptureInfo_v3_ptsz` (symbol `cuStreamGetCaptureInfo_v3_ptsz`).
+    pub type cuStreamGetCaptureInfo_v3_ptsz = unsafe extern "C" fn(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, edgeData_out: *mut *const CUgraphEdgeData, numDependencies_out: *mut usize) -> CUresult;
     /// `cuStreamGetCtx` (symbol `cuStreamGetCtx`).
     pub type cuStreamGetCtx = unsafe extern "C" fn(hStream: CUstream, pctx: *mut CUcontext) -> CUresult;
+    /// `cuStreamGetCtx_ptsz` (symbol `cuStreamGetCtx_ptsz`).
+    pub type cuStreamGetCtx_ptsz = unsafe extern "C" fn(hStream: CUstream, pctx: *mut CUcontext) -> CUresult;
     /// `cuStreamGetCtx_v2` (symbol `cuStreamGetCtx_v2`).
     pub type cuStreamGetCtx_v2 = unsafe extern "C" fn(hStream: CUstream, pCtx: *mut CUcontext, pGreenCtx: *mut CUgreenCtx) -> CUresult;
+    /// `cuStreamGetCtx_v2_ptsz` (symbol `cuStreamGetCtx_v2_ptsz`).
+    pub type cuStreamGetCtx_v2_ptsz = unsafe extern "C" fn(hStream: CUstream, pCtx: *mut CUcontext, pGreenCtx: *mut CUgreenCtx) -> CUresult;
     /// `cuStreamGetDevice` (symbol `cuStreamGetDevice`).
     pub type cuStreamGetDevice = unsafe extern "C" fn(hStream: CUstream, device: *mut CUdevice) -> CUresult;
+    /// `cuStreamGetDevice_ptsz` (symbol `cuStreamGetDevice_ptsz`).
+    pub type cuStreamGetDevice_ptsz = unsafe extern "C" fn(hStream: CUstream, device: *mut CUdevice) -> CUresult;
     /// `cuStreamGetFlags` (symbol `cuStreamGetFlags`).
     pub type cuStreamGetFlags = unsafe extern "C" fn(hStream: CUstream, flags: * mut::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamGetFlags_ptsz` (symbol `cuStreamGetFlags_ptsz`).
+    pub type cuStreamGetFlags_ptsz = unsafe extern "C" fn(hStream: CUstream, flags: * mut::core::ffi::c_uint) -> CUresult;
     /// `cuStreamGetGreenCtx` (symbol `cuStreamGetGreenCtx`).
     pub type cuStreamGetGreenCtx = unsafe extern "C" fn(hStream: CUstream, phCtx: *mut CUgreenCtx) -> CUresult;
     /// `cuStreamGetId` (symbol `cuStreamGetId`).
     pub type cuStreamGetId = unsafe extern "C" fn(hStream: CUstream, streamId: * mut::core::ffi::c_ulonglong) -> CUresult;
+    /// `cuStreamGetId_ptsz` (symbol `cuStreamGetId_ptsz`).
+    pub type cuStreamGetId_ptsz = unsafe extern "C" fn(hStream: CUstream, streamId: * mut::core::ffi::c_ulonglong) -> CUresult;
     /// `cuStreamGetPriority` (symbol `cuStreamGetPriority`).
     pub type cuStreamGetPriority = unsafe extern "C" fn(hStream: CUstream, priority: * mut::core::ffi::c_int) -> CUresult;
+    /// `cuStreamGetPriority_ptsz` (symbol `cuStreamGetPriority_ptsz`).
+    pub type cuStreamGetPriority_ptsz = unsafe extern "C" fn(hStream: CUstream, priority: * mut::core::ffi::c_int) -> CUresult;
     /// `cuStreamIsCapturing` (symbol `cuStreamIsCapturing`).
     pub type cuStreamIsCapturing = unsafe extern "C" fn(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult;
+    /// `cuStreamIsCapturing_ptsz` (symbol `cuStreamIsCapturing_ptsz`).
+    pub type cuStreamIsCapturing_ptsz = unsafe extern "C" fn(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult;
     /// `cuStreamQuery` (symbol `cuStreamQuery`).
     pub type cuStreamQuery = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
+    /// `cuStreamQuery_ptsz` (symbol `cuStreamQuery_ptsz`).
+    pub type cuStreamQuery_ptsz = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
     /// `cuStreamSetAttribute` (symbol `cuStreamSetAttribute`).
     pub type cuStreamSetAttribute = unsafe extern "C" fn(hStream: CUstream, attr: CUstreamAttrID, value: *const CUstreamAttrValue) -> CUresult;
+    /// `cuStreamSetAttribute_ptsz` (symbol `cuStreamSetAttribute_ptsz`).
+    pub type cuStreamSetAttribute_ptsz = unsafe extern "C" fn(hStream: CUstream, attr: CUstreamAttrID, value: *const CUstreamAttrValue) -> CUresult;
     /// `cuStreamSynchronize` (symbol `cuStreamSynchronize`).
     pub type cuStreamSynchronize = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
+    /// `cuStreamSynchronize_ptsz` (symbol `cuStreamSynchronize_ptsz`).
+    pub type cuStreamSynchronize_ptsz = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
     /// `cuStreamUpdateCaptureDependencies` (symbol `cuStreamUpdateCaptureDependencies_v2`).
     pub type cuStreamUpdateCaptureDependencies = unsafe extern "C" fn(hStream: CUstream, dependencies: *mut CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamUpdateCaptureDependencies_v2_ptsz` (symbol `cuStreamUpdateCaptureDependencies_v2_ptsz`).
+    pub type cuStreamUpdateCaptureDependencies_v2_ptsz = unsafe extern "C" fn(hStream: CUstream, dependencies: *mut CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamWaitEvent` (symbol `cuStreamWaitEvent`).
     pub type cuStreamWaitEvent = unsafe extern "C" fn(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamWaitEvent_ptsz` (symbol `cuStreamWaitEvent_ptsz`).
+    pub type cuStreamWaitEvent_ptsz = unsafe extern "C" fn(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamWaitValue32` (symbol `cuStreamWaitValue32_v2`).
     pub type cuStreamWaitValue32 = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamWaitValue32_v2_ptsz` (symbol `cuStreamWaitValue32_v2_ptsz`).
+    pub type cuStreamWaitValue32_v2_ptsz = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamWaitValue64` (symbol `cuStreamWaitValue64_v2`).
     pub type cuStreamWaitValue64 = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamWaitValue64_v2_ptsz` (symbol `cuStreamWaitValue64_v2_ptsz`).
+    pub type cuStreamWaitValue64_v2_ptsz = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamWriteValue32` (symbol `cuStreamWriteValue32_v2`).
     pub type cuStreamWriteValue32 = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamWriteValue32_v2_ptsz` (symbol `cuStreamWriteValue32_v2_ptsz`).
+    pub type cuStreamWriteValue32_v2_ptsz = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuStreamWriteValue64` (symbol `cuStreamWriteValue64_v2`).
     pub type cuStreamWriteValue64 = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult;
+    /// `cuStreamWriteValue64_v2_ptsz` (symbol `cuStreamWriteValue64_v2_ptsz`).
+    pub type cuStreamWriteValue64_v2_ptsz = unsafe extern "C" fn(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult;
     /// `cuSurfObjectCreate` (symbol `cuSurfObjectCreate`).
     pub type cuSurfObjectCreate = unsafe extern "C" fn(pSurfObject: *mut CUsurfObject, pResDesc: *const CUDA_RESOURCE_DESC) -> CUresult;
     /// `cuSurfObjectDestroy` (symbol `cuSurfObjectDestroy`).
@@ -1364,6 +1617,8 @@ pub mod pfn {
     pub type cuUserObjectRetain = unsafe extern "C" fn(object: CUuserObject, count: ::core::ffi::c_uint) -> CUresult;
     /// `cuWaitExternalSemaphoresAsync` (symbol `cuWaitExternalSemaphoresAsync`).
     pub type cuWaitExternalSemaphoresAsync = unsafe extern "C" fn(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult;
+    /// `cuWaitExternalSemaphoresAsync_ptsz` (symbol `cuWaitExternalSemaphoresAsync_ptsz`).
+    pub type cuWaitExternalSemaphoresAsync_ptsz = unsafe extern "C" fn(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult;
 }
 
 /// Fallible accessors for the process-wide driver's functions: the first call of each
@@ -2014,2504 +2269,3099 @@ pub mod fns {
         // SAFETY: slot 91 holds `cuEventRecordWithFlags`, whose C type `pfn::cuEventRecordWithFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventRecordWithFlags>(p) })
     }
+    /// The process-wide driver's `cuEventRecordWithFlags_ptsz`.
+    #[inline(always)]
+    pub fn cuEventRecordWithFlags_ptsz() -> Result<pfn::cuEventRecordWithFlags_ptsz, LoadError> {
+        let p = global_symbol(92)?;
+        // SAFETY: slot 92 holds `cuEventRecordWithFlags_ptsz`, whose C type `pfn::cuEventRecordWithFlags_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventRecordWithFlags_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuEventRecord_ptsz`.
+    #[inline(always)]
+    pub fn cuEventRecord_ptsz() -> Result<pfn::cuEventRecord_ptsz, LoadError> {
+        let p = global_symbol(93)?;
+        // SAFETY: slot 93 holds `cuEventRecord_ptsz`, whose C type `pfn::cuEventRecord_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventRecord_ptsz>(p) })
+    }
     /// The process-wide driver's `cuEventSynchronize`.
     #[inline(always)]
     pub fn cuEventSynchronize() -> Result<pfn::cuEventSynchronize, LoadError> {
-        let p = global_symbol(92)?;
-        // SAFETY: slot 92 holds `cuEventSynchronize`, whose C type `pfn::cuEventSynchronize` mirrors.
+        let p = global_symbol(94)?;
+        // SAFETY: slot 94 holds `cuEventSynchronize`, whose C type `pfn::cuEventSynchronize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventSynchronize>(p) })
     }
     /// The process-wide driver's `cuExternalMemoryGetMappedBuffer`.
     #[inline(always)]
     pub fn cuExternalMemoryGetMappedBuffer() -> Result<pfn::cuExternalMemoryGetMappedBuffer, LoadError> {
-        let p = global_symbol(93)?;
-        // SAFETY: slot 93 holds `cuExternalMemoryGetMappedBuffer`, whose C type `pfn::cuExternalMemoryGetMappedBuffer` mirrors.
+        let p = global_symbol(95)?;
+        // SAFETY: slot 95 holds `cuExternalMemoryGetMappedBuffer`, whose C type `pfn::cuExternalMemoryGetMappedBuffer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuExternalMemoryGetMappedBuffer>(p) })
     }
     /// The process-wide driver's `cuExternalMemoryGetMappedMipmappedArray`.
     #[inline(always)]
     pub fn cuExternalMemoryGetMappedMipmappedArray() -> Result<pfn::cuExternalMemoryGetMappedMipmappedArray, LoadError> {
-        let p = global_symbol(94)?;
-        // SAFETY: slot 94 holds `cuExternalMemoryGetMappedMipmappedArray`, whose C type `pfn::cuExternalMemoryGetMappedMipmappedArray` mirrors.
+        let p = global_symbol(96)?;
+        // SAFETY: slot 96 holds `cuExternalMemoryGetMappedMipmappedArray`, whose C type `pfn::cuExternalMemoryGetMappedMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuExternalMemoryGetMappedMipmappedArray>(p) })
     }
     /// The process-wide driver's `cuFlushGPUDirectRDMAWrites`.
     #[inline(always)]
     pub fn cuFlushGPUDirectRDMAWrites() -> Result<pfn::cuFlushGPUDirectRDMAWrites, LoadError> {
-        let p = global_symbol(95)?;
-        // SAFETY: slot 95 holds `cuFlushGPUDirectRDMAWrites`, whose C type `pfn::cuFlushGPUDirectRDMAWrites` mirrors.
+        let p = global_symbol(97)?;
+        // SAFETY: slot 97 holds `cuFlushGPUDirectRDMAWrites`, whose C type `pfn::cuFlushGPUDirectRDMAWrites` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFlushGPUDirectRDMAWrites>(p) })
     }
     /// The process-wide driver's `cuFuncGetAttribute`.
     #[inline(always)]
     pub fn cuFuncGetAttribute() -> Result<pfn::cuFuncGetAttribute, LoadError> {
-        let p = global_symbol(96)?;
-        // SAFETY: slot 96 holds `cuFuncGetAttribute`, whose C type `pfn::cuFuncGetAttribute` mirrors.
+        let p = global_symbol(98)?;
+        // SAFETY: slot 98 holds `cuFuncGetAttribute`, whose C type `pfn::cuFuncGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetAttribute>(p) })
     }
     /// The process-wide driver's `cuFuncGetModule`.
     #[inline(always)]
     pub fn cuFuncGetModule() -> Result<pfn::cuFuncGetModule, LoadError> {
-        let p = global_symbol(97)?;
-        // SAFETY: slot 97 holds `cuFuncGetModule`, whose C type `pfn::cuFuncGetModule` mirrors.
+        let p = global_symbol(99)?;
+        // SAFETY: slot 99 holds `cuFuncGetModule`, whose C type `pfn::cuFuncGetModule` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetModule>(p) })
     }
     /// The process-wide driver's `cuFuncGetName`.
     #[inline(always)]
     pub fn cuFuncGetName() -> Result<pfn::cuFuncGetName, LoadError> {
-        let p = global_symbol(98)?;
-        // SAFETY: slot 98 holds `cuFuncGetName`, whose C type `pfn::cuFuncGetName` mirrors.
+        let p = global_symbol(100)?;
+        // SAFETY: slot 100 holds `cuFuncGetName`, whose C type `pfn::cuFuncGetName` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetName>(p) })
     }
     /// The process-wide driver's `cuFuncGetParamInfo`.
     #[inline(always)]
     pub fn cuFuncGetParamInfo() -> Result<pfn::cuFuncGetParamInfo, LoadError> {
-        let p = global_symbol(99)?;
-        // SAFETY: slot 99 holds `cuFuncGetParamInfo`, whose C type `pfn::cuFuncGetParamInfo` mirrors.
+        let p = global_symbol(101)?;
+        // SAFETY: slot 101 holds `cuFuncGetParamInfo`, whose C type `pfn::cuFuncGetParamInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetParamInfo>(p) })
     }
     /// The process-wide driver's `cuFuncIsLoaded`.
     #[inline(always)]
     pub fn cuFuncIsLoaded() -> Result<pfn::cuFuncIsLoaded, LoadError> {
-        let p = global_symbol(100)?;
-        // SAFETY: slot 100 holds `cuFuncIsLoaded`, whose C type `pfn::cuFuncIsLoaded` mirrors.
+        let p = global_symbol(102)?;
+        // SAFETY: slot 102 holds `cuFuncIsLoaded`, whose C type `pfn::cuFuncIsLoaded` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncIsLoaded>(p) })
     }
     /// The process-wide driver's `cuFuncLoad`.
     #[inline(always)]
     pub fn cuFuncLoad() -> Result<pfn::cuFuncLoad, LoadError> {
-        let p = global_symbol(101)?;
-        // SAFETY: slot 101 holds `cuFuncLoad`, whose C type `pfn::cuFuncLoad` mirrors.
+        let p = global_symbol(103)?;
+        // SAFETY: slot 103 holds `cuFuncLoad`, whose C type `pfn::cuFuncLoad` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncLoad>(p) })
     }
     /// The process-wide driver's `cuFuncSetAttribute`.
     #[inline(always)]
     pub fn cuFuncSetAttribute() -> Result<pfn::cuFuncSetAttribute, LoadError> {
-        let p = global_symbol(102)?;
-        // SAFETY: slot 102 holds `cuFuncSetAttribute`, whose C type `pfn::cuFuncSetAttribute` mirrors.
+        let p = global_symbol(104)?;
+        // SAFETY: slot 104 holds `cuFuncSetAttribute`, whose C type `pfn::cuFuncSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetAttribute>(p) })
     }
     /// The process-wide driver's `cuFuncSetBlockShape`.
     #[inline(always)]
     pub fn cuFuncSetBlockShape() -> Result<pfn::cuFuncSetBlockShape, LoadError> {
-        let p = global_symbol(103)?;
-        // SAFETY: slot 103 holds `cuFuncSetBlockShape`, whose C type `pfn::cuFuncSetBlockShape` mirrors.
+        let p = global_symbol(105)?;
+        // SAFETY: slot 105 holds `cuFuncSetBlockShape`, whose C type `pfn::cuFuncSetBlockShape` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetBlockShape>(p) })
     }
     /// The process-wide driver's `cuFuncSetCacheConfig`.
     #[inline(always)]
     pub fn cuFuncSetCacheConfig() -> Result<pfn::cuFuncSetCacheConfig, LoadError> {
-        let p = global_symbol(104)?;
-        // SAFETY: slot 104 holds `cuFuncSetCacheConfig`, whose C type `pfn::cuFuncSetCacheConfig` mirrors.
+        let p = global_symbol(106)?;
+        // SAFETY: slot 106 holds `cuFuncSetCacheConfig`, whose C type `pfn::cuFuncSetCacheConfig` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetCacheConfig>(p) })
     }
     /// The process-wide driver's `cuFuncSetSharedMemConfig`.
     #[inline(always)]
     pub fn cuFuncSetSharedMemConfig() -> Result<pfn::cuFuncSetSharedMemConfig, LoadError> {
-        let p = global_symbol(105)?;
-        // SAFETY: slot 105 holds `cuFuncSetSharedMemConfig`, whose C type `pfn::cuFuncSetSharedMemConfig` mirrors.
+        let p = global_symbol(107)?;
+        // SAFETY: slot 107 holds `cuFuncSetSharedMemConfig`, whose C type `pfn::cuFuncSetSharedMemConfig` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetSharedMemConfig>(p) })
     }
     /// The process-wide driver's `cuFuncSetSharedSize`.
     #[inline(always)]
     pub fn cuFuncSetSharedSize() -> Result<pfn::cuFuncSetSharedSize, LoadError> {
-        let p = global_symbol(106)?;
-        // SAFETY: slot 106 holds `cuFuncSetSharedSize`, whose C type `pfn::cuFuncSetSharedSize` mirrors.
+        let p = global_symbol(108)?;
+        // SAFETY: slot 108 holds `cuFuncSetSharedSize`, whose C type `pfn::cuFuncSetSharedSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetSharedSize>(p) })
     }
     /// The process-wide driver's `cuGetErrorName`.
     #[inline(always)]
     pub fn cuGetErrorName() -> Result<pfn::cuGetErrorName, LoadError> {
-        let p = global_symbol(107)?;
-        // SAFETY: slot 107 holds `cuGetErrorName`, whose C type `pfn::cuGetErrorName` mirrors.
+        let p = global_symbol(109)?;
+        // SAFETY: slot 109 holds `cuGetErrorName`, whose C type `pfn::cuGetErrorName` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetErrorName>(p) })
     }
     /// The process-wide driver's `cuGetErrorString`.
     #[inline(always)]
     pub fn cuGetErrorString() -> Result<pfn::cuGetErrorString, LoadError> {
-        let p = global_symbol(108)?;
-        // SAFETY: slot 108 holds `cuGetErrorString`, whose C type `pfn::cuGetErrorString` mirrors.
+        let p = global_symbol(110)?;
+        // SAFETY: slot 110 holds `cuGetErrorString`, whose C type `pfn::cuGetErrorString` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetErrorString>(p) })
     }
     /// The process-wide driver's `cuGetExportTable`.
     #[inline(always)]
     pub fn cuGetExportTable() -> Result<pfn::cuGetExportTable, LoadError> {
-        let p = global_symbol(109)?;
-        // SAFETY: slot 109 holds `cuGetExportTable`, whose C type `pfn::cuGetExportTable` mirrors.
+        let p = global_symbol(111)?;
+        // SAFETY: slot 111 holds `cuGetExportTable`, whose C type `pfn::cuGetExportTable` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetExportTable>(p) })
     }
     /// The process-wide driver's `cuGetProcAddress`.
     #[inline(always)]
     pub fn cuGetProcAddress() -> Result<pfn::cuGetProcAddress, LoadError> {
-        let p = global_symbol(110)?;
-        // SAFETY: slot 110 holds `cuGetProcAddress_v2`, whose C type `pfn::cuGetProcAddress` mirrors.
+        let p = global_symbol(112)?;
+        // SAFETY: slot 112 holds `cuGetProcAddress_v2`, whose C type `pfn::cuGetProcAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetProcAddress>(p) })
     }
     /// The process-wide driver's `cuGraphAddBatchMemOpNode`.
     #[inline(always)]
     pub fn cuGraphAddBatchMemOpNode() -> Result<pfn::cuGraphAddBatchMemOpNode, LoadError> {
-        let p = global_symbol(111)?;
-        // SAFETY: slot 111 holds `cuGraphAddBatchMemOpNode`, whose C type `pfn::cuGraphAddBatchMemOpNode` mirrors.
+        let p = global_symbol(113)?;
+        // SAFETY: slot 113 holds `cuGraphAddBatchMemOpNode`, whose C type `pfn::cuGraphAddBatchMemOpNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddBatchMemOpNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddChildGraphNode`.
     #[inline(always)]
     pub fn cuGraphAddChildGraphNode() -> Result<pfn::cuGraphAddChildGraphNode, LoadError> {
-        let p = global_symbol(112)?;
-        // SAFETY: slot 112 holds `cuGraphAddChildGraphNode`, whose C type `pfn::cuGraphAddChildGraphNode` mirrors.
+        let p = global_symbol(114)?;
+        // SAFETY: slot 114 holds `cuGraphAddChildGraphNode`, whose C type `pfn::cuGraphAddChildGraphNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddChildGraphNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddDependencies`.
     #[inline(always)]
     pub fn cuGraphAddDependencies() -> Result<pfn::cuGraphAddDependencies, LoadError> {
-        let p = global_symbol(113)?;
-        // SAFETY: slot 113 holds `cuGraphAddDependencies_v2`, whose C type `pfn::cuGraphAddDependencies` mirrors.
+        let p = global_symbol(115)?;
+        // SAFETY: slot 115 holds `cuGraphAddDependencies_v2`, whose C type `pfn::cuGraphAddDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddDependencies>(p) })
     }
     /// The process-wide driver's `cuGraphAddEmptyNode`.
     #[inline(always)]
     pub fn cuGraphAddEmptyNode() -> Result<pfn::cuGraphAddEmptyNode, LoadError> {
-        let p = global_symbol(114)?;
-        // SAFETY: slot 114 holds `cuGraphAddEmptyNode`, whose C type `pfn::cuGraphAddEmptyNode` mirrors.
+        let p = global_symbol(116)?;
+        // SAFETY: slot 116 holds `cuGraphAddEmptyNode`, whose C type `pfn::cuGraphAddEmptyNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddEmptyNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddEventRecordNode`.
     #[inline(always)]
     pub fn cuGraphAddEventRecordNode() -> Result<pfn::cuGraphAddEventRecordNode, LoadError> {
-        let p = global_symbol(115)?;
-        // SAFETY: slot 115 holds `cuGraphAddEventRecordNode`, whose C type `pfn::cuGraphAddEventRecordNode` mirrors.
+        let p = global_symbol(117)?;
+        // SAFETY: slot 117 holds `cuGraphAddEventRecordNode`, whose C type `pfn::cuGraphAddEventRecordNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddEventRecordNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddEventWaitNode`.
     #[inline(always)]
     pub fn cuGraphAddEventWaitNode() -> Result<pfn::cuGraphAddEventWaitNode, LoadError> {
-        let p = global_symbol(116)?;
-        // SAFETY: slot 116 holds `cuGraphAddEventWaitNode`, whose C type `pfn::cuGraphAddEventWaitNode` mirrors.
+        let p = global_symbol(118)?;
+        // SAFETY: slot 118 holds `cuGraphAddEventWaitNode`, whose C type `pfn::cuGraphAddEventWaitNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddEventWaitNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddExternalSemaphoresSignalNode`.
     #[inline(always)]
     pub fn cuGraphAddExternalSemaphoresSignalNode() -> Result<pfn::cuGraphAddExternalSemaphoresSignalNode, LoadError> {
-        let p = global_symbol(117)?;
-        // SAFETY: slot 117 holds `cuGraphAddExternalSemaphoresSignalNode`, whose C type `pfn::cuGraphAddExternalSemaphoresSignalNode` mirrors.
+        let p = global_symbol(119)?;
+        // SAFETY: slot 119 holds `cuGraphAddExternalSemaphoresSignalNode`, whose C type `pfn::cuGraphAddExternalSemaphoresSignalNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddExternalSemaphoresSignalNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddExternalSemaphoresWaitNode`.
     #[inline(always)]
     pub fn cuGraphAddExternalSemaphoresWaitNode() -> Result<pfn::cuGraphAddExternalSemaphoresWaitNode, LoadError> {
-        let p = global_symbol(118)?;
-        // SAFETY: slot 118 holds `cuGraphAddExternalSemaphoresWaitNode`, whose C type `pfn::cuGraphAddExternalSemaphoresWaitNode` mirrors.
+        let p = global_symbol(120)?;
+        // SAFETY: slot 120 holds `cuGraphAddExternalSemaphoresWaitNode`, whose C type `pfn::cuGraphAddExternalSemaphoresWaitNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddExternalSemaphoresWaitNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddHostNode`.
     #[inline(always)]
     pub fn cuGraphAddHostNode() -> Result<pfn::cuGraphAddHostNode, LoadError> {
-        let p = global_symbol(119)?;
-        // SAFETY: slot 119 holds `cuGraphAddHostNode`, whose C type `pfn::cuGraphAddHostNode` mirrors.
+        let p = global_symbol(121)?;
+        // SAFETY: slot 121 holds `cuGraphAddHostNode`, whose C type `pfn::cuGraphAddHostNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddHostNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddKernelNode`.
     #[inline(always)]
     pub fn cuGraphAddKernelNode() -> Result<pfn::cuGraphAddKernelNode, LoadError> {
-        let p = global_symbol(120)?;
-        // SAFETY: slot 120 holds `cuGraphAddKernelNode_v2`, whose C type `pfn::cuGraphAddKernelNode` mirrors.
+        let p = global_symbol(122)?;
+        // SAFETY: slot 122 holds `cuGraphAddKernelNode_v2`, whose C type `pfn::cuGraphAddKernelNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddKernelNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddMemAllocNode`.
     #[inline(always)]
     pub fn cuGraphAddMemAllocNode() -> Result<pfn::cuGraphAddMemAllocNode, LoadError> {
-        let p = global_symbol(121)?;
-        // SAFETY: slot 121 holds `cuGraphAddMemAllocNode`, whose C type `pfn::cuGraphAddMemAllocNode` mirrors.
+        let p = global_symbol(123)?;
+        // SAFETY: slot 123 holds `cuGraphAddMemAllocNode`, whose C type `pfn::cuGraphAddMemAllocNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemAllocNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddMemFreeNode`.
     #[inline(always)]
     pub fn cuGraphAddMemFreeNode() -> Result<pfn::cuGraphAddMemFreeNode, LoadError> {
-        let p = global_symbol(122)?;
-        // SAFETY: slot 122 holds `cuGraphAddMemFreeNode`, whose C type `pfn::cuGraphAddMemFreeNode` mirrors.
+        let p = global_symbol(124)?;
+        // SAFETY: slot 124 holds `cuGraphAddMemFreeNode`, whose C type `pfn::cuGraphAddMemFreeNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemFreeNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddMemcpyNode`.
     #[inline(always)]
     pub fn cuGraphAddMemcpyNode() -> Result<pfn::cuGraphAddMemcpyNode, LoadError> {
-        let p = global_symbol(123)?;
-        // SAFETY: slot 123 holds `cuGraphAddMemcpyNode`, whose C type `pfn::cuGraphAddMemcpyNode` mirrors.
+        let p = global_symbol(125)?;
+        // SAFETY: slot 125 holds `cuGraphAddMemcpyNode`, whose C type `pfn::cuGraphAddMemcpyNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemcpyNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddMemsetNode`.
     #[inline(always)]
     pub fn cuGraphAddMemsetNode() -> Result<pfn::cuGraphAddMemsetNode, LoadError> {
-        let p = global_symbol(124)?;
-        // SAFETY: slot 124 holds `cuGraphAddMemsetNode`, whose C type `pfn::cuGraphAddMemsetNode` mirrors.
+        let p = global_symbol(126)?;
+        // SAFETY: slot 126 holds `cuGraphAddMemsetNode`, whose C type `pfn::cuGraphAddMemsetNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemsetNode>(p) })
     }
     /// The process-wide driver's `cuGraphAddNode`.
     #[inline(always)]
     pub fn cuGraphAddNode() -> Result<pfn::cuGraphAddNode, LoadError> {
-        let p = global_symbol(125)?;
-        // SAFETY: slot 125 holds `cuGraphAddNode_v2`, whose C type `pfn::cuGraphAddNode` mirrors.
+        let p = global_symbol(127)?;
+        // SAFETY: slot 127 holds `cuGraphAddNode_v2`, whose C type `pfn::cuGraphAddNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddNode>(p) })
     }
     /// The process-wide driver's `cuGraphBatchMemOpNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphBatchMemOpNodeGetParams() -> Result<pfn::cuGraphBatchMemOpNodeGetParams, LoadError> {
-        let p = global_symbol(126)?;
-        // SAFETY: slot 126 holds `cuGraphBatchMemOpNodeGetParams`, whose C type `pfn::cuGraphBatchMemOpNodeGetParams` mirrors.
+        let p = global_symbol(128)?;
+        // SAFETY: slot 128 holds `cuGraphBatchMemOpNodeGetParams`, whose C type `pfn::cuGraphBatchMemOpNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphBatchMemOpNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphBatchMemOpNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphBatchMemOpNodeSetParams() -> Result<pfn::cuGraphBatchMemOpNodeSetParams, LoadError> {
-        let p = global_symbol(127)?;
-        // SAFETY: slot 127 holds `cuGraphBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphBatchMemOpNodeSetParams` mirrors.
+        let p = global_symbol(129)?;
+        // SAFETY: slot 129 holds `cuGraphBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphBatchMemOpNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphBatchMemOpNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphChildGraphNodeGetGraph`.
     #[inline(always)]
     pub fn cuGraphChildGraphNodeGetGraph() -> Result<pfn::cuGraphChildGraphNodeGetGraph, LoadError> {
-        let p = global_symbol(128)?;
-        // SAFETY: slot 128 holds `cuGraphChildGraphNodeGetGraph`, whose C type `pfn::cuGraphChildGraphNodeGetGraph` mirrors.
+        let p = global_symbol(130)?;
+        // SAFETY: slot 130 holds `cuGraphChildGraphNodeGetGraph`, whose C type `pfn::cuGraphChildGraphNodeGetGraph` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphChildGraphNodeGetGraph>(p) })
     }
     /// The process-wide driver's `cuGraphClone`.
     #[inline(always)]
     pub fn cuGraphClone() -> Result<pfn::cuGraphClone, LoadError> {
-        let p = global_symbol(129)?;
-        // SAFETY: slot 129 holds `cuGraphClone`, whose C type `pfn::cuGraphClone` mirrors.
+        let p = global_symbol(131)?;
+        // SAFETY: slot 131 holds `cuGraphClone`, whose C type `pfn::cuGraphClone` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphClone>(p) })
     }
     /// The process-wide driver's `cuGraphConditionalHandleCreate`.
     #[inline(always)]
     pub fn cuGraphConditionalHandleCreate() -> Result<pfn::cuGraphConditionalHandleCreate, LoadError> {
-        let p = global_symbol(130)?;
-        // SAFETY: slot 130 holds `cuGraphConditionalHandleCreate`, whose C type `pfn::cuGraphConditionalHandleCreate` mirrors.
+        let p = global_symbol(132)?;
+        // SAFETY: slot 132 holds `cuGraphConditionalHandleCreate`, whose C type `pfn::cuGraphConditionalHandleCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphConditionalHandleCreate>(p) })
     }
     /// The process-wide driver's `cuGraphCreate`.
     #[inline(always)]
     pub fn cuGraphCreate() -> Result<pfn::cuGraphCreate, LoadError> {
-        let p = global_symbol(131)?;
-        // SAFETY: slot 131 holds `cuGraphCreate`, whose C type `pfn::cuGraphCreate` mirrors.
+        let p = global_symbol(133)?;
+        // SAFETY: slot 133 holds `cuGraphCreate`, whose C type `pfn::cuGraphCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphCreate>(p) })
     }
     /// The process-wide driver's `cuGraphDebugDotPrint`.
     #[inline(always)]
     pub fn cuGraphDebugDotPrint() -> Result<pfn::cuGraphDebugDotPrint, LoadError> {
-        let p = global_symbol(132)?;
-        // SAFETY: slot 132 holds `cuGraphDebugDotPrint`, whose C type `pfn::cuGraphDebugDotPrint` mirrors.
+        let p = global_symbol(134)?;
+        // SAFETY: slot 134 holds `cuGraphDebugDotPrint`, whose C type `pfn::cuGraphDebugDotPrint` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphDebugDotPrint>(p) })
     }
     /// The process-wide driver's `cuGraphDestroy`.
     #[inline(always)]
     pub fn cuGraphDestroy() -> Result<pfn::cuGraphDestroy, LoadError> {
-        let p = global_symbol(133)?;
-        // SAFETY: slot 133 holds `cuGraphDestroy`, whose C type `pfn::cuGraphDestroy` mirrors.
+        let p = global_symbol(135)?;
+        // SAFETY: slot 135 holds `cuGraphDestroy`, whose C type `pfn::cuGraphDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphDestroy>(p) })
     }
     /// The process-wide driver's `cuGraphDestroyNode`.
     #[inline(always)]
     pub fn cuGraphDestroyNode() -> Result<pfn::cuGraphDestroyNode, LoadError> {
-        let p = global_symbol(134)?;
-        // SAFETY: slot 134 holds `cuGraphDestroyNode`, whose C type `pfn::cuGraphDestroyNode` mirrors.
+        let p = global_symbol(136)?;
+        // SAFETY: slot 136 holds `cuGraphDestroyNode`, whose C type `pfn::cuGraphDestroyNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphDestroyNode>(p) })
     }
     /// The process-wide driver's `cuGraphEventRecordNodeGetEvent`.
     #[inline(always)]
     pub fn cuGraphEventRecordNodeGetEvent() -> Result<pfn::cuGraphEventRecordNodeGetEvent, LoadError> {
-        let p = global_symbol(135)?;
-        // SAFETY: slot 135 holds `cuGraphEventRecordNodeGetEvent`, whose C type `pfn::cuGraphEventRecordNodeGetEvent` mirrors.
+        let p = global_symbol(137)?;
+        // SAFETY: slot 137 holds `cuGraphEventRecordNodeGetEvent`, whose C type `pfn::cuGraphEventRecordNodeGetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventRecordNodeGetEvent>(p) })
     }
     /// The process-wide driver's `cuGraphEventRecordNodeSetEvent`.
     #[inline(always)]
     pub fn cuGraphEventRecordNodeSetEvent() -> Result<pfn::cuGraphEventRecordNodeSetEvent, LoadError> {
-        let p = global_symbol(136)?;
-        // SAFETY: slot 136 holds `cuGraphEventRecordNodeSetEvent`, whose C type `pfn::cuGraphEventRecordNodeSetEvent` mirrors.
+        let p = global_symbol(138)?;
+        // SAFETY: slot 138 holds `cuGraphEventRecordNodeSetEvent`, whose C type `pfn::cuGraphEventRecordNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventRecordNodeSetEvent>(p) })
     }
     /// The process-wide driver's `cuGraphEventWaitNodeGetEvent`.
     #[inline(always)]
     pub fn cuGraphEventWaitNodeGetEvent() -> Result<pfn::cuGraphEventWaitNodeGetEvent, LoadError> {
-        let p = global_symbol(137)?;
-        // SAFETY: slot 137 holds `cuGraphEventWaitNodeGetEvent`, whose C type `pfn::cuGraphEventWaitNodeGetEvent` mirrors.
+        let p = global_symbol(139)?;
+        // SAFETY: slot 139 holds `cuGraphEventWaitNodeGetEvent`, whose C type `pfn::cuGraphEventWaitNodeGetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventWaitNodeGetEvent>(p) })
     }
     /// The process-wide driver's `cuGraphEventWaitNodeSetEvent`.
     #[inline(always)]
     pub fn cuGraphEventWaitNodeSetEvent() -> Result<pfn::cuGraphEventWaitNodeSetEvent, LoadError> {
-        let p = global_symbol(138)?;
-        // SAFETY: slot 138 holds `cuGraphEventWaitNodeSetEvent`, whose C type `pfn::cuGraphEventWaitNodeSetEvent` mirrors.
+        let p = global_symbol(140)?;
+        // SAFETY: slot 140 holds `cuGraphEventWaitNodeSetEvent`, whose C type `pfn::cuGraphEventWaitNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventWaitNodeSetEvent>(p) })
     }
     /// The process-wide driver's `cuGraphExecBatchMemOpNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecBatchMemOpNodeSetParams() -> Result<pfn::cuGraphExecBatchMemOpNodeSetParams, LoadError> {
-        let p = global_symbol(139)?;
-        // SAFETY: slot 139 holds `cuGraphExecBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphExecBatchMemOpNodeSetParams` mirrors.
+        let p = global_symbol(141)?;
+        // SAFETY: slot 141 holds `cuGraphExecBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphExecBatchMemOpNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecBatchMemOpNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecChildGraphNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecChildGraphNodeSetParams() -> Result<pfn::cuGraphExecChildGraphNodeSetParams, LoadError> {
-        let p = global_symbol(140)?;
-        // SAFETY: slot 140 holds `cuGraphExecChildGraphNodeSetParams`, whose C type `pfn::cuGraphExecChildGraphNodeSetParams` mirrors.
+        let p = global_symbol(142)?;
+        // SAFETY: slot 142 holds `cuGraphExecChildGraphNodeSetParams`, whose C type `pfn::cuGraphExecChildGraphNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecChildGraphNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecDestroy`.
     #[inline(always)]
     pub fn cuGraphExecDestroy() -> Result<pfn::cuGraphExecDestroy, LoadError> {
-        let p = global_symbol(141)?;
-        // SAFETY: slot 141 holds `cuGraphExecDestroy`, whose C type `pfn::cuGraphExecDestroy` mirrors.
+        let p = global_symbol(143)?;
+        // SAFETY: slot 143 holds `cuGraphExecDestroy`, whose C type `pfn::cuGraphExecDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecDestroy>(p) })
     }
     /// The process-wide driver's `cuGraphExecEventRecordNodeSetEvent`.
     #[inline(always)]
     pub fn cuGraphExecEventRecordNodeSetEvent() -> Result<pfn::cuGraphExecEventRecordNodeSetEvent, LoadError> {
-        let p = global_symbol(142)?;
-        // SAFETY: slot 142 holds `cuGraphExecEventRecordNodeSetEvent`, whose C type `pfn::cuGraphExecEventRecordNodeSetEvent` mirrors.
+        let p = global_symbol(144)?;
+        // SAFETY: slot 144 holds `cuGraphExecEventRecordNodeSetEvent`, whose C type `pfn::cuGraphExecEventRecordNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecEventRecordNodeSetEvent>(p) })
     }
     /// The process-wide driver's `cuGraphExecEventWaitNodeSetEvent`.
     #[inline(always)]
     pub fn cuGraphExecEventWaitNodeSetEvent() -> Result<pfn::cuGraphExecEventWaitNodeSetEvent, LoadError> {
-        let p = global_symbol(143)?;
-        // SAFETY: slot 143 holds `cuGraphExecEventWaitNodeSetEvent`, whose C type `pfn::cuGraphExecEventWaitNodeSetEvent` mirrors.
+        let p = global_symbol(145)?;
+        // SAFETY: slot 145 holds `cuGraphExecEventWaitNodeSetEvent`, whose C type `pfn::cuGraphExecEventWaitNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecEventWaitNodeSetEvent>(p) })
     }
     /// The process-wide driver's `cuGraphExecExternalSemaphoresSignalNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecExternalSemaphoresSignalNodeSetParams() -> Result<pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams, LoadError> {
-        let p = global_symbol(144)?;
-        // SAFETY: slot 144 holds `cuGraphExecExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams` mirrors.
+        let p = global_symbol(146)?;
+        // SAFETY: slot 146 holds `cuGraphExecExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecExternalSemaphoresWaitNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecExternalSemaphoresWaitNodeSetParams() -> Result<pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams, LoadError> {
-        let p = global_symbol(145)?;
-        // SAFETY: slot 145 holds `cuGraphExecExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams` mirrors.
+        let p = global_symbol(147)?;
+        // SAFETY: slot 147 holds `cuGraphExecExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecGetFlags`.
     #[inline(always)]
     pub fn cuGraphExecGetFlags() -> Result<pfn::cuGraphExecGetFlags, LoadError> {
-        let p = global_symbol(146)?;
-        // SAFETY: slot 146 holds `cuGraphExecGetFlags`, whose C type `pfn::cuGraphExecGetFlags` mirrors.
+        let p = global_symbol(148)?;
+        // SAFETY: slot 148 holds `cuGraphExecGetFlags`, whose C type `pfn::cuGraphExecGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecGetFlags>(p) })
     }
     /// The process-wide driver's `cuGraphExecHostNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecHostNodeSetParams() -> Result<pfn::cuGraphExecHostNodeSetParams, LoadError> {
-        let p = global_symbol(147)?;
-        // SAFETY: slot 147 holds `cuGraphExecHostNodeSetParams`, whose C type `pfn::cuGraphExecHostNodeSetParams` mirrors.
+        let p = global_symbol(149)?;
+        // SAFETY: slot 149 holds `cuGraphExecHostNodeSetParams`, whose C type `pfn::cuGraphExecHostNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecHostNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecKernelNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecKernelNodeSetParams() -> Result<pfn::cuGraphExecKernelNodeSetParams, LoadError> {
-        let p = global_symbol(148)?;
-        // SAFETY: slot 148 holds `cuGraphExecKernelNodeSetParams_v2`, whose C type `pfn::cuGraphExecKernelNodeSetParams` mirrors.
+        let p = global_symbol(150)?;
+        // SAFETY: slot 150 holds `cuGraphExecKernelNodeSetParams_v2`, whose C type `pfn::cuGraphExecKernelNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecKernelNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecMemcpyNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecMemcpyNodeSetParams() -> Result<pfn::cuGraphExecMemcpyNodeSetParams, LoadError> {
-        let p = global_symbol(149)?;
-        // SAFETY: slot 149 holds `cuGraphExecMemcpyNodeSetParams`, whose C type `pfn::cuGraphExecMemcpyNodeSetParams` mirrors.
+        let p = global_symbol(151)?;
+        // SAFETY: slot 151 holds `cuGraphExecMemcpyNodeSetParams`, whose C type `pfn::cuGraphExecMemcpyNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecMemcpyNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecMemsetNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecMemsetNodeSetParams() -> Result<pfn::cuGraphExecMemsetNodeSetParams, LoadError> {
-        let p = global_symbol(150)?;
-        // SAFETY: slot 150 holds `cuGraphExecMemsetNodeSetParams`, whose C type `pfn::cuGraphExecMemsetNodeSetParams` mirrors.
+        let p = global_symbol(152)?;
+        // SAFETY: slot 152 holds `cuGraphExecMemsetNodeSetParams`, whose C type `pfn::cuGraphExecMemsetNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecMemsetNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExecNodeSetParams() -> Result<pfn::cuGraphExecNodeSetParams, LoadError> {
-        let p = global_symbol(151)?;
-        // SAFETY: slot 151 holds `cuGraphExecNodeSetParams`, whose C type `pfn::cuGraphExecNodeSetParams` mirrors.
+        let p = global_symbol(153)?;
+        // SAFETY: slot 153 holds `cuGraphExecNodeSetParams`, whose C type `pfn::cuGraphExecNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExecUpdate`.
     #[inline(always)]
     pub fn cuGraphExecUpdate() -> Result<pfn::cuGraphExecUpdate, LoadError> {
-        let p = global_symbol(152)?;
-        // SAFETY: slot 152 holds `cuGraphExecUpdate_v2`, whose C type `pfn::cuGraphExecUpdate` mirrors.
+        let p = global_symbol(154)?;
+        // SAFETY: slot 154 holds `cuGraphExecUpdate_v2`, whose C type `pfn::cuGraphExecUpdate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecUpdate>(p) })
     }
     /// The process-wide driver's `cuGraphExternalSemaphoresSignalNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphExternalSemaphoresSignalNodeGetParams() -> Result<pfn::cuGraphExternalSemaphoresSignalNodeGetParams, LoadError> {
-        let p = global_symbol(153)?;
-        // SAFETY: slot 153 holds `cuGraphExternalSemaphoresSignalNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeGetParams` mirrors.
+        let p = global_symbol(155)?;
+        // SAFETY: slot 155 holds `cuGraphExternalSemaphoresSignalNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresSignalNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExternalSemaphoresSignalNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExternalSemaphoresSignalNodeSetParams() -> Result<pfn::cuGraphExternalSemaphoresSignalNodeSetParams, LoadError> {
-        let p = global_symbol(154)?;
-        // SAFETY: slot 154 holds `cuGraphExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeSetParams` mirrors.
+        let p = global_symbol(156)?;
+        // SAFETY: slot 156 holds `cuGraphExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresSignalNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExternalSemaphoresWaitNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphExternalSemaphoresWaitNodeGetParams() -> Result<pfn::cuGraphExternalSemaphoresWaitNodeGetParams, LoadError> {
-        let p = global_symbol(155)?;
-        // SAFETY: slot 155 holds `cuGraphExternalSemaphoresWaitNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeGetParams` mirrors.
+        let p = global_symbol(157)?;
+        // SAFETY: slot 157 holds `cuGraphExternalSemaphoresWaitNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresWaitNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphExternalSemaphoresWaitNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphExternalSemaphoresWaitNodeSetParams() -> Result<pfn::cuGraphExternalSemaphoresWaitNodeSetParams, LoadError> {
-        let p = global_symbol(156)?;
-        // SAFETY: slot 156 holds `cuGraphExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeSetParams` mirrors.
+        let p = global_symbol(158)?;
+        // SAFETY: slot 158 holds `cuGraphExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresWaitNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphGetEdges`.
     #[inline(always)]
     pub fn cuGraphGetEdges() -> Result<pfn::cuGraphGetEdges, LoadError> {
-        let p = global_symbol(157)?;
-        // SAFETY: slot 157 holds `cuGraphGetEdges_v2`, whose C type `pfn::cuGraphGetEdges` mirrors.
+        let p = global_symbol(159)?;
+        // SAFETY: slot 159 holds `cuGraphGetEdges_v2`, whose C type `pfn::cuGraphGetEdges` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphGetEdges>(p) })
     }
     /// The process-wide driver's `cuGraphGetNodes`.
     #[inline(always)]
     pub fn cuGraphGetNodes() -> Result<pfn::cuGraphGetNodes, LoadError> {
-        let p = global_symbol(158)?;
-        // SAFETY: slot 158 holds `cuGraphGetNodes`, whose C type `pfn::cuGraphGetNodes` mirrors.
+        let p = global_symbol(160)?;
+        // SAFETY: slot 160 holds `cuGraphGetNodes`, whose C type `pfn::cuGraphGetNodes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphGetNodes>(p) })
     }
     /// The process-wide driver's `cuGraphGetRootNodes`.
     #[inline(always)]
     pub fn cuGraphGetRootNodes() -> Result<pfn::cuGraphGetRootNodes, LoadError> {
-        let p = global_symbol(159)?;
-        // SAFETY: slot 159 holds `cuGraphGetRootNodes`, whose C type `pfn::cuGraphGetRootNodes` mirrors.
+        let p = global_symbol(161)?;
+        // SAFETY: slot 161 holds `cuGraphGetRootNodes`, whose C type `pfn::cuGraphGetRootNodes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphGetRootNodes>(p) })
     }
     /// The process-wide driver's `cuGraphHostNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphHostNodeGetParams() -> Result<pfn::cuGraphHostNodeGetParams, LoadError> {
-        let p = global_symbol(160)?;
-        // SAFETY: slot 160 holds `cuGraphHostNodeGetParams`, whose C type `pfn::cuGraphHostNodeGetParams` mirrors.
+        let p = global_symbol(162)?;
+        // SAFETY: slot 162 holds `cuGraphHostNodeGetParams`, whose C type `pfn::cuGraphHostNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphHostNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphHostNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphHostNodeSetParams() -> Result<pfn::cuGraphHostNodeSetParams, LoadError> {
-        let p = global_symbol(161)?;
-        // SAFETY: slot 161 holds `cuGraphHostNodeSetParams`, whose C type `pfn::cuGraphHostNodeSetParams` mirrors.
+        let p = global_symbol(163)?;
+        // SAFETY: slot 163 holds `cuGraphHostNodeSetParams`, whose C type `pfn::cuGraphHostNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphHostNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphInstantiate`.
     #[inline(always)]
     pub fn cuGraphInstantiate() -> Result<pfn::cuGraphInstantiate, LoadError> {
-        let p = global_symbol(162)?;
-        // SAFETY: slot 162 holds `cuGraphInstantiateWithFlags`, whose C type `pfn::cuGraphInstantiate` mirrors.
+        let p = global_symbol(164)?;
+        // SAFETY: slot 164 holds `cuGraphInstantiateWithFlags`, whose C type `pfn::cuGraphInstantiate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphInstantiate>(p) })
     }
     /// The process-wide driver's `cuGraphInstantiateWithParams`.
     #[inline(always)]
     pub fn cuGraphInstantiateWithParams() -> Result<pfn::cuGraphInstantiateWithParams, LoadError> {
-        let p = global_symbol(163)?;
-        // SAFETY: slot 163 holds `cuGraphInstantiateWithParams`, whose C type `pfn::cuGraphInstantiateWithParams` mirrors.
+        let p = global_symbol(165)?;
+        // SAFETY: slot 165 holds `cuGraphInstantiateWithParams`, whose C type `pfn::cuGraphInstantiateWithParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphInstantiateWithParams>(p) })
+    }
+    /// The process-wide driver's `cuGraphInstantiateWithParams_ptsz`.
+    #[inline(always)]
+    pub fn cuGraphInstantiateWithParams_ptsz() -> Result<pfn::cuGraphInstantiateWithParams_ptsz, LoadError> {
+        let p = global_symbol(166)?;
+        // SAFETY: slot 166 holds `cuGraphInstantiateWithParams_ptsz`, whose C type `pfn::cuGraphInstantiateWithParams_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphInstantiateWithParams_ptsz>(p) })
     }
     /// The process-wide driver's `cuGraphKernelNodeCopyAttributes`.
     #[inline(always)]
     pub fn cuGraphKernelNodeCopyAttributes() -> Result<pfn::cuGraphKernelNodeCopyAttributes, LoadError> {
-        let p = global_symbol(164)?;
-        // SAFETY: slot 164 holds `cuGraphKernelNodeCopyAttributes`, whose C type `pfn::cuGraphKernelNodeCopyAttributes` mirrors.
+        let p = global_symbol(167)?;
+        // SAFETY: slot 167 holds `cuGraphKernelNodeCopyAttributes`, whose C type `pfn::cuGraphKernelNodeCopyAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeCopyAttributes>(p) })
     }
     /// The process-wide driver's `cuGraphKernelNodeGetAttribute`.
     #[inline(always)]
     pub fn cuGraphKernelNodeGetAttribute() -> Result<pfn::cuGraphKernelNodeGetAttribute, LoadError> {
-        let p = global_symbol(165)?;
-        // SAFETY: slot 165 holds `cuGraphKernelNodeGetAttribute`, whose C type `pfn::cuGraphKernelNodeGetAttribute` mirrors.
+        let p = global_symbol(168)?;
+        // SAFETY: slot 168 holds `cuGraphKernelNodeGetAttribute`, whose C type `pfn::cuGraphKernelNodeGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeGetAttribute>(p) })
     }
     /// The process-wide driver's `cuGraphKernelNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphKernelNodeGetParams() -> Result<pfn::cuGraphKernelNodeGetParams, LoadError> {
-        let p = global_symbol(166)?;
-        // SAFETY: slot 166 holds `cuGraphKernelNodeGetParams_v2`, whose C type `pfn::cuGraphKernelNodeGetParams` mirrors.
+        let p = global_symbol(169)?;
+        // SAFETY: slot 169 holds `cuGraphKernelNodeGetParams_v2`, whose C type `pfn::cuGraphKernelNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphKernelNodeSetAttribute`.
     #[inline(always)]
     pub fn cuGraphKernelNodeSetAttribute() -> Result<pfn::cuGraphKernelNodeSetAttribute, LoadError> {
-        let p = global_symbol(167)?;
-        // SAFETY: slot 167 holds `cuGraphKernelNodeSetAttribute`, whose C type `pfn::cuGraphKernelNodeSetAttribute` mirrors.
+        let p = global_symbol(170)?;
+        // SAFETY: slot 170 holds `cuGraphKernelNodeSetAttribute`, whose C type `pfn::cuGraphKernelNodeSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeSetAttribute>(p) })
     }
     /// The process-wide driver's `cuGraphKernelNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphKernelNodeSetParams() -> Result<pfn::cuGraphKernelNodeSetParams, LoadError> {
-        let p = global_symbol(168)?;
-        // SAFETY: slot 168 holds `cuGraphKernelNodeSetParams_v2`, whose C type `pfn::cuGraphKernelNodeSetParams` mirrors.
+        let p = global_symbol(171)?;
+        // SAFETY: slot 171 holds `cuGraphKernelNodeSetParams_v2`, whose C type `pfn::cuGraphKernelNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphLaunch`.
     #[inline(always)]
     pub fn cuGraphLaunch() -> Result<pfn::cuGraphLaunch, LoadError> {
-        let p = global_symbol(169)?;
-        // SAFETY: slot 169 holds `cuGraphLaunch`, whose C type `pfn::cuGraphLaunch` mirrors.
+        let p = global_symbol(172)?;
+        // SAFETY: slot 172 holds `cuGraphLaunch`, whose C type `pfn::cuGraphLaunch` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphLaunch>(p) })
+    }
+    /// The process-wide driver's `cuGraphLaunch_ptsz`.
+    #[inline(always)]
+    pub fn cuGraphLaunch_ptsz() -> Result<pfn::cuGraphLaunch_ptsz, LoadError> {
+        let p = global_symbol(173)?;
+        // SAFETY: slot 173 holds `cuGraphLaunch_ptsz`, whose C type `pfn::cuGraphLaunch_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphLaunch_ptsz>(p) })
     }
     /// The process-wide driver's `cuGraphMemAllocNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphMemAllocNodeGetParams() -> Result<pfn::cuGraphMemAllocNodeGetParams, LoadError> {
-        let p = global_symbol(170)?;
-        // SAFETY: slot 170 holds `cuGraphMemAllocNodeGetParams`, whose C type `pfn::cuGraphMemAllocNodeGetParams` mirrors.
+        let p = global_symbol(174)?;
+        // SAFETY: slot 174 holds `cuGraphMemAllocNodeGetParams`, whose C type `pfn::cuGraphMemAllocNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemAllocNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphMemFreeNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphMemFreeNodeGetParams() -> Result<pfn::cuGraphMemFreeNodeGetParams, LoadError> {
-        let p = global_symbol(171)?;
-        // SAFETY: slot 171 holds `cuGraphMemFreeNodeGetParams`, whose C type `pfn::cuGraphMemFreeNodeGetParams` mirrors.
+        let p = global_symbol(175)?;
+        // SAFETY: slot 175 holds `cuGraphMemFreeNodeGetParams`, whose C type `pfn::cuGraphMemFreeNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemFreeNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphMemcpyNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphMemcpyNodeGetParams() -> Result<pfn::cuGraphMemcpyNodeGetParams, LoadError> {
-        let p = global_symbol(172)?;
-        // SAFETY: slot 172 holds `cuGraphMemcpyNodeGetParams`, whose C type `pfn::cuGraphMemcpyNodeGetParams` mirrors.
+        let p = global_symbol(176)?;
+        // SAFETY: slot 176 holds `cuGraphMemcpyNodeGetParams`, whose C type `pfn::cuGraphMemcpyNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemcpyNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphMemcpyNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphMemcpyNodeSetParams() -> Result<pfn::cuGraphMemcpyNodeSetParams, LoadError> {
-        let p = global_symbol(173)?;
-        // SAFETY: slot 173 holds `cuGraphMemcpyNodeSetParams`, whose C type `pfn::cuGraphMemcpyNodeSetParams` mirrors.
+        let p = global_symbol(177)?;
+        // SAFETY: slot 177 holds `cuGraphMemcpyNodeSetParams`, whose C type `pfn::cuGraphMemcpyNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemcpyNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphMemsetNodeGetParams`.
     #[inline(always)]
     pub fn cuGraphMemsetNodeGetParams() -> Result<pfn::cuGraphMemsetNodeGetParams, LoadError> {
-        let p = global_symbol(174)?;
-        // SAFETY: slot 174 holds `cuGraphMemsetNodeGetParams`, whose C type `pfn::cuGraphMemsetNodeGetParams` mirrors.
+        let p = global_symbol(178)?;
+        // SAFETY: slot 178 holds `cuGraphMemsetNodeGetParams`, whose C type `pfn::cuGraphMemsetNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemsetNodeGetParams>(p) })
     }
     /// The process-wide driver's `cuGraphMemsetNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphMemsetNodeSetParams() -> Result<pfn::cuGraphMemsetNodeSetParams, LoadError> {
-        let p = global_symbol(175)?;
-        // SAFETY: slot 175 holds `cuGraphMemsetNodeSetParams`, whose C type `pfn::cuGraphMemsetNodeSetParams` mirrors.
+        let p = global_symbol(179)?;
+        // SAFETY: slot 179 holds `cuGraphMemsetNodeSetParams`, whose C type `pfn::cuGraphMemsetNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemsetNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphNodeFindInClone`.
     #[inline(always)]
     pub fn cuGraphNodeFindInClone() -> Result<pfn::cuGraphNodeFindInClone, LoadError> {
-        let p = global_symbol(176)?;
-        // SAFETY: slot 176 holds `cuGraphNodeFindInClone`, whose C type `pfn::cuGraphNodeFindInClone` mirrors.
+        let p = global_symbol(180)?;
+        // SAFETY: slot 180 holds `cuGraphNodeFindInClone`, whose C type `pfn::cuGraphNodeFindInClone` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeFindInClone>(p) })
     }
     /// The process-wide driver's `cuGraphNodeGetDependencies`.
     #[inline(always)]
     pub fn cuGraphNodeGetDependencies() -> Result<pfn::cuGraphNodeGetDependencies, LoadError> {
-        let p = global_symbol(177)?;
-        // SAFETY: slot 177 holds `cuGraphNodeGetDependencies_v2`, whose C type `pfn::cuGraphNodeGetDependencies` mirrors.
+        let p = global_symbol(181)?;
+        // SAFETY: slot 181 holds `cuGraphNodeGetDependencies_v2`, whose C type `pfn::cuGraphNodeGetDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetDependencies>(p) })
     }
     /// The process-wide driver's `cuGraphNodeGetDependentNodes`.
     #[inline(always)]
     pub fn cuGraphNodeGetDependentNodes() -> Result<pfn::cuGraphNodeGetDependentNodes, LoadError> {
-        let p = global_symbol(178)?;
-        // SAFETY: slot 178 holds `cuGraphNodeGetDependentNodes_v2`, whose C type `pfn::cuGraphNodeGetDependentNodes` mirrors.
+        let p = global_symbol(182)?;
+        // SAFETY: slot 182 holds `cuGraphNodeGetDependentNodes_v2`, whose C type `pfn::cuGraphNodeGetDependentNodes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetDependentNodes>(p) })
     }
     /// The process-wide driver's `cuGraphNodeGetEnabled`.
     #[inline(always)]
     pub fn cuGraphNodeGetEnabled() -> Result<pfn::cuGraphNodeGetEnabled, LoadError> {
-        let p = global_symbol(179)?;
-        // SAFETY: slot 179 holds `cuGraphNodeGetEnabled`, whose C type `pfn::cuGraphNodeGetEnabled` mirrors.
+        let p = global_symbol(183)?;
+        // SAFETY: slot 183 holds `cuGraphNodeGetEnabled`, whose C type `pfn::cuGraphNodeGetEnabled` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetEnabled>(p) })
     }
     /// The process-wide driver's `cuGraphNodeGetType`.
     #[inline(always)]
     pub fn cuGraphNodeGetType() -> Result<pfn::cuGraphNodeGetType, LoadError> {
-        let p = global_symbol(180)?;
-        // SAFETY: slot 180 holds `cuGraphNodeGetType`, whose C type `pfn::cuGraphNodeGetType` mirrors.
+        let p = global_symbol(184)?;
+        // SAFETY: slot 184 holds `cuGraphNodeGetType`, whose C type `pfn::cuGraphNodeGetType` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetType>(p) })
     }
     /// The process-wide driver's `cuGraphNodeSetEnabled`.
     #[inline(always)]
     pub fn cuGraphNodeSetEnabled() -> Result<pfn::cuGraphNodeSetEnabled, LoadError> {
-        let p = global_symbol(181)?;
-        // SAFETY: slot 181 holds `cuGraphNodeSetEnabled`, whose C type `pfn::cuGraphNodeSetEnabled` mirrors.
+        let p = global_symbol(185)?;
+        // SAFETY: slot 185 holds `cuGraphNodeSetEnabled`, whose C type `pfn::cuGraphNodeSetEnabled` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeSetEnabled>(p) })
     }
     /// The process-wide driver's `cuGraphNodeSetParams`.
     #[inline(always)]
     pub fn cuGraphNodeSetParams() -> Result<pfn::cuGraphNodeSetParams, LoadError> {
-        let p = global_symbol(182)?;
-        // SAFETY: slot 182 holds `cuGraphNodeSetParams`, whose C type `pfn::cuGraphNodeSetParams` mirrors.
+        let p = global_symbol(186)?;
+        // SAFETY: slot 186 holds `cuGraphNodeSetParams`, whose C type `pfn::cuGraphNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeSetParams>(p) })
     }
     /// The process-wide driver's `cuGraphReleaseUserObject`.
     #[inline(always)]
     pub fn cuGraphReleaseUserObject() -> Result<pfn::cuGraphReleaseUserObject, LoadError> {
-        let p = global_symbol(183)?;
-        // SAFETY: slot 183 holds `cuGraphReleaseUserObject`, whose C type `pfn::cuGraphReleaseUserObject` mirrors.
+        let p = global_symbol(187)?;
+        // SAFETY: slot 187 holds `cuGraphReleaseUserObject`, whose C type `pfn::cuGraphReleaseUserObject` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphReleaseUserObject>(p) })
     }
     /// The process-wide driver's `cuGraphRemoveDependencies`.
     #[inline(always)]
     pub fn cuGraphRemoveDependencies() -> Result<pfn::cuGraphRemoveDependencies, LoadError> {
-        let p = global_symbol(184)?;
-        // SAFETY: slot 184 holds `cuGraphRemoveDependencies_v2`, whose C type `pfn::cuGraphRemoveDependencies` mirrors.
+        let p = global_symbol(188)?;
+        // SAFETY: slot 188 holds `cuGraphRemoveDependencies_v2`, whose C type `pfn::cuGraphRemoveDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphRemoveDependencies>(p) })
     }
     /// The process-wide driver's `cuGraphRetainUserObject`.
     #[inline(always)]
     pub fn cuGraphRetainUserObject() -> Result<pfn::cuGraphRetainUserObject, LoadError> {
-        let p = global_symbol(185)?;
-        // SAFETY: slot 185 holds `cuGraphRetainUserObject`, whose C type `pfn::cuGraphRetainUserObject` mirrors.
+        let p = global_symbol(189)?;
+        // SAFETY: slot 189 holds `cuGraphRetainUserObject`, whose C type `pfn::cuGraphRetainUserObject` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphRetainUserObject>(p) })
     }
     /// The process-wide driver's `cuGraphUpload`.
     #[inline(always)]
     pub fn cuGraphUpload() -> Result<pfn::cuGraphUpload, LoadError> {
-        let p = global_symbol(186)?;
-        // SAFETY: slot 186 holds `cuGraphUpload`, whose C type `pfn::cuGraphUpload` mirrors.
+        let p = global_symbol(190)?;
+        // SAFETY: slot 190 holds `cuGraphUpload`, whose C type `pfn::cuGraphUpload` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphUpload>(p) })
+    }
+    /// The process-wide driver's `cuGraphUpload_ptsz`.
+    #[inline(always)]
+    pub fn cuGraphUpload_ptsz() -> Result<pfn::cuGraphUpload_ptsz, LoadError> {
+        let p = global_symbol(191)?;
+        // SAFETY: slot 191 holds `cuGraphUpload_ptsz`, whose C type `pfn::cuGraphUpload_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphUpload_ptsz>(p) })
     }
     /// The process-wide driver's `cuGraphicsMapResources`.
     #[inline(always)]
     pub fn cuGraphicsMapResources() -> Result<pfn::cuGraphicsMapResources, LoadError> {
-        let p = global_symbol(187)?;
-        // SAFETY: slot 187 holds `cuGraphicsMapResources`, whose C type `pfn::cuGraphicsMapResources` mirrors.
+        let p = global_symbol(192)?;
+        // SAFETY: slot 192 holds `cuGraphicsMapResources`, whose C type `pfn::cuGraphicsMapResources` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsMapResources>(p) })
+    }
+    /// The process-wide driver's `cuGraphicsMapResources_ptsz`.
+    #[inline(always)]
+    pub fn cuGraphicsMapResources_ptsz() -> Result<pfn::cuGraphicsMapResources_ptsz, LoadError> {
+        let p = global_symbol(193)?;
+        // SAFETY: slot 193 holds `cuGraphicsMapResources_ptsz`, whose C type `pfn::cuGraphicsMapResources_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsMapResources_ptsz>(p) })
     }
     /// The process-wide driver's `cuGraphicsResourceGetMappedMipmappedArray`.
     #[inline(always)]
     pub fn cuGraphicsResourceGetMappedMipmappedArray() -> Result<pfn::cuGraphicsResourceGetMappedMipmappedArray, LoadError> {
-        let p = global_symbol(188)?;
-        // SAFETY: slot 188 holds `cuGraphicsResourceGetMappedMipmappedArray`, whose C type `pfn::cuGraphicsResourceGetMappedMipmappedArray` mirrors.
+        let p = global_symbol(194)?;
+        // SAFETY: slot 194 holds `cuGraphicsResourceGetMappedMipmappedArray`, whose C type `pfn::cuGraphicsResourceGetMappedMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsResourceGetMappedMipmappedArray>(p) })
     }
     /// The process-wide driver's `cuGraphicsResourceGetMappedPointer`.
     #[inline(always)]
     pub fn cuGraphicsResourceGetMappedPointer() -> Result<pfn::cuGraphicsResourceGetMappedPointer, LoadError> {
-        let p = global_symbol(189)?;
-        // SAFETY: slot 189 holds `cuGraphicsResourceGetMappedPointer_v2`, whose C type `pfn::cuGraphicsResourceGetMappedPointer` mirrors.
+        let p = global_symbol(195)?;
+        // SAFETY: slot 195 holds `cuGraphicsResourceGetMappedPointer_v2`, whose C type `pfn::cuGraphicsResourceGetMappedPointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsResourceGetMappedPointer>(p) })
     }
     /// The process-wide driver's `cuGraphicsResourceSetMapFlags`.
     #[inline(always)]
     pub fn cuGraphicsResourceSetMapFlags() -> Result<pfn::cuGraphicsResourceSetMapFlags, LoadError> {
-        let p = global_symbol(190)?;
-        // SAFETY: slot 190 holds `cuGraphicsResourceSetMapFlags_v2`, whose C type `pfn::cuGraphicsResourceSetMapFlags` mirrors.
+        let p = global_symbol(196)?;
+        // SAFETY: slot 196 holds `cuGraphicsResourceSetMapFlags_v2`, whose C type `pfn::cuGraphicsResourceSetMapFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsResourceSetMapFlags>(p) })
     }
     /// The process-wide driver's `cuGraphicsSubResourceGetMappedArray`.
     #[inline(always)]
     pub fn cuGraphicsSubResourceGetMappedArray() -> Result<pfn::cuGraphicsSubResourceGetMappedArray, LoadError> {
-        let p = global_symbol(191)?;
-        // SAFETY: slot 191 holds `cuGraphicsSubResourceGetMappedArray`, whose C type `pfn::cuGraphicsSubResourceGetMappedArray` mirrors.
+        let p = global_symbol(197)?;
+        // SAFETY: slot 197 holds `cuGraphicsSubResourceGetMappedArray`, whose C type `pfn::cuGraphicsSubResourceGetMappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsSubResourceGetMappedArray>(p) })
     }
     /// The process-wide driver's `cuGraphicsUnmapResources`.
     #[inline(always)]
     pub fn cuGraphicsUnmapResources() -> Result<pfn::cuGraphicsUnmapResources, LoadError> {
-        let p = global_symbol(192)?;
-        // SAFETY: slot 192 holds `cuGraphicsUnmapResources`, whose C type `pfn::cuGraphicsUnmapResources` mirrors.
+        let p = global_symbol(198)?;
+        // SAFETY: slot 198 holds `cuGraphicsUnmapResources`, whose C type `pfn::cuGraphicsUnmapResources` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsUnmapResources>(p) })
+    }
+    /// The process-wide driver's `cuGraphicsUnmapResources_ptsz`.
+    #[inline(always)]
+    pub fn cuGraphicsUnmapResources_ptsz() -> Result<pfn::cuGraphicsUnmapResources_ptsz, LoadError> {
+        let p = global_symbol(199)?;
+        // SAFETY: slot 199 holds `cuGraphicsUnmapResources_ptsz`, whose C type `pfn::cuGraphicsUnmapResources_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsUnmapResources_ptsz>(p) })
     }
     /// The process-wide driver's `cuGraphicsUnregisterResource`.
     #[inline(always)]
     pub fn cuGraphicsUnregisterResource() -> Result<pfn::cuGraphicsUnregisterResource, LoadError> {
-        let p = global_symbol(193)?;
-        // SAFETY: slot 193 holds `cuGraphicsUnregisterResource`, whose C type `pfn::cuGraphicsUnregisterResource` mirrors.
+        let p = global_symbol(200)?;
+        // SAFETY: slot 200 holds `cuGraphicsUnregisterResource`, whose C type `pfn::cuGraphicsUnregisterResource` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsUnregisterResource>(p) })
     }
     /// The process-wide driver's `cuGreenCtxCreate`.
     #[inline(always)]
     pub fn cuGreenCtxCreate() -> Result<pfn::cuGreenCtxCreate, LoadError> {
-        let p = global_symbol(194)?;
-        // SAFETY: slot 194 holds `cuGreenCtxCreate`, whose C type `pfn::cuGreenCtxCreate` mirrors.
+        let p = global_symbol(201)?;
+        // SAFETY: slot 201 holds `cuGreenCtxCreate`, whose C type `pfn::cuGreenCtxCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxCreate>(p) })
     }
     /// The process-wide driver's `cuGreenCtxDestroy`.
     #[inline(always)]
     pub fn cuGreenCtxDestroy() -> Result<pfn::cuGreenCtxDestroy, LoadError> {
-        let p = global_symbol(195)?;
-        // SAFETY: slot 195 holds `cuGreenCtxDestroy`, whose C type `pfn::cuGreenCtxDestroy` mirrors.
+        let p = global_symbol(202)?;
+        // SAFETY: slot 202 holds `cuGreenCtxDestroy`, whose C type `pfn::cuGreenCtxDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxDestroy>(p) })
     }
     /// The process-wide driver's `cuGreenCtxGetDevResource`.
     #[inline(always)]
     pub fn cuGreenCtxGetDevResource() -> Result<pfn::cuGreenCtxGetDevResource, LoadError> {
-        let p = global_symbol(196)?;
-        // SAFETY: slot 196 holds `cuGreenCtxGetDevResource`, whose C type `pfn::cuGreenCtxGetDevResource` mirrors.
+        let p = global_symbol(203)?;
+        // SAFETY: slot 203 holds `cuGreenCtxGetDevResource`, whose C type `pfn::cuGreenCtxGetDevResource` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxGetDevResource>(p) })
     }
     /// The process-wide driver's `cuGreenCtxGetId`.
     #[inline(always)]
     pub fn cuGreenCtxGetId() -> Result<pfn::cuGreenCtxGetId, LoadError> {
-        let p = global_symbol(197)?;
-        // SAFETY: slot 197 holds `cuGreenCtxGetId`, whose C type `pfn::cuGreenCtxGetId` mirrors.
+        let p = global_symbol(204)?;
+        // SAFETY: slot 204 holds `cuGreenCtxGetId`, whose C type `pfn::cuGreenCtxGetId` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxGetId>(p) })
     }
     /// The process-wide driver's `cuGreenCtxRecordEvent`.
     #[inline(always)]
     pub fn cuGreenCtxRecordEvent() -> Result<pfn::cuGreenCtxRecordEvent, LoadError> {
-        let p = global_symbol(198)?;
-        // SAFETY: slot 198 holds `cuGreenCtxRecordEvent`, whose C type `pfn::cuGreenCtxRecordEvent` mirrors.
+        let p = global_symbol(205)?;
+        // SAFETY: slot 205 holds `cuGreenCtxRecordEvent`, whose C type `pfn::cuGreenCtxRecordEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxRecordEvent>(p) })
     }
     /// The process-wide driver's `cuGreenCtxStreamCreate`.
     #[inline(always)]
     pub fn cuGreenCtxStreamCreate() -> Result<pfn::cuGreenCtxStreamCreate, LoadError> {
-        let p = global_symbol(199)?;
-        // SAFETY: slot 199 holds `cuGreenCtxStreamCreate`, whose C type `pfn::cuGreenCtxStreamCreate` mirrors.
+        let p = global_symbol(206)?;
+        // SAFETY: slot 206 holds `cuGreenCtxStreamCreate`, whose C type `pfn::cuGreenCtxStreamCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxStreamCreate>(p) })
     }
     /// The process-wide driver's `cuGreenCtxWaitEvent`.
     #[inline(always)]
     pub fn cuGreenCtxWaitEvent() -> Result<pfn::cuGreenCtxWaitEvent, LoadError> {
-        let p = global_symbol(200)?;
-        // SAFETY: slot 200 holds `cuGreenCtxWaitEvent`, whose C type `pfn::cuGreenCtxWaitEvent` mirrors.
+        let p = global_symbol(207)?;
+        // SAFETY: slot 207 holds `cuGreenCtxWaitEvent`, whose C type `pfn::cuGreenCtxWaitEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxWaitEvent>(p) })
     }
     /// The process-wide driver's `cuImportExternalMemory`.
     #[inline(always)]
     pub fn cuImportExternalMemory() -> Result<pfn::cuImportExternalMemory, LoadError> {
-        let p = global_symbol(201)?;
-        // SAFETY: slot 201 holds `cuImportExternalMemory`, whose C type `pfn::cuImportExternalMemory` mirrors.
+        let p = global_symbol(208)?;
+        // SAFETY: slot 208 holds `cuImportExternalMemory`, whose C type `pfn::cuImportExternalMemory` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuImportExternalMemory>(p) })
     }
     /// The process-wide driver's `cuImportExternalSemaphore`.
     #[inline(always)]
     pub fn cuImportExternalSemaphore() -> Result<pfn::cuImportExternalSemaphore, LoadError> {
-        let p = global_symbol(202)?;
-        // SAFETY: slot 202 holds `cuImportExternalSemaphore`, whose C type `pfn::cuImportExternalSemaphore` mirrors.
+        let p = global_symbol(209)?;
+        // SAFETY: slot 209 holds `cuImportExternalSemaphore`, whose C type `pfn::cuImportExternalSemaphore` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuImportExternalSemaphore>(p) })
     }
     /// The process-wide driver's `cuInit`.
     #[inline(always)]
     pub fn cuInit() -> Result<pfn::cuInit, LoadError> {
-        let p = global_symbol(203)?;
-        // SAFETY: slot 203 holds `cuInit`, whose C type `pfn::cuInit` mirrors.
+        let p = global_symbol(210)?;
+        // SAFETY: slot 210 holds `cuInit`, whose C type `pfn::cuInit` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuInit>(p) })
     }
     /// The process-wide driver's `cuIpcCloseMemHandle`.
     #[inline(always)]
     pub fn cuIpcCloseMemHandle() -> Result<pfn::cuIpcCloseMemHandle, LoadError> {
-        let p = global_symbol(204)?;
-        // SAFETY: slot 204 holds `cuIpcCloseMemHandle`, whose C type `pfn::cuIpcCloseMemHandle` mirrors.
+        let p = global_symbol(211)?;
+        // SAFETY: slot 211 holds `cuIpcCloseMemHandle`, whose C type `pfn::cuIpcCloseMemHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcCloseMemHandle>(p) })
     }
     /// The process-wide driver's `cuIpcGetEventHandle`.
     #[inline(always)]
     pub fn cuIpcGetEventHandle() -> Result<pfn::cuIpcGetEventHandle, LoadError> {
-        let p = global_symbol(205)?;
-        // SAFETY: slot 205 holds `cuIpcGetEventHandle`, whose C type `pfn::cuIpcGetEventHandle` mirrors.
+        let p = global_symbol(212)?;
+        // SAFETY: slot 212 holds `cuIpcGetEventHandle`, whose C type `pfn::cuIpcGetEventHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcGetEventHandle>(p) })
     }
     /// The process-wide driver's `cuIpcGetMemHandle`.
     #[inline(always)]
     pub fn cuIpcGetMemHandle() -> Result<pfn::cuIpcGetMemHandle, LoadError> {
-        let p = global_symbol(206)?;
-        // SAFETY: slot 206 holds `cuIpcGetMemHandle`, whose C type `pfn::cuIpcGetMemHandle` mirrors.
+        let p = global_symbol(213)?;
+        // SAFETY: slot 213 holds `cuIpcGetMemHandle`, whose C type `pfn::cuIpcGetMemHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcGetMemHandle>(p) })
     }
     /// The process-wide driver's `cuIpcOpenEventHandle`.
     #[inline(always)]
     pub fn cuIpcOpenEventHandle() -> Result<pfn::cuIpcOpenEventHandle, LoadError> {
-        let p = global_symbol(207)?;
-        // SAFETY: slot 207 holds `cuIpcOpenEventHandle`, whose C type `pfn::cuIpcOpenEventHandle` mirrors.
+        let p = global_symbol(214)?;
+        // SAFETY: slot 214 holds `cuIpcOpenEventHandle`, whose C type `pfn::cuIpcOpenEventHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcOpenEventHandle>(p) })
     }
     /// The process-wide driver's `cuIpcOpenMemHandle`.
     #[inline(always)]
     pub fn cuIpcOpenMemHandle() -> Result<pfn::cuIpcOpenMemHandle, LoadError> {
-        let p = global_symbol(208)?;
-        // SAFETY: slot 208 holds `cuIpcOpenMemHandle_v2`, whose C type `pfn::cuIpcOpenMemHandle` mirrors.
+        let p = global_symbol(215)?;
+        // SAFETY: slot 215 holds `cuIpcOpenMemHandle_v2`, whose C type `pfn::cuIpcOpenMemHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcOpenMemHandle>(p) })
     }
     /// The process-wide driver's `cuKernelGetAttribute`.
     #[inline(always)]
     pub fn cuKernelGetAttribute() -> Result<pfn::cuKernelGetAttribute, LoadError> {
-        let p = global_symbol(209)?;
-        // SAFETY: slot 209 holds `cuKernelGetAttribute`, whose C type `pfn::cuKernelGetAttribute` mirrors.
+        let p = global_symbol(216)?;
+        // SAFETY: slot 216 holds `cuKernelGetAttribute`, whose C type `pfn::cuKernelGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetAttribute>(p) })
     }
     /// The process-wide driver's `cuKernelGetFunction`.
     #[inline(always)]
     pub fn cuKernelGetFunction() -> Result<pfn::cuKernelGetFunction, LoadError> {
-        let p = global_symbol(210)?;
-        // SAFETY: slot 210 holds `cuKernelGetFunction`, whose C type `pfn::cuKernelGetFunction` mirrors.
+        let p = global_symbol(217)?;
+        // SAFETY: slot 217 holds `cuKernelGetFunction`, whose C type `pfn::cuKernelGetFunction` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetFunction>(p) })
     }
     /// The process-wide driver's `cuKernelGetLibrary`.
     #[inline(always)]
     pub fn cuKernelGetLibrary() -> Result<pfn::cuKernelGetLibrary, LoadError> {
-        let p = global_symbol(211)?;
-        // SAFETY: slot 211 holds `cuKernelGetLibrary`, whose C type `pfn::cuKernelGetLibrary` mirrors.
+        let p = global_symbol(218)?;
+        // SAFETY: slot 218 holds `cuKernelGetLibrary`, whose C type `pfn::cuKernelGetLibrary` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetLibrary>(p) })
     }
     /// The process-wide driver's `cuKernelGetName`.
     #[inline(always)]
     pub fn cuKernelGetName() -> Result<pfn::cuKernelGetName, LoadError> {
-        let p = global_symbol(212)?;
-        // SAFETY: slot 212 holds `cuKernelGetName`, whose C type `pfn::cuKernelGetName` mirrors.
+        let p = global_symbol(219)?;
+        // SAFETY: slot 219 holds `cuKernelGetName`, whose C type `pfn::cuKernelGetName` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetName>(p) })
     }
     /// The process-wide driver's `cuKernelGetParamInfo`.
     #[inline(always)]
     pub fn cuKernelGetParamInfo() -> Result<pfn::cuKernelGetParamInfo, LoadError> {
-        let p = global_symbol(213)?;
-        // SAFETY: slot 213 holds `cuKernelGetParamInfo`, whose C type `pfn::cuKernelGetParamInfo` mirrors.
+        let p = global_symbol(220)?;
+        // SAFETY: slot 220 holds `cuKernelGetParamInfo`, whose C type `pfn::cuKernelGetParamInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetParamInfo>(p) })
     }
     /// The process-wide driver's `cuKernelSetAttribute`.
     #[inline(always)]
     pub fn cuKernelSetAttribute() -> Result<pfn::cuKernelSetAttribute, LoadError> {
-        let p = global_symbol(214)?;
-        // SAFETY: slot 214 holds `cuKernelSetAttribute`, whose C type `pfn::cuKernelSetAttribute` mirrors.
+        let p = global_symbol(221)?;
+        // SAFETY: slot 221 holds `cuKernelSetAttribute`, whose C type `pfn::cuKernelSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelSetAttribute>(p) })
     }
     /// The process-wide driver's `cuKernelSetCacheConfig`.
     #[inline(always)]
     pub fn cuKernelSetCacheConfig() -> Result<pfn::cuKernelSetCacheConfig, LoadError> {
-        let p = global_symbol(215)?;
-        // SAFETY: slot 215 holds `cuKernelSetCacheConfig`, whose C type `pfn::cuKernelSetCacheConfig` mirrors.
+        let p = global_symbol(222)?;
+        // SAFETY: slot 222 holds `cuKernelSetCacheConfig`, whose C type `pfn::cuKernelSetCacheConfig` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelSetCacheConfig>(p) })
     }
     /// The process-wide driver's `cuLaunch`.
     #[inline(always)]
     pub fn cuLaunch() -> Result<pfn::cuLaunch, LoadError> {
-        let p = global_symbol(216)?;
-        // SAFETY: slot 216 holds `cuLaunch`, whose C type `pfn::cuLaunch` mirrors.
+        let p = global_symbol(223)?;
+        // SAFETY: slot 223 holds `cuLaunch`, whose C type `pfn::cuLaunch` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunch>(p) })
     }
     /// The process-wide driver's `cuLaunchCooperativeKernel`.
     #[inline(always)]
     pub fn cuLaunchCooperativeKernel() -> Result<pfn::cuLaunchCooperativeKernel, LoadError> {
-        let p = global_symbol(217)?;
-        // SAFETY: slot 217 holds `cuLaunchCooperativeKernel`, whose C type `pfn::cuLaunchCooperativeKernel` mirrors.
+        let p = global_symbol(224)?;
+        // SAFETY: slot 224 holds `cuLaunchCooperativeKernel`, whose C type `pfn::cuLaunchCooperativeKernel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchCooperativeKernel>(p) })
     }
     /// The process-wide driver's `cuLaunchCooperativeKernelMultiDevice`.
     #[inline(always)]
     pub fn cuLaunchCooperativeKernelMultiDevice() -> Result<pfn::cuLaunchCooperativeKernelMultiDevice, LoadError> {
-        let p = global_symbol(218)?;
-        // SAFETY: slot 218 holds `cuLaunchCooperativeKernelMultiDevice`, whose C type `pfn::cuLaunchCooperativeKernelMultiDevice` mirrors.
+        let p = global_symbol(225)?;
+        // SAFETY: slot 225 holds `cuLaunchCooperativeKernelMultiDevice`, whose C type `pfn::cuLaunchCooperativeKernelMultiDevice` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchCooperativeKernelMultiDevice>(p) })
+    }
+    /// The process-wide driver's `cuLaunchCooperativeKernel_ptsz`.
+    #[inline(always)]
+    pub fn cuLaunchCooperativeKernel_ptsz() -> Result<pfn::cuLaunchCooperativeKernel_ptsz, LoadError> {
+        let p = global_symbol(226)?;
+        // SAFETY: slot 226 holds `cuLaunchCooperativeKernel_ptsz`, whose C type `pfn::cuLaunchCooperativeKernel_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchCooperativeKernel_ptsz>(p) })
     }
     /// The process-wide driver's `cuLaunchGrid`.
     #[inline(always)]
     pub fn cuLaunchGrid() -> Result<pfn::cuLaunchGrid, LoadError> {
-        let p = global_symbol(219)?;
-        // SAFETY: slot 219 holds `cuLaunchGrid`, whose C type `pfn::cuLaunchGrid` mirrors.
+        let p = global_symbol(227)?;
+        // SAFETY: slot 227 holds `cuLaunchGrid`, whose C type `pfn::cuLaunchGrid` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchGrid>(p) })
     }
     /// The process-wide driver's `cuLaunchGridAsync`.
     #[inline(always)]
     pub fn cuLaunchGridAsync() -> Result<pfn::cuLaunchGridAsync, LoadError> {
-        let p = global_symbol(220)?;
-        // SAFETY: slot 220 holds `cuLaunchGridAsync`, whose C type `pfn::cuLaunchGridAsync` mirrors.
+        let p = global_symbol(228)?;
+        // SAFETY: slot 228 holds `cuLaunchGridAsync`, whose C type `pfn::cuLaunchGridAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchGridAsync>(p) })
     }
     /// The process-wide driver's `cuLaunchHostFunc`.
     #[inline(always)]
     pub fn cuLaunchHostFunc() -> Result<pfn::cuLaunchHostFunc, LoadError> {
-        let p = global_symbol(221)?;
-        // SAFETY: slot 221 holds `cuLaunchHostFunc`, whose C type `pfn::cuLaunchHostFunc` mirrors.
+        let p = global_symbol(229)?;
+        // SAFETY: slot 229 holds `cuLaunchHostFunc`, whose C type `pfn::cuLaunchHostFunc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchHostFunc>(p) })
+    }
+    /// The process-wide driver's `cuLaunchHostFunc_ptsz`.
+    #[inline(always)]
+    pub fn cuLaunchHostFunc_ptsz() -> Result<pfn::cuLaunchHostFunc_ptsz, LoadError> {
+        let p = global_symbol(230)?;
+        // SAFETY: slot 230 holds `cuLaunchHostFunc_ptsz`, whose C type `pfn::cuLaunchHostFunc_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchHostFunc_ptsz>(p) })
     }
     /// The process-wide driver's `cuLaunchKernel`.
     #[inline(always)]
     pub fn cuLaunchKernel() -> Result<pfn::cuLaunchKernel, LoadError> {
-        let p = global_symbol(222)?;
-        // SAFETY: slot 222 holds `cuLaunchKernel`, whose C type `pfn::cuLaunchKernel` mirrors.
+        let p = global_symbol(231)?;
+        // SAFETY: slot 231 holds `cuLaunchKernel`, whose C type `pfn::cuLaunchKernel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernel>(p) })
     }
     /// The process-wide driver's `cuLaunchKernelEx`.
     #[inline(always)]
     pub fn cuLaunchKernelEx() -> Result<pfn::cuLaunchKernelEx, LoadError> {
-        let p = global_symbol(223)?;
-        // SAFETY: slot 223 holds `cuLaunchKernelEx`, whose C type `pfn::cuLaunchKernelEx` mirrors.
+        let p = global_symbol(232)?;
+        // SAFETY: slot 232 holds `cuLaunchKernelEx`, whose C type `pfn::cuLaunchKernelEx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernelEx>(p) })
+    }
+    /// The process-wide driver's `cuLaunchKernelEx_ptsz`.
+    #[inline(always)]
+    pub fn cuLaunchKernelEx_ptsz() -> Result<pfn::cuLaunchKernelEx_ptsz, LoadError> {
+        let p = global_symbol(233)?;
+        // SAFETY: slot 233 holds `cuLaunchKernelEx_ptsz`, whose C type `pfn::cuLaunchKernelEx_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernelEx_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuLaunchKernel_ptsz`.
+    #[inline(always)]
+    pub fn cuLaunchKernel_ptsz() -> Result<pfn::cuLaunchKernel_ptsz, LoadError> {
+        let p = global_symbol(234)?;
+        // SAFETY: slot 234 holds `cuLaunchKernel_ptsz`, whose C type `pfn::cuLaunchKernel_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernel_ptsz>(p) })
     }
     /// The process-wide driver's `cuLibraryEnumerateKernels`.
     #[inline(always)]
     pub fn cuLibraryEnumerateKernels() -> Result<pfn::cuLibraryEnumerateKernels, LoadError> {
-        let p = global_symbol(224)?;
-        // SAFETY: slot 224 holds `cuLibraryEnumerateKernels`, whose C type `pfn::cuLibraryEnumerateKernels` mirrors.
+        let p = global_symbol(235)?;
+        // SAFETY: slot 235 holds `cuLibraryEnumerateKernels`, whose C type `pfn::cuLibraryEnumerateKernels` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryEnumerateKernels>(p) })
     }
     /// The process-wide driver's `cuLibraryGetGlobal`.
     #[inline(always)]
     pub fn cuLibraryGetGlobal() -> Result<pfn::cuLibraryGetGlobal, LoadError> {
-        let p = global_symbol(225)?;
-        // SAFETY: slot 225 holds `cuLibraryGetGlobal`, whose C type `pfn::cuLibraryGetGlobal` mirrors.
+        let p = global_symbol(236)?;
+        // SAFETY: slot 236 holds `cuLibraryGetGlobal`, whose C type `pfn::cuLibraryGetGlobal` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetGlobal>(p) })
     }
     /// The process-wide driver's `cuLibraryGetKernel`.
     #[inline(always)]
     pub fn cuLibraryGetKernel() -> Result<pfn::cuLibraryGetKernel, LoadError> {
-        let p = global_symbol(226)?;
-        // SAFETY: slot 226 holds `cuLibraryGetKernel`, whose C type `pfn::cuLibraryGetKernel` mirrors.
+        let p = global_symbol(237)?;
+        // SAFETY: slot 237 holds `cuLibraryGetKernel`, whose C type `pfn::cuLibraryGetKernel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetKernel>(p) })
     }
     /// The process-wide driver's `cuLibraryGetKernelCount`.
     #[inline(always)]
     pub fn cuLibraryGetKernelCount() -> Result<pfn::cuLibraryGetKernelCount, LoadError> {
-        let p = global_symbol(227)?;
-        // SAFETY: slot 227 holds `cuLibraryGetKernelCount`, whose C type `pfn::cuLibraryGetKernelCount` mirrors.
+        let p = global_symbol(238)?;
+        // SAFETY: slot 238 holds `cuLibraryGetKernelCount`, whose C type `pfn::cuLibraryGetKernelCount` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetKernelCount>(p) })
     }
     /// The process-wide driver's `cuLibraryGetManaged`.
     #[inline(always)]
     pub fn cuLibraryGetManaged() -> Result<pfn::cuLibraryGetManaged, LoadError> {
-        let p = global_symbol(228)?;
-        // SAFETY: slot 228 holds `cuLibraryGetManaged`, whose C type `pfn::cuLibraryGetManaged` mirrors.
+        let p = global_symbol(239)?;
+        // SAFETY: slot 239 holds `cuLibraryGetManaged`, whose C type `pfn::cuLibraryGetManaged` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetManaged>(p) })
     }
     /// The process-wide driver's `cuLibraryGetModule`.
     #[inline(always)]
     pub fn cuLibraryGetModule() -> Result<pfn::cuLibraryGetModule, LoadError> {
-        let p = global_symbol(229)?;
-        // SAFETY: slot 229 holds `cuLibraryGetModule`, whose C type `pfn::cuLibraryGetModule` mirrors.
+        let p = global_symbol(240)?;
+        // SAFETY: slot 240 holds `cuLibraryGetModule`, whose C type `pfn::cuLibraryGetModule` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetModule>(p) })
     }
     /// The process-wide driver's `cuLibraryGetUnifiedFunction`.
     #[inline(always)]
     pub fn cuLibraryGetUnifiedFunction() -> Result<pfn::cuLibraryGetUnifiedFunction, LoadError> {
-        let p = global_symbol(230)?;
-        // SAFETY: slot 230 holds `cuLibraryGetUnifiedFunction`, whose C type `pfn::cuLibraryGetUnifiedFunction` mirrors.
+        let p = global_symbol(241)?;
+        // SAFETY: slot 241 holds `cuLibraryGetUnifiedFunction`, whose C type `pfn::cuLibraryGetUnifiedFunction` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetUnifiedFunction>(p) })
     }
     /// The process-wide driver's `cuLibraryLoadData`.
     #[inline(always)]
     pub fn cuLibraryLoadData() -> Result<pfn::cuLibraryLoadData, LoadError> {
-        let p = global_symbol(231)?;
-        // SAFETY: slot 231 holds `cuLibraryLoadData`, whose C type `pfn::cuLibraryLoadData` mirrors.
+        let p = global_symbol(242)?;
+        // SAFETY: slot 242 holds `cuLibraryLoadData`, whose C type `pfn::cuLibraryLoadData` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryLoadData>(p) })
     }
     /// The process-wide driver's `cuLibraryLoadFromFile`.
     #[inline(always)]
     pub fn cuLibraryLoadFromFile() -> Result<pfn::cuLibraryLoadFromFile, LoadError> {
-        let p = global_symbol(232)?;
-        // SAFETY: slot 232 holds `cuLibraryLoadFromFile`, whose C type `pfn::cuLibraryLoadFromFile` mirrors.
+        let p = global_symbol(243)?;
+        // SAFETY: slot 243 holds `cuLibraryLoadFromFile`, whose C type `pfn::cuLibraryLoadFromFile` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryLoadFromFile>(p) })
     }
     /// The process-wide driver's `cuLibraryUnload`.
     #[inline(always)]
     pub fn cuLibraryUnload() -> Result<pfn::cuLibraryUnload, LoadError> {
-        let p = global_symbol(233)?;
-        // SAFETY: slot 233 holds `cuLibraryUnload`, whose C type `pfn::cuLibraryUnload` mirrors.
+        let p = global_symbol(244)?;
+        // SAFETY: slot 244 holds `cuLibraryUnload`, whose C type `pfn::cuLibraryUnload` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryUnload>(p) })
     }
     /// The process-wide driver's `cuLinkAddData`.
     #[inline(always)]
     pub fn cuLinkAddData() -> Result<pfn::cuLinkAddData, LoadError> {
-        let p = global_symbol(234)?;
-        // SAFETY: slot 234 holds `cuLinkAddData_v2`, whose C type `pfn::cuLinkAddData` mirrors.
+        let p = global_symbol(245)?;
+        // SAFETY: slot 245 holds `cuLinkAddData_v2`, whose C type `pfn::cuLinkAddData` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkAddData>(p) })
     }
     /// The process-wide driver's `cuLinkAddFile`.
     #[inline(always)]
     pub fn cuLinkAddFile() -> Result<pfn::cuLinkAddFile, LoadError> {
-        let p = global_symbol(235)?;
-        // SAFETY: slot 235 holds `cuLinkAddFile_v2`, whose C type `pfn::cuLinkAddFile` mirrors.
+        let p = global_symbol(246)?;
+        // SAFETY: slot 246 holds `cuLinkAddFile_v2`, whose C type `pfn::cuLinkAddFile` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkAddFile>(p) })
     }
     /// The process-wide driver's `cuLinkComplete`.
     #[inline(always)]
     pub fn cuLinkComplete() -> Result<pfn::cuLinkComplete, LoadError> {
-        let p = global_symbol(236)?;
-        // SAFETY: slot 236 holds `cuLinkComplete`, whose C type `pfn::cuLinkComplete` mirrors.
+        let p = global_symbol(247)?;
+        // SAFETY: slot 247 holds `cuLinkComplete`, whose C type `pfn::cuLinkComplete` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkComplete>(p) })
     }
     /// The process-wide driver's `cuLinkCreate`.
     #[inline(always)]
     pub fn cuLinkCreate() -> Result<pfn::cuLinkCreate, LoadError> {
-        let p = global_symbol(237)?;
-        // SAFETY: slot 237 holds `cuLinkCreate_v2`, whose C type `pfn::cuLinkCreate` mirrors.
+        let p = global_symbol(248)?;
+        // SAFETY: slot 248 holds `cuLinkCreate_v2`, whose C type `pfn::cuLinkCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkCreate>(p) })
     }
     /// The process-wide driver's `cuLinkDestroy`.
     #[inline(always)]
     pub fn cuLinkDestroy() -> Result<pfn::cuLinkDestroy, LoadError> {
-        let p = global_symbol(238)?;
-        // SAFETY: slot 238 holds `cuLinkDestroy`, whose C type `pfn::cuLinkDestroy` mirrors.
+        let p = global_symbol(249)?;
+        // SAFETY: slot 249 holds `cuLinkDestroy`, whose C type `pfn::cuLinkDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkDestroy>(p) })
     }
     /// The process-wide driver's `cuLogsCurrent`.
     #[inline(always)]
     pub fn cuLogsCurrent() -> Result<pfn::cuLogsCurrent, LoadError> {
-        let p = global_symbol(239)?;
-        // SAFETY: slot 239 holds `cuLogsCurrent`, whose C type `pfn::cuLogsCurrent` mirrors.
+        let p = global_symbol(250)?;
+        // SAFETY: slot 250 holds `cuLogsCurrent`, whose C type `pfn::cuLogsCurrent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsCurrent>(p) })
     }
     /// The process-wide driver's `cuLogsDumpToFile`.
     #[inline(always)]
     pub fn cuLogsDumpToFile() -> Result<pfn::cuLogsDumpToFile, LoadError> {
-        let p = global_symbol(240)?;
-        // SAFETY: slot 240 holds `cuLogsDumpToFile`, whose C type `pfn::cuLogsDumpToFile` mirrors.
+        let p = global_symbol(251)?;
+        // SAFETY: slot 251 holds `cuLogsDumpToFile`, whose C type `pfn::cuLogsDumpToFile` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsDumpToFile>(p) })
     }
     /// The process-wide driver's `cuLogsDumpToMemory`.
     #[inline(always)]
     pub fn cuLogsDumpToMemory() -> Result<pfn::cuLogsDumpToMemory, LoadError> {
-        let p = global_symbol(241)?;
-        // SAFETY: slot 241 holds `cuLogsDumpToMemory`, whose C type `pfn::cuLogsDumpToMemory` mirrors.
+        let p = global_symbol(252)?;
+        // SAFETY: slot 252 holds `cuLogsDumpToMemory`, whose C type `pfn::cuLogsDumpToMemory` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsDumpToMemory>(p) })
     }
     /// The process-wide driver's `cuLogsRegisterCallback`.
     #[inline(always)]
     pub fn cuLogsRegisterCallback() -> Result<pfn::cuLogsRegisterCallback, LoadError> {
-        let p = global_symbol(242)?;
-        // SAFETY: slot 242 holds `cuLogsRegisterCallback`, whose C type `pfn::cuLogsRegisterCallback` mirrors.
+        let p = global_symbol(253)?;
+        // SAFETY: slot 253 holds `cuLogsRegisterCallback`, whose C type `pfn::cuLogsRegisterCallback` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsRegisterCallback>(p) })
     }
     /// The process-wide driver's `cuLogsUnregisterCallback`.
     #[inline(always)]
     pub fn cuLogsUnregisterCallback() -> Result<pfn::cuLogsUnregisterCallback, LoadError> {
-        let p = global_symbol(243)?;
-        // SAFETY: slot 243 holds `cuLogsUnregisterCallback`, whose C type `pfn::cuLogsUnregisterCallback` mirrors.
+        let p = global_symbol(254)?;
+        // SAFETY: slot 254 holds `cuLogsUnregisterCallback`, whose C type `pfn::cuLogsUnregisterCallback` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsUnregisterCallback>(p) })
     }
     /// The process-wide driver's `cuMemAddressFree`.
     #[inline(always)]
     pub fn cuMemAddressFree() -> Result<pfn::cuMemAddressFree, LoadError> {
-        let p = global_symbol(244)?;
-        // SAFETY: slot 244 holds `cuMemAddressFree`, whose C type `pfn::cuMemAddressFree` mirrors.
+        let p = global_symbol(255)?;
+        // SAFETY: slot 255 holds `cuMemAddressFree`, whose C type `pfn::cuMemAddressFree` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAddressFree>(p) })
     }
     /// The process-wide driver's `cuMemAddressReserve`.
     #[inline(always)]
     pub fn cuMemAddressReserve() -> Result<pfn::cuMemAddressReserve, LoadError> {
-        let p = global_symbol(245)?;
-        // SAFETY: slot 245 holds `cuMemAddressReserve`, whose C type `pfn::cuMemAddressReserve` mirrors.
+        let p = global_symbol(256)?;
+        // SAFETY: slot 256 holds `cuMemAddressReserve`, whose C type `pfn::cuMemAddressReserve` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAddressReserve>(p) })
     }
     /// The process-wide driver's `cuMemAdvise`.
     #[inline(always)]
     pub fn cuMemAdvise() -> Result<pfn::cuMemAdvise, LoadError> {
-        let p = global_symbol(246)?;
-        // SAFETY: slot 246 holds `cuMemAdvise_v2`, whose C type `pfn::cuMemAdvise` mirrors.
+        let p = global_symbol(257)?;
+        // SAFETY: slot 257 holds `cuMemAdvise_v2`, whose C type `pfn::cuMemAdvise` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAdvise>(p) })
     }
     /// The process-wide driver's `cuMemAlloc`.
     #[inline(always)]
     pub fn cuMemAlloc() -> Result<pfn::cuMemAlloc, LoadError> {
-        let p = global_symbol(247)?;
-        // SAFETY: slot 247 holds `cuMemAlloc_v2`, whose C type `pfn::cuMemAlloc` mirrors.
+        let p = global_symbol(258)?;
+        // SAFETY: slot 258 holds `cuMemAlloc_v2`, whose C type `pfn::cuMemAlloc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAlloc>(p) })
     }
     /// The process-wide driver's `cuMemAllocAsync`.
     #[inline(always)]
     pub fn cuMemAllocAsync() -> Result<pfn::cuMemAllocAsync, LoadError> {
-        let p = global_symbol(248)?;
-        // SAFETY: slot 248 holds `cuMemAllocAsync`, whose C type `pfn::cuMemAllocAsync` mirrors.
+        let p = global_symbol(259)?;
+        // SAFETY: slot 259 holds `cuMemAllocAsync`, whose C type `pfn::cuMemAllocAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemAllocAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemAllocAsync_ptsz() -> Result<pfn::cuMemAllocAsync_ptsz, LoadError> {
+        let p = global_symbol(260)?;
+        // SAFETY: slot 260 holds `cuMemAllocAsync_ptsz`, whose C type `pfn::cuMemAllocAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemAllocFromPoolAsync`.
     #[inline(always)]
     pub fn cuMemAllocFromPoolAsync() -> Result<pfn::cuMemAllocFromPoolAsync, LoadError> {
-        let p = global_symbol(249)?;
-        // SAFETY: slot 249 holds `cuMemAllocFromPoolAsync`, whose C type `pfn::cuMemAllocFromPoolAsync` mirrors.
+        let p = global_symbol(261)?;
+        // SAFETY: slot 261 holds `cuMemAllocFromPoolAsync`, whose C type `pfn::cuMemAllocFromPoolAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocFromPoolAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemAllocFromPoolAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemAllocFromPoolAsync_ptsz() -> Result<pfn::cuMemAllocFromPoolAsync_ptsz, LoadError> {
+        let p = global_symbol(262)?;
+        // SAFETY: slot 262 holds `cuMemAllocFromPoolAsync_ptsz`, whose C type `pfn::cuMemAllocFromPoolAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocFromPoolAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemAllocHost`.
     #[inline(always)]
     pub fn cuMemAllocHost() -> Result<pfn::cuMemAllocHost, LoadError> {
-        let p = global_symbol(250)?;
-        // SAFETY: slot 250 holds `cuMemAllocHost_v2`, whose C type `pfn::cuMemAllocHost` mirrors.
+        let p = global_symbol(263)?;
+        // SAFETY: slot 263 holds `cuMemAllocHost_v2`, whose C type `pfn::cuMemAllocHost` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocHost>(p) })
     }
     /// The process-wide driver's `cuMemAllocManaged`.
     #[inline(always)]
     pub fn cuMemAllocManaged() -> Result<pfn::cuMemAllocManaged, LoadError> {
-        let p = global_symbol(251)?;
-        // SAFETY: slot 251 holds `cuMemAllocManaged`, whose C type `pfn::cuMemAllocManaged` mirrors.
+        let p = global_symbol(264)?;
+        // SAFETY: slot 264 holds `cuMemAllocManaged`, whose C type `pfn::cuMemAllocManaged` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocManaged>(p) })
     }
     /// The process-wide driver's `cuMemAllocPitch`.
     #[inline(always)]
     pub fn cuMemAllocPitch() -> Result<pfn::cuMemAllocPitch, LoadError> {
-        let p = global_symbol(252)?;
-        // SAFETY: slot 252 holds `cuMemAllocPitch_v2`, whose C type `pfn::cuMemAllocPitch` mirrors.
+        let p = global_symbol(265)?;
+        // SAFETY: slot 265 holds `cuMemAllocPitch_v2`, whose C type `pfn::cuMemAllocPitch` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocPitch>(p) })
     }
     /// The process-wide driver's `cuMemBatchDecompressAsync`.
     #[inline(always)]
     pub fn cuMemBatchDecompressAsync() -> Result<pfn::cuMemBatchDecompressAsync, LoadError> {
-        let p = global_symbol(253)?;
-        // SAFETY: slot 253 holds `cuMemBatchDecompressAsync`, whose C type `pfn::cuMemBatchDecompressAsync` mirrors.
+        let p = global_symbol(266)?;
+        // SAFETY: slot 266 holds `cuMemBatchDecompressAsync`, whose C type `pfn::cuMemBatchDecompressAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemBatchDecompressAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemBatchDecompressAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemBatchDecompressAsync_ptsz() -> Result<pfn::cuMemBatchDecompressAsync_ptsz, LoadError> {
+        let p = global_symbol(267)?;
+        // SAFETY: slot 267 holds `cuMemBatchDecompressAsync_ptsz`, whose C type `pfn::cuMemBatchDecompressAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemBatchDecompressAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemCreate`.
     #[inline(always)]
     pub fn cuMemCreate() -> Result<pfn::cuMemCreate, LoadError> {
-        let p = global_symbol(254)?;
-        // SAFETY: slot 254 holds `cuMemCreate`, whose C type `pfn::cuMemCreate` mirrors.
+        let p = global_symbol(268)?;
+        // SAFETY: slot 268 holds `cuMemCreate`, whose C type `pfn::cuMemCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemCreate>(p) })
     }
     /// The process-wide driver's `cuMemDiscardAndPrefetchBatchAsync`.
     #[inline(always)]
     pub fn cuMemDiscardAndPrefetchBatchAsync() -> Result<pfn::cuMemDiscardAndPrefetchBatchAsync, LoadError> {
-        let p = global_symbol(255)?;
-        // SAFETY: slot 255 holds `cuMemDiscardAndPrefetchBatchAsync`, whose C type `pfn::cuMemDiscardAndPrefetchBatchAsync` mirrors.
+        let p = global_symbol(269)?;
+        // SAFETY: slot 269 holds `cuMemDiscardAndPrefetchBatchAsync`, whose C type `pfn::cuMemDiscardAndPrefetchBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardAndPrefetchBatchAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemDiscardAndPrefetchBatchAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemDiscardAndPrefetchBatchAsync_ptsz() -> Result<pfn::cuMemDiscardAndPrefetchBatchAsync_ptsz, LoadError> {
+        let p = global_symbol(270)?;
+        // SAFETY: slot 270 holds `cuMemDiscardAndPrefetchBatchAsync_ptsz`, whose C type `pfn::cuMemDiscardAndPrefetchBatchAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardAndPrefetchBatchAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemDiscardBatchAsync`.
     #[inline(always)]
     pub fn cuMemDiscardBatchAsync() -> Result<pfn::cuMemDiscardBatchAsync, LoadError> {
-        let p = global_symbol(256)?;
-        // SAFETY: slot 256 holds `cuMemDiscardBatchAsync`, whose C type `pfn::cuMemDiscardBatchAsync` mirrors.
+        let p = global_symbol(271)?;
+        // SAFETY: slot 271 holds `cuMemDiscardBatchAsync`, whose C type `pfn::cuMemDiscardBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardBatchAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemDiscardBatchAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemDiscardBatchAsync_ptsz() -> Result<pfn::cuMemDiscardBatchAsync_ptsz, LoadError> {
+        let p = global_symbol(272)?;
+        // SAFETY: slot 272 holds `cuMemDiscardBatchAsync_ptsz`, whose C type `pfn::cuMemDiscardBatchAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardBatchAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemExportToShareableHandle`.
     #[inline(always)]
     pub fn cuMemExportToShareableHandle() -> Result<pfn::cuMemExportToShareableHandle, LoadError> {
-        let p = global_symbol(257)?;
-        // SAFETY: slot 257 holds `cuMemExportToShareableHandle`, whose C type `pfn::cuMemExportToShareableHandle` mirrors.
+        let p = global_symbol(273)?;
+        // SAFETY: slot 273 holds `cuMemExportToShareableHandle`, whose C type `pfn::cuMemExportToShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemExportToShareableHandle>(p) })
     }
     /// The process-wide driver's `cuMemFree`.
     #[inline(always)]
     pub fn cuMemFree() -> Result<pfn::cuMemFree, LoadError> {
-        let p = global_symbol(258)?;
-        // SAFETY: slot 258 holds `cuMemFree_v2`, whose C type `pfn::cuMemFree` mirrors.
+        let p = global_symbol(274)?;
+        // SAFETY: slot 274 holds `cuMemFree_v2`, whose C type `pfn::cuMemFree` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFree>(p) })
     }
     /// The process-wide driver's `cuMemFreeAsync`.
     #[inline(always)]
     pub fn cuMemFreeAsync() -> Result<pfn::cuMemFreeAsync, LoadError> {
-        let p = global_symbol(259)?;
-        // SAFETY: slot 259 holds `cuMemFreeAsync`, whose C type `pfn::cuMemFreeAsync` mirrors.
+        let p = global_symbol(275)?;
+        // SAFETY: slot 275 holds `cuMemFreeAsync`, whose C type `pfn::cuMemFreeAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFreeAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemFreeAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemFreeAsync_ptsz() -> Result<pfn::cuMemFreeAsync_ptsz, LoadError> {
+        let p = global_symbol(276)?;
+        // SAFETY: slot 276 holds `cuMemFreeAsync_ptsz`, whose C type `pfn::cuMemFreeAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFreeAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemFreeHost`.
     #[inline(always)]
     pub fn cuMemFreeHost() -> Result<pfn::cuMemFreeHost, LoadError> {
-        let p = global_symbol(260)?;
-        // SAFETY: slot 260 holds `cuMemFreeHost`, whose C type `pfn::cuMemFreeHost` mirrors.
+        let p = global_symbol(277)?;
+        // SAFETY: slot 277 holds `cuMemFreeHost`, whose C type `pfn::cuMemFreeHost` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFreeHost>(p) })
     }
     /// The process-wide driver's `cuMemGetAccess`.
     #[inline(always)]
     pub fn cuMemGetAccess() -> Result<pfn::cuMemGetAccess, LoadError> {
-        let p = global_symbol(261)?;
-        // SAFETY: slot 261 holds `cuMemGetAccess`, whose C type `pfn::cuMemGetAccess` mirrors.
+        let p = global_symbol(278)?;
+        // SAFETY: slot 278 holds `cuMemGetAccess`, whose C type `pfn::cuMemGetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAccess>(p) })
     }
     /// The process-wide driver's `cuMemGetAddressRange`.
     #[inline(always)]
     pub fn cuMemGetAddressRange() -> Result<pfn::cuMemGetAddressRange, LoadError> {
-        let p = global_symbol(262)?;
-        // SAFETY: slot 262 holds `cuMemGetAddressRange_v2`, whose C type `pfn::cuMemGetAddressRange` mirrors.
+        let p = global_symbol(279)?;
+        // SAFETY: slot 279 holds `cuMemGetAddressRange_v2`, whose C type `pfn::cuMemGetAddressRange` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAddressRange>(p) })
     }
     /// The process-wide driver's `cuMemGetAllocationGranularity`.
     #[inline(always)]
     pub fn cuMemGetAllocationGranularity() -> Result<pfn::cuMemGetAllocationGranularity, LoadError> {
-        let p = global_symbol(263)?;
-        // SAFETY: slot 263 holds `cuMemGetAllocationGranularity`, whose C type `pfn::cuMemGetAllocationGranularity` mirrors.
+        let p = global_symbol(280)?;
+        // SAFETY: slot 280 holds `cuMemGetAllocationGranularity`, whose C type `pfn::cuMemGetAllocationGranularity` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAllocationGranularity>(p) })
     }
     /// The process-wide driver's `cuMemGetAllocationPropertiesFromHandle`.
     #[inline(always)]
     pub fn cuMemGetAllocationPropertiesFromHandle() -> Result<pfn::cuMemGetAllocationPropertiesFromHandle, LoadError> {
-        let p = global_symbol(264)?;
-        // SAFETY: slot 264 holds `cuMemGetAllocationPropertiesFromHandle`, whose C type `pfn::cuMemGetAllocationPropertiesFromHandle` mirrors.
+        let p = global_symbol(281)?;
+        // SAFETY: slot 281 holds `cuMemGetAllocationPropertiesFromHandle`, whose C type `pfn::cuMemGetAllocationPropertiesFromHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAllocationPropertiesFromHandle>(p) })
     }
     /// The process-wide driver's `cuMemGetDefaultMemPool`.
     #[inline(always)]
     pub fn cuMemGetDefaultMemPool() -> Result<pfn::cuMemGetDefaultMemPool, LoadError> {
-        let p = global_symbol(265)?;
-        // SAFETY: slot 265 holds `cuMemGetDefaultMemPool`, whose C type `pfn::cuMemGetDefaultMemPool` mirrors.
+        let p = global_symbol(282)?;
+        // SAFETY: slot 282 holds `cuMemGetDefaultMemPool`, whose C type `pfn::cuMemGetDefaultMemPool` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetDefaultMemPool>(p) })
     }
     /// The process-wide driver's `cuMemGetHandleForAddressRange`.
     #[inline(always)]
     pub fn cuMemGetHandleForAddressRange() -> Result<pfn::cuMemGetHandleForAddressRange, LoadError> {
-        let p = global_symbol(266)?;
-        // SAFETY: slot 266 holds `cuMemGetHandleForAddressRange`, whose C type `pfn::cuMemGetHandleForAddressRange` mirrors.
+        let p = global_symbol(283)?;
+        // SAFETY: slot 283 holds `cuMemGetHandleForAddressRange`, whose C type `pfn::cuMemGetHandleForAddressRange` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetHandleForAddressRange>(p) })
     }
     /// The process-wide driver's `cuMemGetInfo`.
     #[inline(always)]
     pub fn cuMemGetInfo() -> Result<pfn::cuMemGetInfo, LoadError> {
-        let p = global_symbol(267)?;
-        // SAFETY: slot 267 holds `cuMemGetInfo_v2`, whose C type `pfn::cuMemGetInfo` mirrors.
+        let p = global_symbol(284)?;
+        // SAFETY: slot 284 holds `cuMemGetInfo_v2`, whose C type `pfn::cuMemGetInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetInfo>(p) })
     }
     /// The process-wide driver's `cuMemGetMemPool`.
     #[inline(always)]
     pub fn cuMemGetMemPool() -> Result<pfn::cuMemGetMemPool, LoadError> {
-        let p = global_symbol(268)?;
-        // SAFETY: slot 268 holds `cuMemGetMemPool`, whose C type `pfn::cuMemGetMemPool` mirrors.
+        let p = global_symbol(285)?;
+        // SAFETY: slot 285 holds `cuMemGetMemPool`, whose C type `pfn::cuMemGetMemPool` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetMemPool>(p) })
     }
     /// The process-wide driver's `cuMemHostAlloc`.
     #[inline(always)]
     pub fn cuMemHostAlloc() -> Result<pfn::cuMemHostAlloc, LoadError> {
-        let p = global_symbol(269)?;
-        // SAFETY: slot 269 holds `cuMemHostAlloc`, whose C type `pfn::cuMemHostAlloc` mirrors.
+        let p = global_symbol(286)?;
+        // SAFETY: slot 286 holds `cuMemHostAlloc`, whose C type `pfn::cuMemHostAlloc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostAlloc>(p) })
     }
     /// The process-wide driver's `cuMemHostGetDevicePointer`.
     #[inline(always)]
     pub fn cuMemHostGetDevicePointer() -> Result<pfn::cuMemHostGetDevicePointer, LoadError> {
-        let p = global_symbol(270)?;
-        // SAFETY: slot 270 holds `cuMemHostGetDevicePointer_v2`, whose C type `pfn::cuMemHostGetDevicePointer` mirrors.
+        let p = global_symbol(287)?;
+        // SAFETY: slot 287 holds `cuMemHostGetDevicePointer_v2`, whose C type `pfn::cuMemHostGetDevicePointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostGetDevicePointer>(p) })
     }
     /// The process-wide driver's `cuMemHostGetFlags`.
     #[inline(always)]
     pub fn cuMemHostGetFlags() -> Result<pfn::cuMemHostGetFlags, LoadError> {
-        let p = global_symbol(271)?;
-        // SAFETY: slot 271 holds `cuMemHostGetFlags`, whose C type `pfn::cuMemHostGetFlags` mirrors.
+        let p = global_symbol(288)?;
+        // SAFETY: slot 288 holds `cuMemHostGetFlags`, whose C type `pfn::cuMemHostGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostGetFlags>(p) })
     }
     /// The process-wide driver's `cuMemHostRegister`.
     #[inline(always)]
     pub fn cuMemHostRegister() -> Result<pfn::cuMemHostRegister, LoadError> {
-        let p = global_symbol(272)?;
-        // SAFETY: slot 272 holds `cuMemHostRegister_v2`, whose C type `pfn::cuMemHostRegister` mirrors.
+        let p = global_symbol(289)?;
+        // SAFETY: slot 289 holds `cuMemHostRegister_v2`, whose C type `pfn::cuMemHostRegister` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostRegister>(p) })
     }
     /// The process-wide driver's `cuMemHostUnregister`.
     #[inline(always)]
     pub fn cuMemHostUnregister() -> Result<pfn::cuMemHostUnregister, LoadError> {
-        let p = global_symbol(273)?;
-        // SAFETY: slot 273 holds `cuMemHostUnregister`, whose C type `pfn::cuMemHostUnregister` mirrors.
+        let p = global_symbol(290)?;
+        // SAFETY: slot 290 holds `cuMemHostUnregister`, whose C type `pfn::cuMemHostUnregister` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostUnregister>(p) })
     }
     /// The process-wide driver's `cuMemImportFromShareableHandle`.
     #[inline(always)]
     pub fn cuMemImportFromShareableHandle() -> Result<pfn::cuMemImportFromShareableHandle, LoadError> {
-        let p = global_symbol(274)?;
-        // SAFETY: slot 274 holds `cuMemImportFromShareableHandle`, whose C type `pfn::cuMemImportFromShareableHandle` mirrors.
+        let p = global_symbol(291)?;
+        // SAFETY: slot 291 holds `cuMemImportFromShareableHandle`, whose C type `pfn::cuMemImportFromShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemImportFromShareableHandle>(p) })
     }
     /// The process-wide driver's `cuMemMap`.
     #[inline(always)]
     pub fn cuMemMap() -> Result<pfn::cuMemMap, LoadError> {
-        let p = global_symbol(275)?;
-        // SAFETY: slot 275 holds `cuMemMap`, whose C type `pfn::cuMemMap` mirrors.
+        let p = global_symbol(292)?;
+        // SAFETY: slot 292 holds `cuMemMap`, whose C type `pfn::cuMemMap` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemMap>(p) })
     }
     /// The process-wide driver's `cuMemMapArrayAsync`.
     #[inline(always)]
     pub fn cuMemMapArrayAsync() -> Result<pfn::cuMemMapArrayAsync, LoadError> {
-        let p = global_symbol(276)?;
-        // SAFETY: slot 276 holds `cuMemMapArrayAsync`, whose C type `pfn::cuMemMapArrayAsync` mirrors.
+        let p = global_symbol(293)?;
+        // SAFETY: slot 293 holds `cuMemMapArrayAsync`, whose C type `pfn::cuMemMapArrayAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemMapArrayAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemMapArrayAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemMapArrayAsync_ptsz() -> Result<pfn::cuMemMapArrayAsync_ptsz, LoadError> {
+        let p = global_symbol(294)?;
+        // SAFETY: slot 294 holds `cuMemMapArrayAsync_ptsz`, whose C type `pfn::cuMemMapArrayAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemMapArrayAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemPoolCreate`.
     #[inline(always)]
     pub fn cuMemPoolCreate() -> Result<pfn::cuMemPoolCreate, LoadError> {
-        let p = global_symbol(277)?;
-        // SAFETY: slot 277 holds `cuMemPoolCreate`, whose C type `pfn::cuMemPoolCreate` mirrors.
+        let p = global_symbol(295)?;
+        // SAFETY: slot 295 holds `cuMemPoolCreate`, whose C type `pfn::cuMemPoolCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolCreate>(p) })
     }
     /// The process-wide driver's `cuMemPoolDestroy`.
     #[inline(always)]
     pub fn cuMemPoolDestroy() -> Result<pfn::cuMemPoolDestroy, LoadError> {
-        let p = global_symbol(278)?;
-        // SAFETY: slot 278 holds `cuMemPoolDestroy`, whose C type `pfn::cuMemPoolDestroy` mirrors.
+        let p = global_symbol(296)?;
+        // SAFETY: slot 296 holds `cuMemPoolDestroy`, whose C type `pfn::cuMemPoolDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolDestroy>(p) })
     }
     /// The process-wide driver's `cuMemPoolExportPointer`.
     #[inline(always)]
     pub fn cuMemPoolExportPointer() -> Result<pfn::cuMemPoolExportPointer, LoadError> {
-        let p = global_symbol(279)?;
-        // SAFETY: slot 279 holds `cuMemPoolExportPointer`, whose C type `pfn::cuMemPoolExportPointer` mirrors.
+        let p = global_symbol(297)?;
+        // SAFETY: slot 297 holds `cuMemPoolExportPointer`, whose C type `pfn::cuMemPoolExportPointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolExportPointer>(p) })
     }
     /// The process-wide driver's `cuMemPoolExportToShareableHandle`.
     #[inline(always)]
     pub fn cuMemPoolExportToShareableHandle() -> Result<pfn::cuMemPoolExportToShareableHandle, LoadError> {
-        let p = global_symbol(280)?;
-        // SAFETY: slot 280 holds `cuMemPoolExportToShareableHandle`, whose C type `pfn::cuMemPoolExportToShareableHandle` mirrors.
+        let p = global_symbol(298)?;
+        // SAFETY: slot 298 holds `cuMemPoolExportToShareableHandle`, whose C type `pfn::cuMemPoolExportToShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolExportToShareableHandle>(p) })
     }
     /// The process-wide driver's `cuMemPoolGetAccess`.
     #[inline(always)]
     pub fn cuMemPoolGetAccess() -> Result<pfn::cuMemPoolGetAccess, LoadError> {
-        let p = global_symbol(281)?;
-        // SAFETY: slot 281 holds `cuMemPoolGetAccess`, whose C type `pfn::cuMemPoolGetAccess` mirrors.
+        let p = global_symbol(299)?;
+        // SAFETY: slot 299 holds `cuMemPoolGetAccess`, whose C type `pfn::cuMemPoolGetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolGetAccess>(p) })
     }
     /// The process-wide driver's `cuMemPoolGetAttribute`.
     #[inline(always)]
     pub fn cuMemPoolGetAttribute() -> Result<pfn::cuMemPoolGetAttribute, LoadError> {
-        let p = global_symbol(282)?;
-        // SAFETY: slot 282 holds `cuMemPoolGetAttribute`, whose C type `pfn::cuMemPoolGetAttribute` mirrors.
+        let p = global_symbol(300)?;
+        // SAFETY: slot 300 holds `cuMemPoolGetAttribute`, whose C type `pfn::cuMemPoolGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolGetAttribute>(p) })
     }
     /// The process-wide driver's `cuMemPoolImportFromShareableHandle`.
     #[inline(always)]
     pub fn cuMemPoolImportFromShareableHandle() -> Result<pfn::cuMemPoolImportFromShareableHandle, LoadError> {
-        let p = global_symbol(283)?;
-        // SAFETY: slot 283 holds `cuMemPoolImportFromShareableHandle`, whose C type `pfn::cuMemPoolImportFromShareableHandle` mirrors.
+        let p = global_symbol(301)?;
+        // SAFETY: slot 301 holds `cuMemPoolImportFromShareableHandle`, whose C type `pfn::cuMemPoolImportFromShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolImportFromShareableHandle>(p) })
     }
     /// The process-wide driver's `cuMemPoolImportPointer`.
     #[inline(always)]
     pub fn cuMemPoolImportPointer() -> Result<pfn::cuMemPoolImportPointer, LoadError> {
-        let p = global_symbol(284)?;
-        // SAFETY: slot 284 holds `cuMemPoolImportPointer`, whose C type `pfn::cuMemPoolImportPointer` mirrors.
+        let p = global_symbol(302)?;
+        // SAFETY: slot 302 holds `cuMemPoolImportPointer`, whose C type `pfn::cuMemPoolImportPointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolImportPointer>(p) })
     }
     /// The process-wide driver's `cuMemPoolSetAccess`.
     #[inline(always)]
     pub fn cuMemPoolSetAccess() -> Result<pfn::cuMemPoolSetAccess, LoadError> {
-        let p = global_symbol(285)?;
-        // SAFETY: slot 285 holds `cuMemPoolSetAccess`, whose C type `pfn::cuMemPoolSetAccess` mirrors.
+        let p = global_symbol(303)?;
+        // SAFETY: slot 303 holds `cuMemPoolSetAccess`, whose C type `pfn::cuMemPoolSetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolSetAccess>(p) })
     }
     /// The process-wide driver's `cuMemPoolSetAttribute`.
     #[inline(always)]
     pub fn cuMemPoolSetAttribute() -> Result<pfn::cuMemPoolSetAttribute, LoadError> {
-        let p = global_symbol(286)?;
-        // SAFETY: slot 286 holds `cuMemPoolSetAttribute`, whose C type `pfn::cuMemPoolSetAttribute` mirrors.
+        let p = global_symbol(304)?;
+        // SAFETY: slot 304 holds `cuMemPoolSetAttribute`, whose C type `pfn::cuMemPoolSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolSetAttribute>(p) })
     }
     /// The process-wide driver's `cuMemPoolTrimTo`.
     #[inline(always)]
     pub fn cuMemPoolTrimTo() -> Result<pfn::cuMemPoolTrimTo, LoadError> {
-        let p = global_symbol(287)?;
-        // SAFETY: slot 287 holds `cuMemPoolTrimTo`, whose C type `pfn::cuMemPoolTrimTo` mirrors.
+        let p = global_symbol(305)?;
+        // SAFETY: slot 305 holds `cuMemPoolTrimTo`, whose C type `pfn::cuMemPoolTrimTo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolTrimTo>(p) })
     }
     /// The process-wide driver's `cuMemPrefetchAsync`.
     #[inline(always)]
     pub fn cuMemPrefetchAsync() -> Result<pfn::cuMemPrefetchAsync, LoadError> {
-        let p = global_symbol(288)?;
-        // SAFETY: slot 288 holds `cuMemPrefetchAsync_v2`, whose C type `pfn::cuMemPrefetchAsync` mirrors.
+        let p = global_symbol(306)?;
+        // SAFETY: slot 306 holds `cuMemPrefetchAsync_v2`, whose C type `pfn::cuMemPrefetchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemPrefetchAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemPrefetchAsync_v2_ptsz() -> Result<pfn::cuMemPrefetchAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(307)?;
+        // SAFETY: slot 307 holds `cuMemPrefetchAsync_v2_ptsz`, whose C type `pfn::cuMemPrefetchAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchAsync_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemPrefetchBatchAsync`.
     #[inline(always)]
     pub fn cuMemPrefetchBatchAsync() -> Result<pfn::cuMemPrefetchBatchAsync, LoadError> {
-        let p = global_symbol(289)?;
-        // SAFETY: slot 289 holds `cuMemPrefetchBatchAsync`, whose C type `pfn::cuMemPrefetchBatchAsync` mirrors.
+        let p = global_symbol(308)?;
+        // SAFETY: slot 308 holds `cuMemPrefetchBatchAsync`, whose C type `pfn::cuMemPrefetchBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchBatchAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemPrefetchBatchAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemPrefetchBatchAsync_ptsz() -> Result<pfn::cuMemPrefetchBatchAsync_ptsz, LoadError> {
+        let p = global_symbol(309)?;
+        // SAFETY: slot 309 holds `cuMemPrefetchBatchAsync_ptsz`, whose C type `pfn::cuMemPrefetchBatchAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchBatchAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemRangeGetAttribute`.
     #[inline(always)]
     pub fn cuMemRangeGetAttribute() -> Result<pfn::cuMemRangeGetAttribute, LoadError> {
-        let p = global_symbol(290)?;
-        // SAFETY: slot 290 holds `cuMemRangeGetAttribute`, whose C type `pfn::cuMemRangeGetAttribute` mirrors.
+        let p = global_symbol(310)?;
+        // SAFETY: slot 310 holds `cuMemRangeGetAttribute`, whose C type `pfn::cuMemRangeGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRangeGetAttribute>(p) })
     }
     /// The process-wide driver's `cuMemRangeGetAttributes`.
     #[inline(always)]
     pub fn cuMemRangeGetAttributes() -> Result<pfn::cuMemRangeGetAttributes, LoadError> {
-        let p = global_symbol(291)?;
-        // SAFETY: slot 291 holds `cuMemRangeGetAttributes`, whose C type `pfn::cuMemRangeGetAttributes` mirrors.
+        let p = global_symbol(311)?;
+        // SAFETY: slot 311 holds `cuMemRangeGetAttributes`, whose C type `pfn::cuMemRangeGetAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRangeGetAttributes>(p) })
     }
     /// The process-wide driver's `cuMemRelease`.
     #[inline(always)]
     pub fn cuMemRelease() -> Result<pfn::cuMemRelease, LoadError> {
-        let p = global_symbol(292)?;
-        // SAFETY: slot 292 holds `cuMemRelease`, whose C type `pfn::cuMemRelease` mirrors.
+        let p = global_symbol(312)?;
+        // SAFETY: slot 312 holds `cuMemRelease`, whose C type `pfn::cuMemRelease` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRelease>(p) })
     }
     /// The process-wide driver's `cuMemRetainAllocationHandle`.
     #[inline(always)]
     pub fn cuMemRetainAllocationHandle() -> Result<pfn::cuMemRetainAllocationHandle, LoadError> {
-        let p = global_symbol(293)?;
-        // SAFETY: slot 293 holds `cuMemRetainAllocationHandle`, whose C type `pfn::cuMemRetainAllocationHandle` mirrors.
+        let p = global_symbol(313)?;
+        // SAFETY: slot 313 holds `cuMemRetainAllocationHandle`, whose C type `pfn::cuMemRetainAllocationHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRetainAllocationHandle>(p) })
     }
     /// The process-wide driver's `cuMemSetAccess`.
     #[inline(always)]
     pub fn cuMemSetAccess() -> Result<pfn::cuMemSetAccess, LoadError> {
-        let p = global_symbol(294)?;
-        // SAFETY: slot 294 holds `cuMemSetAccess`, whose C type `pfn::cuMemSetAccess` mirrors.
+        let p = global_symbol(314)?;
+        // SAFETY: slot 314 holds `cuMemSetAccess`, whose C type `pfn::cuMemSetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemSetAccess>(p) })
     }
     /// The process-wide driver's `cuMemSetMemPool`.
     #[inline(always)]
     pub fn cuMemSetMemPool() -> Result<pfn::cuMemSetMemPool, LoadError> {
-        let p = global_symbol(295)?;
-        // SAFETY: slot 295 holds `cuMemSetMemPool`, whose C type `pfn::cuMemSetMemPool` mirrors.
+        let p = global_symbol(315)?;
+        // SAFETY: slot 315 holds `cuMemSetMemPool`, whose C type `pfn::cuMemSetMemPool` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemSetMemPool>(p) })
     }
     /// The process-wide driver's `cuMemUnmap`.
     #[inline(always)]
     pub fn cuMemUnmap() -> Result<pfn::cuMemUnmap, LoadError> {
-        let p = global_symbol(296)?;
-        // SAFETY: slot 296 holds `cuMemUnmap`, whose C type `pfn::cuMemUnmap` mirrors.
+        let p = global_symbol(316)?;
+        // SAFETY: slot 316 holds `cuMemUnmap`, whose C type `pfn::cuMemUnmap` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemUnmap>(p) })
     }
     /// The process-wide driver's `cuMemcpy`.
     #[inline(always)]
     pub fn cuMemcpy() -> Result<pfn::cuMemcpy, LoadError> {
-        let p = global_symbol(297)?;
-        // SAFETY: slot 297 holds `cuMemcpy`, whose C type `pfn::cuMemcpy` mirrors.
+        let p = global_symbol(317)?;
+        // SAFETY: slot 317 holds `cuMemcpy`, whose C type `pfn::cuMemcpy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy>(p) })
     }
     /// The process-wide driver's `cuMemcpy2D`.
     #[inline(always)]
     pub fn cuMemcpy2D() -> Result<pfn::cuMemcpy2D, LoadError> {
-        let p = global_symbol(298)?;
-        // SAFETY: slot 298 holds `cuMemcpy2D_v2`, whose C type `pfn::cuMemcpy2D` mirrors.
+        let p = global_symbol(318)?;
+        // SAFETY: slot 318 holds `cuMemcpy2D_v2`, whose C type `pfn::cuMemcpy2D` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2D>(p) })
     }
     /// The process-wide driver's `cuMemcpy2DAsync`.
     #[inline(always)]
     pub fn cuMemcpy2DAsync() -> Result<pfn::cuMemcpy2DAsync, LoadError> {
-        let p = global_symbol(299)?;
-        // SAFETY: slot 299 holds `cuMemcpy2DAsync_v2`, whose C type `pfn::cuMemcpy2DAsync` mirrors.
+        let p = global_symbol(319)?;
+        // SAFETY: slot 319 holds `cuMemcpy2DAsync_v2`, whose C type `pfn::cuMemcpy2DAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy2DAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpy2DAsync_v2_ptsz() -> Result<pfn::cuMemcpy2DAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(320)?;
+        // SAFETY: slot 320 holds `cuMemcpy2DAsync_v2_ptsz`, whose C type `pfn::cuMemcpy2DAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DAsync_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemcpy2DUnaligned`.
     #[inline(always)]
     pub fn cuMemcpy2DUnaligned() -> Result<pfn::cuMemcpy2DUnaligned, LoadError> {
-        let p = global_symbol(300)?;
-        // SAFETY: slot 300 holds `cuMemcpy2DUnaligned_v2`, whose C type `pfn::cuMemcpy2DUnaligned` mirrors.
+        let p = global_symbol(321)?;
+        // SAFETY: slot 321 holds `cuMemcpy2DUnaligned_v2`, whose C type `pfn::cuMemcpy2DUnaligned` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DUnaligned>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy2DUnaligned_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpy2DUnaligned_v2_ptds() -> Result<pfn::cuMemcpy2DUnaligned_v2_ptds, LoadError> {
+        let p = global_symbol(322)?;
+        // SAFETY: slot 322 holds `cuMemcpy2DUnaligned_v2_ptds`, whose C type `pfn::cuMemcpy2DUnaligned_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DUnaligned_v2_ptds>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy2D_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpy2D_v2_ptds() -> Result<pfn::cuMemcpy2D_v2_ptds, LoadError> {
+        let p = global_symbol(323)?;
+        // SAFETY: slot 323 holds `cuMemcpy2D_v2_ptds`, whose C type `pfn::cuMemcpy2D_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2D_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpy3D`.
     #[inline(always)]
     pub fn cuMemcpy3D() -> Result<pfn::cuMemcpy3D, LoadError> {
-        let p = global_symbol(301)?;
-        // SAFETY: slot 301 holds `cuMemcpy3D_v2`, whose C type `pfn::cuMemcpy3D` mirrors.
+        let p = global_symbol(324)?;
+        // SAFETY: slot 324 holds `cuMemcpy3D_v2`, whose C type `pfn::cuMemcpy3D` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3D>(p) })
     }
     /// The process-wide driver's `cuMemcpy3DAsync`.
     #[inline(always)]
     pub fn cuMemcpy3DAsync() -> Result<pfn::cuMemcpy3DAsync, LoadError> {
-        let p = global_symbol(302)?;
-        // SAFETY: slot 302 holds `cuMemcpy3DAsync_v2`, whose C type `pfn::cuMemcpy3DAsync` mirrors.
+        let p = global_symbol(325)?;
+        // SAFETY: slot 325 holds `cuMemcpy3DAsync_v2`, whose C type `pfn::cuMemcpy3DAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy3DAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpy3DAsync_v2_ptsz() -> Result<pfn::cuMemcpy3DAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(326)?;
+        // SAFETY: slot 326 holds `cuMemcpy3DAsync_v2_ptsz`, whose C type `pfn::cuMemcpy3DAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DAsync_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemcpy3DBatchAsync`.
     #[inline(always)]
     pub fn cuMemcpy3DBatchAsync() -> Result<pfn::cuMemcpy3DBatchAsync, LoadError> {
-        let p = global_symbol(303)?;
-        // SAFETY: slot 303 holds `cuMemcpy3DBatchAsync_v2`, whose C type `pfn::cuMemcpy3DBatchAsync` mirrors.
+        let p = global_symbol(327)?;
+        // SAFETY: slot 327 holds `cuMemcpy3DBatchAsync_v2`, whose C type `pfn::cuMemcpy3DBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DBatchAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy3DBatchAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpy3DBatchAsync_v2_ptsz() -> Result<pfn::cuMemcpy3DBatchAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(328)?;
+        // SAFETY: slot 328 holds `cuMemcpy3DBatchAsync_v2_ptsz`, whose C type `pfn::cuMemcpy3DBatchAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DBatchAsync_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemcpy3DPeer`.
     #[inline(always)]
     pub fn cuMemcpy3DPeer() -> Result<pfn::cuMemcpy3DPeer, LoadError> {
-        let p = global_symbol(304)?;
-        // SAFETY: slot 304 holds `cuMemcpy3DPeer`, whose C type `pfn::cuMemcpy3DPeer` mirrors.
+        let p = global_symbol(329)?;
+        // SAFETY: slot 329 holds `cuMemcpy3DPeer`, whose C type `pfn::cuMemcpy3DPeer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeer>(p) })
     }
     /// The process-wide driver's `cuMemcpy3DPeerAsync`.
     #[inline(always)]
     pub fn cuMemcpy3DPeerAsync() -> Result<pfn::cuMemcpy3DPeerAsync, LoadError> {
-        let p = global_symbol(305)?;
-        // SAFETY: slot 305 holds `cuMemcpy3DPeerAsync`, whose C type `pfn::cuMemcpy3DPeerAsync` mirrors.
+        let p = global_symbol(330)?;
+        // SAFETY: slot 330 holds `cuMemcpy3DPeerAsync`, whose C type `pfn::cuMemcpy3DPeerAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeerAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy3DPeerAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpy3DPeerAsync_ptsz() -> Result<pfn::cuMemcpy3DPeerAsync_ptsz, LoadError> {
+        let p = global_symbol(331)?;
+        // SAFETY: slot 331 holds `cuMemcpy3DPeerAsync_ptsz`, whose C type `pfn::cuMemcpy3DPeerAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeerAsync_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy3DPeer_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpy3DPeer_ptds() -> Result<pfn::cuMemcpy3DPeer_ptds, LoadError> {
+        let p = global_symbol(332)?;
+        // SAFETY: slot 332 holds `cuMemcpy3DPeer_ptds`, whose C type `pfn::cuMemcpy3DPeer_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeer_ptds>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy3D_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpy3D_v2_ptds() -> Result<pfn::cuMemcpy3D_v2_ptds, LoadError> {
+        let p = global_symbol(333)?;
+        // SAFETY: slot 333 holds `cuMemcpy3D_v2_ptds`, whose C type `pfn::cuMemcpy3D_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3D_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyAsync`.
     #[inline(always)]
     pub fn cuMemcpyAsync() -> Result<pfn::cuMemcpyAsync, LoadError> {
-        let p = global_symbol(306)?;
-        // SAFETY: slot 306 holds `cuMemcpyAsync`, whose C type `pfn::cuMemcpyAsync` mirrors.
+        let p = global_symbol(334)?;
+        // SAFETY: slot 334 holds `cuMemcpyAsync`, whose C type `pfn::cuMemcpyAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyAsync_ptsz() -> Result<pfn::cuMemcpyAsync_ptsz, LoadError> {
+        let p = global_symbol(335)?;
+        // SAFETY: slot 335 holds `cuMemcpyAsync_ptsz`, whose C type `pfn::cuMemcpyAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemcpyAtoA`.
     #[inline(always)]
     pub fn cuMemcpyAtoA() -> Result<pfn::cuMemcpyAtoA, LoadError> {
-        let p = global_symbol(307)?;
-        // SAFETY: slot 307 holds `cuMemcpyAtoA_v2`, whose C type `pfn::cuMemcpyAtoA` mirrors.
+        let p = global_symbol(336)?;
+        // SAFETY: slot 336 holds `cuMemcpyAtoA_v2`, whose C type `pfn::cuMemcpyAtoA` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoA>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyAtoA_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyAtoA_v2_ptds() -> Result<pfn::cuMemcpyAtoA_v2_ptds, LoadError> {
+        let p = global_symbol(337)?;
+        // SAFETY: slot 337 holds `cuMemcpyAtoA_v2_ptds`, whose C type `pfn::cuMemcpyAtoA_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoA_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyAtoD`.
     #[inline(always)]
     pub fn cuMemcpyAtoD() -> Result<pfn::cuMemcpyAtoD, LoadError> {
-        let p = global_symbol(308)?;
-        // SAFETY: slot 308 holds `cuMemcpyAtoD_v2`, whose C type `pfn::cuMemcpyAtoD` mirrors.
+        let p = global_symbol(338)?;
+        // SAFETY: slot 338 holds `cuMemcpyAtoD_v2`, whose C type `pfn::cuMemcpyAtoD` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoD>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyAtoD_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyAtoD_v2_ptds() -> Result<pfn::cuMemcpyAtoD_v2_ptds, LoadError> {
+        let p = global_symbol(339)?;
+        // SAFETY: slot 339 holds `cuMemcpyAtoD_v2_ptds`, whose C type `pfn::cuMemcpyAtoD_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoD_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyAtoH`.
     #[inline(always)]
     pub fn cuMemcpyAtoH() -> Result<pfn::cuMemcpyAtoH, LoadError> {
-        let p = global_symbol(309)?;
-        // SAFETY: slot 309 holds `cuMemcpyAtoH_v2`, whose C type `pfn::cuMemcpyAtoH` mirrors.
+        let p = global_symbol(340)?;
+        // SAFETY: slot 340 holds `cuMemcpyAtoH_v2`, whose C type `pfn::cuMemcpyAtoH` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoH>(p) })
     }
     /// The process-wide driver's `cuMemcpyAtoHAsync`.
     #[inline(always)]
     pub fn cuMemcpyAtoHAsync() -> Result<pfn::cuMemcpyAtoHAsync, LoadError> {
-        let p = global_symbol(310)?;
-        // SAFETY: slot 310 holds `cuMemcpyAtoHAsync_v2`, whose C type `pfn::cuMemcpyAtoHAsync` mirrors.
+        let p = global_symbol(341)?;
+        // SAFETY: slot 341 holds `cuMemcpyAtoHAsync_v2`, whose C type `pfn::cuMemcpyAtoHAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoHAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyAtoHAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyAtoHAsync_v2_ptsz() -> Result<pfn::cuMemcpyAtoHAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(342)?;
+        // SAFETY: slot 342 holds `cuMemcpyAtoHAsync_v2_ptsz`, whose C type `pfn::cuMemcpyAtoHAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoHAsync_v2_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyAtoH_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyAtoH_v2_ptds() -> Result<pfn::cuMemcpyAtoH_v2_ptds, LoadError> {
+        let p = global_symbol(343)?;
+        // SAFETY: slot 343 holds `cuMemcpyAtoH_v2_ptds`, whose C type `pfn::cuMemcpyAtoH_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoH_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyBatchAsync`.
     #[inline(always)]
     pub fn cuMemcpyBatchAsync() -> Result<pfn::cuMemcpyBatchAsync, LoadError> {
-        let p = global_symbol(311)?;
-        // SAFETY: slot 311 holds `cuMemcpyBatchAsync_v2`, whose C type `pfn::cuMemcpyBatchAsync` mirrors.
+        let p = global_symbol(344)?;
+        // SAFETY: slot 344 holds `cuMemcpyBatchAsync_v2`, whose C type `pfn::cuMemcpyBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyBatchAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyBatchAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyBatchAsync_v2_ptsz() -> Result<pfn::cuMemcpyBatchAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(345)?;
+        // SAFETY: slot 345 holds `cuMemcpyBatchAsync_v2_ptsz`, whose C type `pfn::cuMemcpyBatchAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyBatchAsync_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuMemcpyDtoA`.
     #[inline(always)]
     pub fn cuMemcpyDtoA() -> Result<pfn::cuMemcpyDtoA, LoadError> {
-        let p = global_symbol(312)?;
-        // SAFETY: slot 312 holds `cuMemcpyDtoA_v2`, whose C type `pfn::cuMemcpyDtoA` mirrors.
+        let p = global_symbol(346)?;
+        // SAFETY: slot 346 holds `cuMemcpyDtoA_v2`, whose C type `pfn::cuMemcpyDtoA` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoA>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyDtoA_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyDtoA_v2_ptds() -> Result<pfn::cuMemcpyDtoA_v2_ptds, LoadError> {
+        let p = global_symbol(347)?;
+        // SAFETY: slot 347 holds `cuMemcpyDtoA_v2_ptds`, whose C type `pfn::cuMemcpyDtoA_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoA_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyDtoD`.
     #[inline(always)]
     pub fn cuMemcpyDtoD() -> Result<pfn::cuMemcpyDtoD, LoadError> {
-        let p = global_symbol(313)?;
-        // SAFETY: slot 313 holds `cuMemcpyDtoD_v2`, whose C type `pfn::cuMemcpyDtoD` mirrors.
+        let p = global_symbol(348)?;
+        // SAFETY: slot 348 holds `cuMemcpyDtoD_v2`, whose C type `pfn::cuMemcpyDtoD` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoD>(p) })
     }
     /// The process-wide driver's `cuMemcpyDtoDAsync`.
     #[inline(always)]
     pub fn cuMemcpyDtoDAsync() -> Result<pfn::cuMemcpyDtoDAsync, LoadError> {
-        let p = global_symbol(314)?;
-        // SAFETY: slot 314 holds `cuMemcpyDtoDAsync_v2`, whose C type `pfn::cuMemcpyDtoDAsync` mirrors.
+        let p = global_symbol(349)?;
+        // SAFETY: slot 349 holds `cuMemcpyDtoDAsync_v2`, whose C type `pfn::cuMemcpyDtoDAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoDAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyDtoDAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyDtoDAsync_v2_ptsz() -> Result<pfn::cuMemcpyDtoDAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(350)?;
+        // SAFETY: slot 350 holds `cuMemcpyDtoDAsync_v2_ptsz`, whose C type `pfn::cuMemcpyDtoDAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoDAsync_v2_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyDtoD_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyDtoD_v2_ptds() -> Result<pfn::cuMemcpyDtoD_v2_ptds, LoadError> {
+        let p = global_symbol(351)?;
+        // SAFETY: slot 351 holds `cuMemcpyDtoD_v2_ptds`, whose C type `pfn::cuMemcpyDtoD_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoD_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyDtoH`.
     #[inline(always)]
     pub fn cuMemcpyDtoH() -> Result<pfn::cuMemcpyDtoH, LoadError> {
-        let p = global_symbol(315)?;
-        // SAFETY: slot 315 holds `cuMemcpyDtoH_v2`, whose C type `pfn::cuMemcpyDtoH` mirrors.
+        let p = global_symbol(352)?;
+        // SAFETY: slot 352 holds `cuMemcpyDtoH_v2`, whose C type `pfn::cuMemcpyDtoH` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoH>(p) })
     }
     /// The process-wide driver's `cuMemcpyDtoHAsync`.
     #[inline(always)]
     pub fn cuMemcpyDtoHAsync() -> Result<pfn::cuMemcpyDtoHAsync, LoadError> {
-        let p = global_symbol(316)?;
-        // SAFETY: slot 316 holds `cuMemcpyDtoHAsync_v2`, whose C type `pfn::cuMemcpyDtoHAsync` mirrors.
+        let p = global_symbol(353)?;
+        // SAFETY: slot 353 holds `cuMemcpyDtoHAsync_v2`, whose C type `pfn::cuMemcpyDtoHAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoHAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyDtoHAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyDtoHAsync_v2_ptsz() -> Result<pfn::cuMemcpyDtoHAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(354)?;
+        // SAFETY: slot 354 holds `cuMemcpyDtoHAsync_v2_ptsz`, whose C type `pfn::cuMemcpyDtoHAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoHAsync_v2_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyDtoH_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyDtoH_v2_ptds() -> Result<pfn::cuMemcpyDtoH_v2_ptds, LoadError> {
+        let p = global_symbol(355)?;
+        // SAFETY: slot 355 holds `cuMemcpyDtoH_v2_ptds`, whose C type `pfn::cuMemcpyDtoH_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoH_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyHtoA`.
     #[inline(always)]
     pub fn cuMemcpyHtoA() -> Result<pfn::cuMemcpyHtoA, LoadError> {
-        let p = global_symbol(317)?;
-        // SAFETY: slot 317 holds `cuMemcpyHtoA_v2`, whose C type `pfn::cuMemcpyHtoA` mirrors.
+        let p = global_symbol(356)?;
+        // SAFETY: slot 356 holds `cuMemcpyHtoA_v2`, whose C type `pfn::cuMemcpyHtoA` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoA>(p) })
     }
     /// The process-wide driver's `cuMemcpyHtoAAsync`.
     #[inline(always)]
     pub fn cuMemcpyHtoAAsync() -> Result<pfn::cuMemcpyHtoAAsync, LoadError> {
-        let p = global_symbol(318)?;
-        // SAFETY: slot 318 holds `cuMemcpyHtoAAsync_v2`, whose C type `pfn::cuMemcpyHtoAAsync` mirrors.
+        let p = global_symbol(357)?;
+        // SAFETY: slot 357 holds `cuMemcpyHtoAAsync_v2`, whose C type `pfn::cuMemcpyHtoAAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoAAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyHtoAAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyHtoAAsync_v2_ptsz() -> Result<pfn::cuMemcpyHtoAAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(358)?;
+        // SAFETY: slot 358 holds `cuMemcpyHtoAAsync_v2_ptsz`, whose C type `pfn::cuMemcpyHtoAAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoAAsync_v2_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyHtoA_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyHtoA_v2_ptds() -> Result<pfn::cuMemcpyHtoA_v2_ptds, LoadError> {
+        let p = global_symbol(359)?;
+        // SAFETY: slot 359 holds `cuMemcpyHtoA_v2_ptds`, whose C type `pfn::cuMemcpyHtoA_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoA_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyHtoD`.
     #[inline(always)]
     pub fn cuMemcpyHtoD() -> Result<pfn::cuMemcpyHtoD, LoadError> {
-        let p = global_symbol(319)?;
-        // SAFETY: slot 319 holds `cuMemcpyHtoD_v2`, whose C type `pfn::cuMemcpyHtoD` mirrors.
+        let p = global_symbol(360)?;
+        // SAFETY: slot 360 holds `cuMemcpyHtoD_v2`, whose C type `pfn::cuMemcpyHtoD` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoD>(p) })
     }
     /// The process-wide driver's `cuMemcpyHtoDAsync`.
     #[inline(always)]
     pub fn cuMemcpyHtoDAsync() -> Result<pfn::cuMemcpyHtoDAsync, LoadError> {
-        let p = global_symbol(320)?;
-        // SAFETY: slot 320 holds `cuMemcpyHtoDAsync_v2`, whose C type `pfn::cuMemcpyHtoDAsync` mirrors.
+        let p = global_symbol(361)?;
+        // SAFETY: slot 361 holds `cuMemcpyHtoDAsync_v2`, whose C type `pfn::cuMemcpyHtoDAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoDAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyHtoDAsync_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyHtoDAsync_v2_ptsz() -> Result<pfn::cuMemcpyHtoDAsync_v2_ptsz, LoadError> {
+        let p = global_symbol(362)?;
+        // SAFETY: slot 362 holds `cuMemcpyHtoDAsync_v2_ptsz`, whose C type `pfn::cuMemcpyHtoDAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoDAsync_v2_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyHtoD_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyHtoD_v2_ptds() -> Result<pfn::cuMemcpyHtoD_v2_ptds, LoadError> {
+        let p = global_symbol(363)?;
+        // SAFETY: slot 363 holds `cuMemcpyHtoD_v2_ptds`, whose C type `pfn::cuMemcpyHtoD_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoD_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemcpyPeer`.
     #[inline(always)]
     pub fn cuMemcpyPeer() -> Result<pfn::cuMemcpyPeer, LoadError> {
-        let p = global_symbol(321)?;
-        // SAFETY: slot 321 holds `cuMemcpyPeer`, whose C type `pfn::cuMemcpyPeer` mirrors.
+        let p = global_symbol(364)?;
+        // SAFETY: slot 364 holds `cuMemcpyPeer`, whose C type `pfn::cuMemcpyPeer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeer>(p) })
     }
     /// The process-wide driver's `cuMemcpyPeerAsync`.
     #[inline(always)]
     pub fn cuMemcpyPeerAsync() -> Result<pfn::cuMemcpyPeerAsync, LoadError> {
-        let p = global_symbol(322)?;
-        // SAFETY: slot 322 holds `cuMemcpyPeerAsync`, whose C type `pfn::cuMemcpyPeerAsync` mirrors.
+        let p = global_symbol(365)?;
+        // SAFETY: slot 365 holds `cuMemcpyPeerAsync`, whose C type `pfn::cuMemcpyPeerAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeerAsync>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyPeerAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuMemcpyPeerAsync_ptsz() -> Result<pfn::cuMemcpyPeerAsync_ptsz, LoadError> {
+        let p = global_symbol(366)?;
+        // SAFETY: slot 366 holds `cuMemcpyPeerAsync_ptsz`, whose C type `pfn::cuMemcpyPeerAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeerAsync_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemcpyPeer_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpyPeer_ptds() -> Result<pfn::cuMemcpyPeer_ptds, LoadError> {
+        let p = global_symbol(367)?;
+        // SAFETY: slot 367 holds `cuMemcpyPeer_ptds`, whose C type `pfn::cuMemcpyPeer_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeer_ptds>(p) })
+    }
+    /// The process-wide driver's `cuMemcpy_ptds`.
+    #[inline(always)]
+    pub fn cuMemcpy_ptds() -> Result<pfn::cuMemcpy_ptds, LoadError> {
+        let p = global_symbol(368)?;
+        // SAFETY: slot 368 holds `cuMemcpy_ptds`, whose C type `pfn::cuMemcpy_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy_ptds>(p) })
     }
     /// The process-wide driver's `cuMemsetD16`.
     #[inline(always)]
     pub fn cuMemsetD16() -> Result<pfn::cuMemsetD16, LoadError> {
-        let p = global_symbol(323)?;
-        // SAFETY: slot 323 holds `cuMemsetD16_v2`, whose C type `pfn::cuMemsetD16` mirrors.
+        let p = global_symbol(369)?;
+        // SAFETY: slot 369 holds `cuMemsetD16_v2`, whose C type `pfn::cuMemsetD16` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16>(p) })
     }
     /// The process-wide driver's `cuMemsetD16Async`.
     #[inline(always)]
     pub fn cuMemsetD16Async() -> Result<pfn::cuMemsetD16Async, LoadError> {
-        let p = global_symbol(324)?;
-        // SAFETY: slot 324 holds `cuMemsetD16Async`, whose C type `pfn::cuMemsetD16Async` mirrors.
+        let p = global_symbol(370)?;
+        // SAFETY: slot 370 holds `cuMemsetD16Async`, whose C type `pfn::cuMemsetD16Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16Async>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD16Async_ptsz`.
+    #[inline(always)]
+    pub fn cuMemsetD16Async_ptsz() -> Result<pfn::cuMemsetD16Async_ptsz, LoadError> {
+        let p = global_symbol(371)?;
+        // SAFETY: slot 371 holds `cuMemsetD16Async_ptsz`, whose C type `pfn::cuMemsetD16Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16Async_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD16_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemsetD16_v2_ptds() -> Result<pfn::cuMemsetD16_v2_ptds, LoadError> {
+        let p = global_symbol(372)?;
+        // SAFETY: slot 372 holds `cuMemsetD16_v2_ptds`, whose C type `pfn::cuMemsetD16_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemsetD2D16`.
     #[inline(always)]
     pub fn cuMemsetD2D16() -> Result<pfn::cuMemsetD2D16, LoadError> {
-        let p = global_symbol(325)?;
-        // SAFETY: slot 325 holds `cuMemsetD2D16_v2`, whose C type `pfn::cuMemsetD2D16` mirrors.
+        let p = global_symbol(373)?;
+        // SAFETY: slot 373 holds `cuMemsetD2D16_v2`, whose C type `pfn::cuMemsetD2D16` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16>(p) })
     }
     /// The process-wide driver's `cuMemsetD2D16Async`.
     #[inline(always)]
     pub fn cuMemsetD2D16Async() -> Result<pfn::cuMemsetD2D16Async, LoadError> {
-        let p = global_symbol(326)?;
-        // SAFETY: slot 326 holds `cuMemsetD2D16Async`, whose C type `pfn::cuMemsetD2D16Async` mirrors.
+        let p = global_symbol(374)?;
+        // SAFETY: slot 374 holds `cuMemsetD2D16Async`, whose C type `pfn::cuMemsetD2D16Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16Async>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD2D16Async_ptsz`.
+    #[inline(always)]
+    pub fn cuMemsetD2D16Async_ptsz() -> Result<pfn::cuMemsetD2D16Async_ptsz, LoadError> {
+        let p = global_symbol(375)?;
+        // SAFETY: slot 375 holds `cuMemsetD2D16Async_ptsz`, whose C type `pfn::cuMemsetD2D16Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16Async_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD2D16_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemsetD2D16_v2_ptds() -> Result<pfn::cuMemsetD2D16_v2_ptds, LoadError> {
+        let p = global_symbol(376)?;
+        // SAFETY: slot 376 holds `cuMemsetD2D16_v2_ptds`, whose C type `pfn::cuMemsetD2D16_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemsetD2D32`.
     #[inline(always)]
     pub fn cuMemsetD2D32() -> Result<pfn::cuMemsetD2D32, LoadError> {
-        let p = global_symbol(327)?;
-        // SAFETY: slot 327 holds `cuMemsetD2D32_v2`, whose C type `pfn::cuMemsetD2D32` mirrors.
+        let p = global_symbol(377)?;
+        // SAFETY: slot 377 holds `cuMemsetD2D32_v2`, whose C type `pfn::cuMemsetD2D32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32>(p) })
     }
     /// The process-wide driver's `cuMemsetD2D32Async`.
     #[inline(always)]
     pub fn cuMemsetD2D32Async() -> Result<pfn::cuMemsetD2D32Async, LoadError> {
-        let p = global_symbol(328)?;
-        // SAFETY: slot 328 holds `cuMemsetD2D32Async`, whose C type `pfn::cuMemsetD2D32Async` mirrors.
+        let p = global_symbol(378)?;
+        // SAFETY: slot 378 holds `cuMemsetD2D32Async`, whose C type `pfn::cuMemsetD2D32Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32Async>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD2D32Async_ptsz`.
+    #[inline(always)]
+    pub fn cuMemsetD2D32Async_ptsz() -> Result<pfn::cuMemsetD2D32Async_ptsz, LoadError> {
+        let p = global_symbol(379)?;
+        // SAFETY: slot 379 holds `cuMemsetD2D32Async_ptsz`, whose C type `pfn::cuMemsetD2D32Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32Async_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD2D32_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemsetD2D32_v2_ptds() -> Result<pfn::cuMemsetD2D32_v2_ptds, LoadError> {
+        let p = global_symbol(380)?;
+        // SAFETY: slot 380 holds `cuMemsetD2D32_v2_ptds`, whose C type `pfn::cuMemsetD2D32_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemsetD2D8`.
     #[inline(always)]
     pub fn cuMemsetD2D8() -> Result<pfn::cuMemsetD2D8, LoadError> {
-        let p = global_symbol(329)?;
-        // SAFETY: slot 329 holds `cuMemsetD2D8_v2`, whose C type `pfn::cuMemsetD2D8` mirrors.
+        let p = global_symbol(381)?;
+        // SAFETY: slot 381 holds `cuMemsetD2D8_v2`, whose C type `pfn::cuMemsetD2D8` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8>(p) })
     }
     /// The process-wide driver's `cuMemsetD2D8Async`.
     #[inline(always)]
     pub fn cuMemsetD2D8Async() -> Result<pfn::cuMemsetD2D8Async, LoadError> {
-        let p = global_symbol(330)?;
-        // SAFETY: slot 330 holds `cuMemsetD2D8Async`, whose C type `pfn::cuMemsetD2D8Async` mirrors.
+        let p = global_symbol(382)?;
+        // SAFETY: slot 382 holds `cuMemsetD2D8Async`, whose C type `pfn::cuMemsetD2D8Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8Async>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD2D8Async_ptsz`.
+    #[inline(always)]
+    pub fn cuMemsetD2D8Async_ptsz() -> Result<pfn::cuMemsetD2D8Async_ptsz, LoadError> {
+        let p = global_symbol(383)?;
+        // SAFETY: slot 383 holds `cuMemsetD2D8Async_ptsz`, whose C type `pfn::cuMemsetD2D8Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8Async_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD2D8_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemsetD2D8_v2_ptds() -> Result<pfn::cuMemsetD2D8_v2_ptds, LoadError> {
+        let p = global_symbol(384)?;
+        // SAFETY: slot 384 holds `cuMemsetD2D8_v2_ptds`, whose C type `pfn::cuMemsetD2D8_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemsetD32`.
     #[inline(always)]
     pub fn cuMemsetD32() -> Result<pfn::cuMemsetD32, LoadError> {
-        let p = global_symbol(331)?;
-        // SAFETY: slot 331 holds `cuMemsetD32_v2`, whose C type `pfn::cuMemsetD32` mirrors.
+        let p = global_symbol(385)?;
+        // SAFETY: slot 385 holds `cuMemsetD32_v2`, whose C type `pfn::cuMemsetD32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32>(p) })
     }
     /// The process-wide driver's `cuMemsetD32Async`.
     #[inline(always)]
     pub fn cuMemsetD32Async() -> Result<pfn::cuMemsetD32Async, LoadError> {
-        let p = global_symbol(332)?;
-        // SAFETY: slot 332 holds `cuMemsetD32Async`, whose C type `pfn::cuMemsetD32Async` mirrors.
+        let p = global_symbol(386)?;
+        // SAFETY: slot 386 holds `cuMemsetD32Async`, whose C type `pfn::cuMemsetD32Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32Async>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD32Async_ptsz`.
+    #[inline(always)]
+    pub fn cuMemsetD32Async_ptsz() -> Result<pfn::cuMemsetD32Async_ptsz, LoadError> {
+        let p = global_symbol(387)?;
+        // SAFETY: slot 387 holds `cuMemsetD32Async_ptsz`, whose C type `pfn::cuMemsetD32Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32Async_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD32_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemsetD32_v2_ptds() -> Result<pfn::cuMemsetD32_v2_ptds, LoadError> {
+        let p = global_symbol(388)?;
+        // SAFETY: slot 388 holds `cuMemsetD32_v2_ptds`, whose C type `pfn::cuMemsetD32_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMemsetD8`.
     #[inline(always)]
     pub fn cuMemsetD8() -> Result<pfn::cuMemsetD8, LoadError> {
-        let p = global_symbol(333)?;
-        // SAFETY: slot 333 holds `cuMemsetD8_v2`, whose C type `pfn::cuMemsetD8` mirrors.
+        let p = global_symbol(389)?;
+        // SAFETY: slot 389 holds `cuMemsetD8_v2`, whose C type `pfn::cuMemsetD8` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8>(p) })
     }
     /// The process-wide driver's `cuMemsetD8Async`.
     #[inline(always)]
     pub fn cuMemsetD8Async() -> Result<pfn::cuMemsetD8Async, LoadError> {
-        let p = global_symbol(334)?;
-        // SAFETY: slot 334 holds `cuMemsetD8Async`, whose C type `pfn::cuMemsetD8Async` mirrors.
+        let p = global_symbol(390)?;
+        // SAFETY: slot 390 holds `cuMemsetD8Async`, whose C type `pfn::cuMemsetD8Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8Async>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD8Async_ptsz`.
+    #[inline(always)]
+    pub fn cuMemsetD8Async_ptsz() -> Result<pfn::cuMemsetD8Async_ptsz, LoadError> {
+        let p = global_symbol(391)?;
+        // SAFETY: slot 391 holds `cuMemsetD8Async_ptsz`, whose C type `pfn::cuMemsetD8Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8Async_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuMemsetD8_v2_ptds`.
+    #[inline(always)]
+    pub fn cuMemsetD8_v2_ptds() -> Result<pfn::cuMemsetD8_v2_ptds, LoadError> {
+        let p = global_symbol(392)?;
+        // SAFETY: slot 392 holds `cuMemsetD8_v2_ptds`, whose C type `pfn::cuMemsetD8_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8_v2_ptds>(p) })
     }
     /// The process-wide driver's `cuMipmappedArrayCreate`.
     #[inline(always)]
     pub fn cuMipmappedArrayCreate() -> Result<pfn::cuMipmappedArrayCreate, LoadError> {
-        let p = global_symbol(335)?;
-        // SAFETY: slot 335 holds `cuMipmappedArrayCreate`, whose C type `pfn::cuMipmappedArrayCreate` mirrors.
+        let p = global_symbol(393)?;
+        // SAFETY: slot 393 holds `cuMipmappedArrayCreate`, whose C type `pfn::cuMipmappedArrayCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayCreate>(p) })
     }
     /// The process-wide driver's `cuMipmappedArrayDestroy`.
     #[inline(always)]
     pub fn cuMipmappedArrayDestroy() -> Result<pfn::cuMipmappedArrayDestroy, LoadError> {
-        let p = global_symbol(336)?;
-        // SAFETY: slot 336 holds `cuMipmappedArrayDestroy`, whose C type `pfn::cuMipmappedArrayDestroy` mirrors.
+        let p = global_symbol(394)?;
+        // SAFETY: slot 394 holds `cuMipmappedArrayDestroy`, whose C type `pfn::cuMipmappedArrayDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayDestroy>(p) })
     }
     /// The process-wide driver's `cuMipmappedArrayGetLevel`.
     #[inline(always)]
     pub fn cuMipmappedArrayGetLevel() -> Result<pfn::cuMipmappedArrayGetLevel, LoadError> {
-        let p = global_symbol(337)?;
-        // SAFETY: slot 337 holds `cuMipmappedArrayGetLevel`, whose C type `pfn::cuMipmappedArrayGetLevel` mirrors.
+        let p = global_symbol(395)?;
+        // SAFETY: slot 395 holds `cuMipmappedArrayGetLevel`, whose C type `pfn::cuMipmappedArrayGetLevel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayGetLevel>(p) })
     }
     /// The process-wide driver's `cuMipmappedArrayGetMemoryRequirements`.
     #[inline(always)]
     pub fn cuMipmappedArrayGetMemoryRequirements() -> Result<pfn::cuMipmappedArrayGetMemoryRequirements, LoadError> {
-        let p = global_symbol(338)?;
-        // SAFETY: slot 338 holds `cuMipmappedArrayGetMemoryRequirements`, whose C type `pfn::cuMipmappedArrayGetMemoryRequirements` mirrors.
+        let p = global_symbol(396)?;
+        // SAFETY: slot 396 holds `cuMipmappedArrayGetMemoryRequirements`, whose C type `pfn::cuMipmappedArrayGetMemoryRequirements` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayGetMemoryRequirements>(p) })
     }
     /// The process-wide driver's `cuMipmappedArrayGetSparseProperties`.
     #[inline(always)]
     pub fn cuMipmappedArrayGetSparseProperties() -> Result<pfn::cuMipmappedArrayGetSparseProperties, LoadError> {
-        let p = global_symbol(339)?;
-        // SAFETY: slot 339 holds `cuMipmappedArrayGetSparseProperties`, whose C type `pfn::cuMipmappedArrayGetSparseProperties` mirrors.
+        let p = global_symbol(397)?;
+        // SAFETY: slot 397 holds `cuMipmappedArrayGetSparseProperties`, whose C type `pfn::cuMipmappedArrayGetSparseProperties` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayGetSparseProperties>(p) })
     }
     /// The process-wide driver's `cuModuleEnumerateFunctions`.
     #[inline(always)]
     pub fn cuModuleEnumerateFunctions() -> Result<pfn::cuModuleEnumerateFunctions, LoadError> {
-        let p = global_symbol(340)?;
-        // SAFETY: slot 340 holds `cuModuleEnumerateFunctions`, whose C type `pfn::cuModuleEnumerateFunctions` mirrors.
+        let p = global_symbol(398)?;
+        // SAFETY: slot 398 holds `cuModuleEnumerateFunctions`, whose C type `pfn::cuModuleEnumerateFunctions` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleEnumerateFunctions>(p) })
     }
     /// The process-wide driver's `cuModuleGetFunction`.
     #[inline(always)]
     pub fn cuModuleGetFunction() -> Result<pfn::cuModuleGetFunction, LoadError> {
-        let p = global_symbol(341)?;
-        // SAFETY: slot 341 holds `cuModuleGetFunction`, whose C type `pfn::cuModuleGetFunction` mirrors.
+        let p = global_symbol(399)?;
+        // SAFETY: slot 399 holds `cuModuleGetFunction`, whose C type `pfn::cuModuleGetFunction` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetFunction>(p) })
     }
     /// The process-wide driver's `cuModuleGetFunctionCount`.
     #[inline(always)]
     pub fn cuModuleGetFunctionCount() -> Result<pfn::cuModuleGetFunctionCount, LoadError> {
-        let p = global_symbol(342)?;
-        // SAFETY: slot 342 holds `cuModuleGetFunctionCount`, whose C type `pfn::cuModuleGetFunctionCount` mirrors.
+        let p = global_symbol(400)?;
+        // SAFETY: slot 400 holds `cuModuleGetFunctionCount`, whose C type `pfn::cuModuleGetFunctionCount` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetFunctionCount>(p) })
     }
     /// The process-wide driver's `cuModuleGetGlobal`.
     #[inline(always)]
     pub fn cuModuleGetGlobal() -> Result<pfn::cuModuleGetGlobal, LoadError> {
-        let p = global_symbol(343)?;
-        // SAFETY: slot 343 holds `cuModuleGetGlobal_v2`, whose C type `pfn::cuModuleGetGlobal` mirrors.
+        let p = global_symbol(401)?;
+        // SAFETY: slot 401 holds `cuModuleGetGlobal_v2`, whose C type `pfn::cuModuleGetGlobal` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetGlobal>(p) })
     }
     /// The process-wide driver's `cuModuleGetLoadingMode`.
     #[inline(always)]
     pub fn cuModuleGetLoadingMode() -> Result<pfn::cuModuleGetLoadingMode, LoadError> {
-        let p = global_symbol(344)?;
-        // SAFETY: slot 344 holds `cuModuleGetLoadingMode`, whose C type `pfn::cuModuleGetLoadingMode` mirrors.
+        let p = global_symbol(402)?;
+        // SAFETY: slot 402 holds `cuModuleGetLoadingMode`, whose C type `pfn::cuModuleGetLoadingMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetLoadingMode>(p) })
     }
     /// The process-wide driver's `cuModuleGetSurfRef`.
     #[inline(always)]
     pub fn cuModuleGetSurfRef() -> Result<pfn::cuModuleGetSurfRef, LoadError> {
-        let p = global_symbol(345)?;
-        // SAFETY: slot 345 holds `cuModuleGetSurfRef`, whose C type `pfn::cuModuleGetSurfRef` mirrors.
+        let p = global_symbol(403)?;
+        // SAFETY: slot 403 holds `cuModuleGetSurfRef`, whose C type `pfn::cuModuleGetSurfRef` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetSurfRef>(p) })
     }
     /// The process-wide driver's `cuModuleGetTexRef`.
     #[inline(always)]
     pub fn cuModuleGetTexRef() -> Result<pfn::cuModuleGetTexRef, LoadError> {
-        let p = global_symbol(346)?;
-        // SAFETY: slot 346 holds `cuModuleGetTexRef`, whose C type `pfn::cuModuleGetTexRef` mirrors.
+        let p = global_symbol(404)?;
+        // SAFETY: slot 404 holds `cuModuleGetTexRef`, whose C type `pfn::cuModuleGetTexRef` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetTexRef>(p) })
     }
     /// The process-wide driver's `cuModuleLoad`.
     #[inline(always)]
     pub fn cuModuleLoad() -> Result<pfn::cuModuleLoad, LoadError> {
-        let p = global_symbol(347)?;
-        // SAFETY: slot 347 holds `cuModuleLoad`, whose C type `pfn::cuModuleLoad` mirrors.
+        let p = global_symbol(405)?;
+        // SAFETY: slot 405 holds `cuModuleLoad`, whose C type `pfn::cuModuleLoad` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoad>(p) })
     }
     /// The process-wide driver's `cuModuleLoadData`.
     #[inline(always)]
     pub fn cuModuleLoadData() -> Result<pfn::cuModuleLoadData, LoadError> {
-        let p = global_symbol(348)?;
-        // SAFETY: slot 348 holds `cuModuleLoadData`, whose C type `pfn::cuModuleLoadData` mirrors.
+        let p = global_symbol(406)?;
+        // SAFETY: slot 406 holds `cuModuleLoadData`, whose C type `pfn::cuModuleLoadData` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoadData>(p) })
     }
     /// The process-wide driver's `cuModuleLoadDataEx`.
     #[inline(always)]
     pub fn cuModuleLoadDataEx() -> Result<pfn::cuModuleLoadDataEx, LoadError> {
-        let p = global_symbol(349)?;
-        // SAFETY: slot 349 holds `cuModuleLoadDataEx`, whose C type `pfn::cuModuleLoadDataEx` mirrors.
+        let p = global_symbol(407)?;
+        // SAFETY: slot 407 holds `cuModuleLoadDataEx`, whose C type `pfn::cuModuleLoadDataEx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoadDataEx>(p) })
     }
     /// The process-wide driver's `cuModuleLoadFatBinary`.
     #[inline(always)]
     pub fn cuModuleLoadFatBinary() -> Result<pfn::cuModuleLoadFatBinary, LoadError> {
-        let p = global_symbol(350)?;
-        // SAFETY: slot 350 holds `cuModuleLoadFatBinary`, whose C type `pfn::cuModuleLoadFatBinary` mirrors.
+        let p = global_symbol(408)?;
+        // SAFETY: slot 408 holds `cuModuleLoadFatBinary`, whose C type `pfn::cuModuleLoadFatBinary` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoadFatBinary>(p) })
     }
     /// The process-wide driver's `cuModuleUnload`.
     #[inline(always)]
     pub fn cuModuleUnload() -> Result<pfn::cuModuleUnload, LoadError> {
-        let p = global_symbol(351)?;
-        // SAFETY: slot 351 holds `cuModuleUnload`, whose C type `pfn::cuModuleUnload` mirrors.
+        let p = global_symbol(409)?;
+        // SAFETY: slot 409 holds `cuModuleUnload`, whose C type `pfn::cuModuleUnload` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleUnload>(p) })
     }
     /// The process-wide driver's `cuMulticastAddDevice`.
     #[inline(always)]
     pub fn cuMulticastAddDevice() -> Result<pfn::cuMulticastAddDevice, LoadError> {
-        let p = global_symbol(352)?;
-        // SAFETY: slot 352 holds `cuMulticastAddDevice`, whose C type `pfn::cuMulticastAddDevice` mirrors.
+        let p = global_symbol(410)?;
+        // SAFETY: slot 410 holds `cuMulticastAddDevice`, whose C type `pfn::cuMulticastAddDevice` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastAddDevice>(p) })
     }
     /// The process-wide driver's `cuMulticastBindAddr`.
     #[inline(always)]
     pub fn cuMulticastBindAddr() -> Result<pfn::cuMulticastBindAddr, LoadError> {
-        let p = global_symbol(353)?;
-        // SAFETY: slot 353 holds `cuMulticastBindAddr`, whose C type `pfn::cuMulticastBindAddr` mirrors.
+        let p = global_symbol(411)?;
+        // SAFETY: slot 411 holds `cuMulticastBindAddr`, whose C type `pfn::cuMulticastBindAddr` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastBindAddr>(p) })
     }
     /// The process-wide driver's `cuMulticastBindMem`.
     #[inline(always)]
     pub fn cuMulticastBindMem() -> Result<pfn::cuMulticastBindMem, LoadError> {
-        let p = global_symbol(354)?;
-        // SAFETY: slot 354 holds `cuMulticastBindMem`, whose C type `pfn::cuMulticastBindMem` mirrors.
+        let p = global_symbol(412)?;
+        // SAFETY: slot 412 holds `cuMulticastBindMem`, whose C type `pfn::cuMulticastBindMem` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastBindMem>(p) })
     }
     /// The process-wide driver's `cuMulticastCreate`.
     #[inline(always)]
     pub fn cuMulticastCreate() -> Result<pfn::cuMulticastCreate, LoadError> {
-        let p = global_symbol(355)?;
-        // SAFETY: slot 355 holds `cuMulticastCreate`, whose C type `pfn::cuMulticastCreate` mirrors.
+        let p = global_symbol(413)?;
+        // SAFETY: slot 413 holds `cuMulticastCreate`, whose C type `pfn::cuMulticastCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastCreate>(p) })
     }
     /// The process-wide driver's `cuMulticastGetGranularity`.
     #[inline(always)]
     pub fn cuMulticastGetGranularity() -> Result<pfn::cuMulticastGetGranularity, LoadError> {
-        let p = global_symbol(356)?;
-        // SAFETY: slot 356 holds `cuMulticastGetGranularity`, whose C type `pfn::cuMulticastGetGranularity` mirrors.
+        let p = global_symbol(414)?;
+        // SAFETY: slot 414 holds `cuMulticastGetGranularity`, whose C type `pfn::cuMulticastGetGranularity` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastGetGranularity>(p) })
     }
     /// The process-wide driver's `cuMulticastUnbind`.
     #[inline(always)]
     pub fn cuMulticastUnbind() -> Result<pfn::cuMulticastUnbind, LoadError> {
-        let p = global_symbol(357)?;
-        // SAFETY: slot 357 holds `cuMulticastUnbind`, whose C type `pfn::cuMulticastUnbind` mirrors.
+        let p = global_symbol(415)?;
+        // SAFETY: slot 415 holds `cuMulticastUnbind`, whose C type `pfn::cuMulticastUnbind` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastUnbind>(p) })
     }
     /// The process-wide driver's `cuOccupancyAvailableDynamicSMemPerBlock`.
     #[inline(always)]
     pub fn cuOccupancyAvailableDynamicSMemPerBlock() -> Result<pfn::cuOccupancyAvailableDynamicSMemPerBlock, LoadError> {
-        let p = global_symbol(358)?;
-        // SAFETY: slot 358 holds `cuOccupancyAvailableDynamicSMemPerBlock`, whose C type `pfn::cuOccupancyAvailableDynamicSMemPerBlock` mirrors.
+        let p = global_symbol(416)?;
+        // SAFETY: slot 416 holds `cuOccupancyAvailableDynamicSMemPerBlock`, whose C type `pfn::cuOccupancyAvailableDynamicSMemPerBlock` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyAvailableDynamicSMemPerBlock>(p) })
     }
     /// The process-wide driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor`.
     #[inline(always)]
     pub fn cuOccupancyMaxActiveBlocksPerMultiprocessor() -> Result<pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor, LoadError> {
-        let p = global_symbol(359)?;
-        // SAFETY: slot 359 holds `cuOccupancyMaxActiveBlocksPerMultiprocessor`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor` mirrors.
+        let p = global_symbol(417)?;
+        // SAFETY: slot 417 holds `cuOccupancyMaxActiveBlocksPerMultiprocessor`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor>(p) })
     }
     /// The process-wide driver's `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`.
     #[inline(always)]
     pub fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags() -> Result<pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, LoadError> {
-        let p = global_symbol(360)?;
-        // SAFETY: slot 360 holds `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` mirrors.
+        let p = global_symbol(418)?;
+        // SAFETY: slot 418 holds `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags>(p) })
     }
     /// The process-wide driver's `cuOccupancyMaxActiveClusters`.
     #[inline(always)]
     pub fn cuOccupancyMaxActiveClusters() -> Result<pfn::cuOccupancyMaxActiveClusters, LoadError> {
-        let p = global_symbol(361)?;
-        // SAFETY: slot 361 holds `cuOccupancyMaxActiveClusters`, whose C type `pfn::cuOccupancyMaxActiveClusters` mirrors.
+        let p = global_symbol(419)?;
+        // SAFETY: slot 419 holds `cuOccupancyMaxActiveClusters`, whose C type `pfn::cuOccupancyMaxActiveClusters` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxActiveClusters>(p) })
     }
     /// The process-wide driver's `cuOccupancyMaxPotentialBlockSize`.
     #[inline(always)]
     pub fn cuOccupancyMaxPotentialBlockSize() -> Result<pfn::cuOccupancyMaxPotentialBlockSize, LoadError> {
-        let p = global_symbol(362)?;
-        // SAFETY: slot 362 holds `cuOccupancyMaxPotentialBlockSize`, whose C type `pfn::cuOccupancyMaxPotentialBlockSize` mirrors.
+        let p = global_symbol(420)?;
+        // SAFETY: slot 420 holds `cuOccupancyMaxPotentialBlockSize`, whose C type `pfn::cuOccupancyMaxPotentialBlockSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxPotentialBlockSize>(p) })
     }
     /// The process-wide driver's `cuOccupancyMaxPotentialBlockSizeWithFlags`.
     #[inline(always)]
     pub fn cuOccupancyMaxPotentialBlockSizeWithFlags() -> Result<pfn::cuOccupancyMaxPotentialBlockSizeWithFlags, LoadError> {
-        let p = global_symbol(363)?;
-        // SAFETY: slot 363 holds `cuOccupancyMaxPotentialBlockSizeWithFlags`, whose C type `pfn::cuOccupancyMaxPotentialBlockSizeWithFlags` mirrors.
+        let p = global_symbol(421)?;
+        // SAFETY: slot 421 holds `cuOccupancyMaxPotentialBlockSizeWithFlags`, whose C type `pfn::cuOccupancyMaxPotentialBlockSizeWithFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxPotentialBlockSizeWithFlags>(p) })
     }
     /// The process-wide driver's `cuOccupancyMaxPotentialClusterSize`.
     #[inline(always)]
     pub fn cuOccupancyMaxPotentialClusterSize() -> Result<pfn::cuOccupancyMaxPotentialClusterSize, LoadError> {
-        let p = global_symbol(364)?;
-        // SAFETY: slot 364 holds `cuOccupancyMaxPotentialClusterSize`, whose C type `pfn::cuOccupancyMaxPotentialClusterSize` mirrors.
+        let p = global_symbol(422)?;
+        // SAFETY: slot 422 holds `cuOccupancyMaxPotentialClusterSize`, whose C type `pfn::cuOccupancyMaxPotentialClusterSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxPotentialClusterSize>(p) })
     }
     /// The process-wide driver's `cuParamSetSize`.
     #[inline(always)]
     pub fn cuParamSetSize() -> Result<pfn::cuParamSetSize, LoadError> {
-        let p = global_symbol(365)?;
-        // SAFETY: slot 365 holds `cuParamSetSize`, whose C type `pfn::cuParamSetSize` mirrors.
+        let p = global_symbol(423)?;
+        // SAFETY: slot 423 holds `cuParamSetSize`, whose C type `pfn::cuParamSetSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetSize>(p) })
     }
     /// The process-wide driver's `cuParamSetTexRef`.
     #[inline(always)]
     pub fn cuParamSetTexRef() -> Result<pfn::cuParamSetTexRef, LoadError> {
-        let p = global_symbol(366)?;
-        // SAFETY: slot 366 holds `cuParamSetTexRef`, whose C type `pfn::cuParamSetTexRef` mirrors.
+        let p = global_symbol(424)?;
+        // SAFETY: slot 424 holds `cuParamSetTexRef`, whose C type `pfn::cuParamSetTexRef` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetTexRef>(p) })
     }
     /// The process-wide driver's `cuParamSetf`.
     #[inline(always)]
     pub fn cuParamSetf() -> Result<pfn::cuParamSetf, LoadError> {
-        let p = global_symbol(367)?;
-        // SAFETY: slot 367 holds `cuParamSetf`, whose C type `pfn::cuParamSetf` mirrors.
+        let p = global_symbol(425)?;
+        // SAFETY: slot 425 holds `cuParamSetf`, whose C type `pfn::cuParamSetf` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetf>(p) })
     }
     /// The process-wide driver's `cuParamSeti`.
     #[inline(always)]
     pub fn cuParamSeti() -> Result<pfn::cuParamSeti, LoadError> {
-        let p = global_symbol(368)?;
-        // SAFETY: slot 368 holds `cuParamSeti`, whose C type `pfn::cuParamSeti` mirrors.
+        let p = global_symbol(426)?;
+        // SAFETY: slot 426 holds `cuParamSeti`, whose C type `pfn::cuParamSeti` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSeti>(p) })
     }
     /// The process-wide driver's `cuParamSetv`.
     #[inline(always)]
     pub fn cuParamSetv() -> Result<pfn::cuParamSetv, LoadError> {
-        let p = global_symbol(369)?;
-        // SAFETY: slot 369 holds `cuParamSetv`, whose C type `pfn::cuParamSetv` mirrors.
+        let p = global_symbol(427)?;
+        // SAFETY: slot 427 holds `cuParamSetv`, whose C type `pfn::cuParamSetv` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetv>(p) })
     }
     /// The process-wide driver's `cuPointerGetAttribute`.
     #[inline(always)]
     pub fn cuPointerGetAttribute() -> Result<pfn::cuPointerGetAttribute, LoadError> {
-        let p = global_symbol(370)?;
-        // SAFETY: slot 370 holds `cuPointerGetAttribute`, whose C type `pfn::cuPointerGetAttribute` mirrors.
+        let p = global_symbol(428)?;
+        // SAFETY: slot 428 holds `cuPointerGetAttribute`, whose C type `pfn::cuPointerGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuPointerGetAttribute>(p) })
     }
     /// The process-wide driver's `cuPointerGetAttributes`.
     #[inline(always)]
     pub fn cuPointerGetAttributes() -> Result<pfn::cuPointerGetAttributes, LoadError> {
-        let p = global_symbol(371)?;
-        // SAFETY: slot 371 holds `cuPointerGetAttributes`, whose C type `pfn::cuPointerGetAttributes` mirrors.
+        let p = global_symbol(429)?;
+        // SAFETY: slot 429 holds `cuPointerGetAttributes`, whose C type `pfn::cuPointerGetAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuPointerGetAttributes>(p) })
     }
     /// The process-wide driver's `cuPointerSetAttribute`.
     #[inline(always)]
     pub fn cuPointerSetAttribute() -> Result<pfn::cuPointerSetAttribute, LoadError> {
-        let p = global_symbol(372)?;
-        // SAFETY: slot 372 holds `cuPointerSetAttribute`, whose C type `pfn::cuPointerSetAttribute` mirrors.
+        let p = global_symbol(430)?;
+        // SAFETY: slot 430 holds `cuPointerSetAttribute`, whose C type `pfn::cuPointerSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuPointerSetAttribute>(p) })
     }
     /// The process-wide driver's `cuSignalExternalSemaphoresAsync`.
     #[inline(always)]
     pub fn cuSignalExternalSemaphoresAsync() -> Result<pfn::cuSignalExternalSemaphoresAsync, LoadError> {
-        let p = global_symbol(373)?;
-        // SAFETY: slot 373 holds `cuSignalExternalSemaphoresAsync`, whose C type `pfn::cuSignalExternalSemaphoresAsync` mirrors.
+        let p = global_symbol(431)?;
+        // SAFETY: slot 431 holds `cuSignalExternalSemaphoresAsync`, whose C type `pfn::cuSignalExternalSemaphoresAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSignalExternalSemaphoresAsync>(p) })
+    }
+    /// The process-wide driver's `cuSignalExternalSemaphoresAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuSignalExternalSemaphoresAsync_ptsz() -> Result<pfn::cuSignalExternalSemaphoresAsync_ptsz, LoadError> {
+        let p = global_symbol(432)?;
+        // SAFETY: slot 432 holds `cuSignalExternalSemaphoresAsync_ptsz`, whose C type `pfn::cuSignalExternalSemaphoresAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSignalExternalSemaphoresAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamAddCallback`.
     #[inline(always)]
     pub fn cuStreamAddCallback() -> Result<pfn::cuStreamAddCallback, LoadError> {
-        let p = global_symbol(374)?;
-        // SAFETY: slot 374 holds `cuStreamAddCallback`, whose C type `pfn::cuStreamAddCallback` mirrors.
+        let p = global_symbol(433)?;
+        // SAFETY: slot 433 holds `cuStreamAddCallback`, whose C type `pfn::cuStreamAddCallback` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAddCallback>(p) })
+    }
+    /// The process-wide driver's `cuStreamAddCallback_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamAddCallback_ptsz() -> Result<pfn::cuStreamAddCallback_ptsz, LoadError> {
+        let p = global_symbol(434)?;
+        // SAFETY: slot 434 holds `cuStreamAddCallback_ptsz`, whose C type `pfn::cuStreamAddCallback_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAddCallback_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamAttachMemAsync`.
     #[inline(always)]
     pub fn cuStreamAttachMemAsync() -> Result<pfn::cuStreamAttachMemAsync, LoadError> {
-        let p = global_symbol(375)?;
-        // SAFETY: slot 375 holds `cuStreamAttachMemAsync`, whose C type `pfn::cuStreamAttachMemAsync` mirrors.
+        let p = global_symbol(435)?;
+        // SAFETY: slot 435 holds `cuStreamAttachMemAsync`, whose C type `pfn::cuStreamAttachMemAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAttachMemAsync>(p) })
+    }
+    /// The process-wide driver's `cuStreamAttachMemAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamAttachMemAsync_ptsz() -> Result<pfn::cuStreamAttachMemAsync_ptsz, LoadError> {
+        let p = global_symbol(436)?;
+        // SAFETY: slot 436 holds `cuStreamAttachMemAsync_ptsz`, whose C type `pfn::cuStreamAttachMemAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAttachMemAsync_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamBatchMemOp`.
     #[inline(always)]
     pub fn cuStreamBatchMemOp() -> Result<pfn::cuStreamBatchMemOp, LoadError> {
-        let p = global_symbol(376)?;
-        // SAFETY: slot 376 holds `cuStreamBatchMemOp_v2`, whose C type `pfn::cuStreamBatchMemOp` mirrors.
+        let p = global_symbol(437)?;
+        // SAFETY: slot 437 holds `cuStreamBatchMemOp_v2`, whose C type `pfn::cuStreamBatchMemOp` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBatchMemOp>(p) })
+    }
+    /// The process-wide driver's `cuStreamBatchMemOp_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamBatchMemOp_v2_ptsz() -> Result<pfn::cuStreamBatchMemOp_v2_ptsz, LoadError> {
+        let p = global_symbol(438)?;
+        // SAFETY: slot 438 holds `cuStreamBatchMemOp_v2_ptsz`, whose C type `pfn::cuStreamBatchMemOp_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBatchMemOp_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamBeginCapture`.
     #[inline(always)]
     pub fn cuStreamBeginCapture() -> Result<pfn::cuStreamBeginCapture, LoadError> {
-        let p = global_symbol(377)?;
-        // SAFETY: slot 377 holds `cuStreamBeginCapture_v2`, whose C type `pfn::cuStreamBeginCapture` mirrors.
+        let p = global_symbol(439)?;
+        // SAFETY: slot 439 holds `cuStreamBeginCapture_v2`, whose C type `pfn::cuStreamBeginCapture` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCapture>(p) })
     }
     /// The process-wide driver's `cuStreamBeginCaptureToGraph`.
     #[inline(always)]
     pub fn cuStreamBeginCaptureToGraph() -> Result<pfn::cuStreamBeginCaptureToGraph, LoadError> {
-        let p = global_symbol(378)?;
-        // SAFETY: slot 378 holds `cuStreamBeginCaptureToGraph`, whose C type `pfn::cuStreamBeginCaptureToGraph` mirrors.
+        let p = global_symbol(440)?;
+        // SAFETY: slot 440 holds `cuStreamBeginCaptureToGraph`, whose C type `pfn::cuStreamBeginCaptureToGraph` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCaptureToGraph>(p) })
+    }
+    /// The process-wide driver's `cuStreamBeginCaptureToGraph_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamBeginCaptureToGraph_ptsz() -> Result<pfn::cuStreamBeginCaptureToGraph_ptsz, LoadError> {
+        let p = global_symbol(441)?;
+        // SAFETY: slot 441 holds `cuStreamBeginCaptureToGraph_ptsz`, whose C type `pfn::cuStreamBeginCaptureToGraph_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCaptureToGraph_ptsz>(p) })
+    }
+    /// The process-wide driver's `cuStreamBeginCapture_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamBeginCapture_v2_ptsz() -> Result<pfn::cuStreamBeginCapture_v2_ptsz, LoadError> {
+        let p = global_symbol(442)?;
+        // SAFETY: slot 442 holds `cuStreamBeginCapture_v2_ptsz`, whose C type `pfn::cuStreamBeginCapture_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCapture_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamCopyAttributes`.
     #[inline(always)]
     pub fn cuStreamCopyAttributes() -> Result<pfn::cuStreamCopyAttributes, LoadError> {
-        let p = global_symbol(379)?;
-        // SAFETY: slot 379 holds `cuStreamCopyAttributes`, whose C type `pfn::cuStreamCopyAttributes` mirrors.
+        let p = global_symbol(443)?;
+        // SAFETY: slot 443 holds `cuStreamCopyAttributes`, whose C type `pfn::cuStreamCopyAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCopyAttributes>(p) })
+    }
+    /// The process-wide driver's `cuStreamCopyAttributes_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamCopyAttributes_ptsz() -> Result<pfn::cuStreamCopyAttributes_ptsz, LoadError> {
+        let p = global_symbol(444)?;
+        // SAFETY: slot 444 holds `cuStreamCopyAttributes_ptsz`, whose C type `pfn::cuStreamCopyAttributes_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCopyAttributes_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamCreate`.
     #[inline(always)]
     pub fn cuStreamCreate() -> Result<pfn::cuStreamCreate, LoadError> {
-        let p = global_symbol(380)?;
-        // SAFETY: slot 380 holds `cuStreamCreate`, whose C type `pfn::cuStreamCreate` mirrors.
+        let p = global_symbol(445)?;
+        // SAFETY: slot 445 holds `cuStreamCreate`, whose C type `pfn::cuStreamCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCreate>(p) })
     }
     /// The process-wide driver's `cuStreamCreateWithPriority`.
     #[inline(always)]
     pub fn cuStreamCreateWithPriority() -> Result<pfn::cuStreamCreateWithPriority, LoadError> {
-        let p = global_symbol(381)?;
-        // SAFETY: slot 381 holds `cuStreamCreateWithPriority`, whose C type `pfn::cuStreamCreateWithPriority` mirrors.
+        let p = global_symbol(446)?;
+        // SAFETY: slot 446 holds `cuStreamCreateWithPriority`, whose C type `pfn::cuStreamCreateWithPriority` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCreateWithPriority>(p) })
     }
     /// The process-wide driver's `cuStreamDestroy`.
     #[inline(always)]
     pub fn cuStreamDestroy() -> Result<pfn::cuStreamDestroy, LoadError> {
-        let p = global_symbol(382)?;
-        // SAFETY: slot 382 holds `cuStreamDestroy_v2`, whose C type `pfn::cuStreamDestroy` mirrors.
+        let p = global_symbol(447)?;
+        // SAFETY: slot 447 holds `cuStreamDestroy_v2`, whose C type `pfn::cuStreamDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamDestroy>(p) })
     }
     /// The process-wide driver's `cuStreamEndCapture`.
     #[inline(always)]
     pub fn cuStreamEndCapture() -> Result<pfn::cuStreamEndCapture, LoadError> {
-        let p = global_symbol(383)?;
-        // SAFETY: slot 383 holds `cuStreamEndCapture`, whose C type `pfn::cuStreamEndCapture` mirrors.
+        let p = global_symbol(448)?;
+        // SAFETY: slot 448 holds `cuStreamEndCapture`, whose C type `pfn::cuStreamEndCapture` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamEndCapture>(p) })
+    }
+    /// The process-wide driver's `cuStreamEndCapture_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamEndCapture_ptsz() -> Result<pfn::cuStreamEndCapture_ptsz, LoadError> {
+        let p = global_symbol(449)?;
+        // SAFETY: slot 449 holds `cuStreamEndCapture_ptsz`, whose C type `pfn::cuStreamEndCapture_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamEndCapture_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetAttribute`.
     #[inline(always)]
     pub fn cuStreamGetAttribute() -> Result<pfn::cuStreamGetAttribute, LoadError> {
-        let p = global_symbol(384)?;
-        // SAFETY: slot 384 holds `cuStreamGetAttribute`, whose C type `pfn::cuStreamGetAttribute` mirrors.
+        let p = global_symbol(450)?;
+        // SAFETY: slot 450 holds `cuStreamGetAttribute`, whose C type `pfn::cuStreamGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetAttribute>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetAttribute_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetAttribute_ptsz() -> Result<pfn::cuStreamGetAttribute_ptsz, LoadError> {
+        let p = global_symbol(451)?;
+        // SAFETY: slot 451 holds `cuStreamGetAttribute_ptsz`, whose C type `pfn::cuStreamGetAttribute_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetAttribute_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetCaptureInfo`.
     #[inline(always)]
     pub fn cuStreamGetCaptureInfo() -> Result<pfn::cuStreamGetCaptureInfo, LoadError> {
-        let p = global_symbol(385)?;
-        // SAFETY: slot 385 holds `cuStreamGetCaptureInfo_v3`, whose C type `pfn::cuStreamGetCaptureInfo` mirrors.
+        let p = global_symbol(452)?;
+        // SAFETY: slot 452 holds `cuStreamGetCaptureInfo_v3`, whose C type `pfn::cuStreamGetCaptureInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCaptureInfo>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetCaptureInfo_v3_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetCaptureInfo_v3_ptsz() -> Result<pfn::cuStreamGetCaptureInfo_v3_ptsz, LoadError> {
+        let p = global_symbol(453)?;
+        // SAFETY: slot 453 holds `cuStreamGetCaptureInfo_v3_ptsz`, whose C type `pfn::cuStreamGetCaptureInfo_v3_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCaptureInfo_v3_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetCtx`.
     #[inline(always)]
     pub fn cuStreamGetCtx() -> Result<pfn::cuStreamGetCtx, LoadError> {
-        let p = global_symbol(386)?;
-        // SAFETY: slot 386 holds `cuStreamGetCtx`, whose C type `pfn::cuStreamGetCtx` mirrors.
+        let p = global_symbol(454)?;
+        // SAFETY: slot 454 holds `cuStreamGetCtx`, whose C type `pfn::cuStreamGetCtx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetCtx_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetCtx_ptsz() -> Result<pfn::cuStreamGetCtx_ptsz, LoadError> {
+        let p = global_symbol(455)?;
+        // SAFETY: slot 455 holds `cuStreamGetCtx_ptsz`, whose C type `pfn::cuStreamGetCtx_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetCtx_v2`.
     #[inline(always)]
     pub fn cuStreamGetCtx_v2() -> Result<pfn::cuStreamGetCtx_v2, LoadError> {
-        let p = global_symbol(387)?;
-        // SAFETY: slot 387 holds `cuStreamGetCtx_v2`, whose C type `pfn::cuStreamGetCtx_v2` mirrors.
+        let p = global_symbol(456)?;
+        // SAFETY: slot 456 holds `cuStreamGetCtx_v2`, whose C type `pfn::cuStreamGetCtx_v2` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx_v2>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetCtx_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetCtx_v2_ptsz() -> Result<pfn::cuStreamGetCtx_v2_ptsz, LoadError> {
+        let p = global_symbol(457)?;
+        // SAFETY: slot 457 holds `cuStreamGetCtx_v2_ptsz`, whose C type `pfn::cuStreamGetCtx_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetDevice`.
     #[inline(always)]
     pub fn cuStreamGetDevice() -> Result<pfn::cuStreamGetDevice, LoadError> {
-        let p = global_symbol(388)?;
-        // SAFETY: slot 388 holds `cuStreamGetDevice`, whose C type `pfn::cuStreamGetDevice` mirrors.
+        let p = global_symbol(458)?;
+        // SAFETY: slot 458 holds `cuStreamGetDevice`, whose C type `pfn::cuStreamGetDevice` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetDevice>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetDevice_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetDevice_ptsz() -> Result<pfn::cuStreamGetDevice_ptsz, LoadError> {
+        let p = global_symbol(459)?;
+        // SAFETY: slot 459 holds `cuStreamGetDevice_ptsz`, whose C type `pfn::cuStreamGetDevice_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetDevice_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetFlags`.
     #[inline(always)]
     pub fn cuStreamGetFlags() -> Result<pfn::cuStreamGetFlags, LoadError> {
-        let p = global_symbol(389)?;
-        // SAFETY: slot 389 holds `cuStreamGetFlags`, whose C type `pfn::cuStreamGetFlags` mirrors.
+        let p = global_symbol(460)?;
+        // SAFETY: slot 460 holds `cuStreamGetFlags`, whose C type `pfn::cuStreamGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetFlags>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetFlags_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetFlags_ptsz() -> Result<pfn::cuStreamGetFlags_ptsz, LoadError> {
+        let p = global_symbol(461)?;
+        // SAFETY: slot 461 holds `cuStreamGetFlags_ptsz`, whose C type `pfn::cuStreamGetFlags_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetFlags_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetGreenCtx`.
     #[inline(always)]
     pub fn cuStreamGetGreenCtx() -> Result<pfn::cuStreamGetGreenCtx, LoadError> {
-        let p = global_symbol(390)?;
-        // SAFETY: slot 390 holds `cuStreamGetGreenCtx`, whose C type `pfn::cuStreamGetGreenCtx` mirrors.
+        let p = global_symbol(462)?;
+        // SAFETY: slot 462 holds `cuStreamGetGreenCtx`, whose C type `pfn::cuStreamGetGreenCtx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetGreenCtx>(p) })
     }
     /// The process-wide driver's `cuStreamGetId`.
     #[inline(always)]
     pub fn cuStreamGetId() -> Result<pfn::cuStreamGetId, LoadError> {
-        let p = global_symbol(391)?;
-        // SAFETY: slot 391 holds `cuStreamGetId`, whose C type `pfn::cuStreamGetId` mirrors.
+        let p = global_symbol(463)?;
+        // SAFETY: slot 463 holds `cuStreamGetId`, whose C type `pfn::cuStreamGetId` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetId>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetId_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetId_ptsz() -> Result<pfn::cuStreamGetId_ptsz, LoadError> {
+        let p = global_symbol(464)?;
+        // SAFETY: slot 464 holds `cuStreamGetId_ptsz`, whose C type `pfn::cuStreamGetId_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetId_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamGetPriority`.
     #[inline(always)]
     pub fn cuStreamGetPriority() -> Result<pfn::cuStreamGetPriority, LoadError> {
-        let p = global_symbol(392)?;
-        // SAFETY: slot 392 holds `cuStreamGetPriority`, whose C type `pfn::cuStreamGetPriority` mirrors.
+        let p = global_symbol(465)?;
+        // SAFETY: slot 465 holds `cuStreamGetPriority`, whose C type `pfn::cuStreamGetPriority` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetPriority>(p) })
+    }
+    /// The process-wide driver's `cuStreamGetPriority_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamGetPriority_ptsz() -> Result<pfn::cuStreamGetPriority_ptsz, LoadError> {
+        let p = global_symbol(466)?;
+        // SAFETY: slot 466 holds `cuStreamGetPriority_ptsz`, whose C type `pfn::cuStreamGetPriority_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetPriority_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamIsCapturing`.
     #[inline(always)]
     pub fn cuStreamIsCapturing() -> Result<pfn::cuStreamIsCapturing, LoadError> {
-        let p = global_symbol(393)?;
-        // SAFETY: slot 393 holds `cuStreamIsCapturing`, whose C type `pfn::cuStreamIsCapturing` mirrors.
+        let p = global_symbol(467)?;
+        // SAFETY: slot 467 holds `cuStreamIsCapturing`, whose C type `pfn::cuStreamIsCapturing` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamIsCapturing>(p) })
+    }
+    /// The process-wide driver's `cuStreamIsCapturing_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamIsCapturing_ptsz() -> Result<pfn::cuStreamIsCapturing_ptsz, LoadError> {
+        let p = global_symbol(468)?;
+        // SAFETY: slot 468 holds `cuStreamIsCapturing_ptsz`, whose C type `pfn::cuStreamIsCapturing_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamIsCapturing_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamQuery`.
     #[inline(always)]
     pub fn cuStreamQuery() -> Result<pfn::cuStreamQuery, LoadError> {
-        let p = global_symbol(394)?;
-        // SAFETY: slot 394 holds `cuStreamQuery`, whose C type `pfn::cuStreamQuery` mirrors.
+        let p = global_symbol(469)?;
+        // SAFETY: slot 469 holds `cuStreamQuery`, whose C type `pfn::cuStreamQuery` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamQuery>(p) })
+    }
+    /// The process-wide driver's `cuStreamQuery_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamQuery_ptsz() -> Result<pfn::cuStreamQuery_ptsz, LoadError> {
+        let p = global_symbol(470)?;
+        // SAFETY: slot 470 holds `cuStreamQuery_ptsz`, whose C type `pfn::cuStreamQuery_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamQuery_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamSetAttribute`.
     #[inline(always)]
     pub fn cuStreamSetAttribute() -> Result<pfn::cuStreamSetAttribute, LoadError> {
-        let p = global_symbol(395)?;
-        // SAFETY: slot 395 holds `cuStreamSetAttribute`, whose C type `pfn::cuStreamSetAttribute` mirrors.
+        let p = global_symbol(471)?;
+        // SAFETY: slot 471 holds `cuStreamSetAttribute`, whose C type `pfn::cuStreamSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSetAttribute>(p) })
+    }
+    /// The process-wide driver's `cuStreamSetAttribute_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamSetAttribute_ptsz() -> Result<pfn::cuStreamSetAttribute_ptsz, LoadError> {
+        let p = global_symbol(472)?;
+        // SAFETY: slot 472 holds `cuStreamSetAttribute_ptsz`, whose C type `pfn::cuStreamSetAttribute_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSetAttribute_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamSynchronize`.
     #[inline(always)]
     pub fn cuStreamSynchronize() -> Result<pfn::cuStreamSynchronize, LoadError> {
-        let p = global_symbol(396)?;
-        // SAFETY: slot 396 holds `cuStreamSynchronize`, whose C type `pfn::cuStreamSynchronize` mirrors.
+        let p = global_symbol(473)?;
+        // SAFETY: slot 473 holds `cuStreamSynchronize`, whose C type `pfn::cuStreamSynchronize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSynchronize>(p) })
+    }
+    /// The process-wide driver's `cuStreamSynchronize_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamSynchronize_ptsz() -> Result<pfn::cuStreamSynchronize_ptsz, LoadError> {
+        let p = global_symbol(474)?;
+        // SAFETY: slot 474 holds `cuStreamSynchronize_ptsz`, whose C type `pfn::cuStreamSynchronize_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSynchronize_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamUpdateCaptureDependencies`.
     #[inline(always)]
     pub fn cuStreamUpdateCaptureDependencies() -> Result<pfn::cuStreamUpdateCaptureDependencies, LoadError> {
-        let p = global_symbol(397)?;
-        // SAFETY: slot 397 holds `cuStreamUpdateCaptureDependencies_v2`, whose C type `pfn::cuStreamUpdateCaptureDependencies` mirrors.
+        let p = global_symbol(475)?;
+        // SAFETY: slot 475 holds `cuStreamUpdateCaptureDependencies_v2`, whose C type `pfn::cuStreamUpdateCaptureDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamUpdateCaptureDependencies>(p) })
+    }
+    /// The process-wide driver's `cuStreamUpdateCaptureDependencies_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamUpdateCaptureDependencies_v2_ptsz() -> Result<pfn::cuStreamUpdateCaptureDependencies_v2_ptsz, LoadError> {
+        let p = global_symbol(476)?;
+        // SAFETY: slot 476 holds `cuStreamUpdateCaptureDependencies_v2_ptsz`, whose C type `pfn::cuStreamUpdateCaptureDependencies_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamUpdateCaptureDependencies_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamWaitEvent`.
     #[inline(always)]
     pub fn cuStreamWaitEvent() -> Result<pfn::cuStreamWaitEvent, LoadError> {
-        let p = global_symbol(398)?;
-        // SAFETY: slot 398 holds `cuStreamWaitEvent`, whose C type `pfn::cuStreamWaitEvent` mirrors.
+        let p = global_symbol(477)?;
+        // SAFETY: slot 477 holds `cuStreamWaitEvent`, whose C type `pfn::cuStreamWaitEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitEvent>(p) })
+    }
+    /// The process-wide driver's `cuStreamWaitEvent_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamWaitEvent_ptsz() -> Result<pfn::cuStreamWaitEvent_ptsz, LoadError> {
+        let p = global_symbol(478)?;
+        // SAFETY: slot 478 holds `cuStreamWaitEvent_ptsz`, whose C type `pfn::cuStreamWaitEvent_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitEvent_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamWaitValue32`.
     #[inline(always)]
     pub fn cuStreamWaitValue32() -> Result<pfn::cuStreamWaitValue32, LoadError> {
-        let p = global_symbol(399)?;
-        // SAFETY: slot 399 holds `cuStreamWaitValue32_v2`, whose C type `pfn::cuStreamWaitValue32` mirrors.
+        let p = global_symbol(479)?;
+        // SAFETY: slot 479 holds `cuStreamWaitValue32_v2`, whose C type `pfn::cuStreamWaitValue32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue32>(p) })
+    }
+    /// The process-wide driver's `cuStreamWaitValue32_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamWaitValue32_v2_ptsz() -> Result<pfn::cuStreamWaitValue32_v2_ptsz, LoadError> {
+        let p = global_symbol(480)?;
+        // SAFETY: slot 480 holds `cuStreamWaitValue32_v2_ptsz`, whose C type `pfn::cuStreamWaitValue32_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue32_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamWaitValue64`.
     #[inline(always)]
     pub fn cuStreamWaitValue64() -> Result<pfn::cuStreamWaitValue64, LoadError> {
-        let p = global_symbol(400)?;
-        // SAFETY: slot 400 holds `cuStreamWaitValue64_v2`, whose C type `pfn::cuStreamWaitValue64` mirrors.
+        let p = global_symbol(481)?;
+        // SAFETY: slot 481 holds `cuStreamWaitValue64_v2`, whose C type `pfn::cuStreamWaitValue64` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue64>(p) })
+    }
+    /// The process-wide driver's `cuStreamWaitValue64_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamWaitValue64_v2_ptsz() -> Result<pfn::cuStreamWaitValue64_v2_ptsz, LoadError> {
+        let p = global_symbol(482)?;
+        // SAFETY: slot 482 holds `cuStreamWaitValue64_v2_ptsz`, whose C type `pfn::cuStreamWaitValue64_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue64_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamWriteValue32`.
     #[inline(always)]
     pub fn cuStreamWriteValue32() -> Result<pfn::cuStreamWriteValue32, LoadError> {
-        let p = global_symbol(401)?;
-        // SAFETY: slot 401 holds `cuStreamWriteValue32_v2`, whose C type `pfn::cuStreamWriteValue32` mirrors.
+        let p = global_symbol(483)?;
+        // SAFETY: slot 483 holds `cuStreamWriteValue32_v2`, whose C type `pfn::cuStreamWriteValue32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue32>(p) })
+    }
+    /// The process-wide driver's `cuStreamWriteValue32_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamWriteValue32_v2_ptsz() -> Result<pfn::cuStreamWriteValue32_v2_ptsz, LoadError> {
+        let p = global_symbol(484)?;
+        // SAFETY: slot 484 holds `cuStreamWriteValue32_v2_ptsz`, whose C type `pfn::cuStreamWriteValue32_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue32_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuStreamWriteValue64`.
     #[inline(always)]
     pub fn cuStreamWriteValue64() -> Result<pfn::cuStreamWriteValue64, LoadError> {
-        let p = global_symbol(402)?;
-        // SAFETY: slot 402 holds `cuStreamWriteValue64_v2`, whose C type `pfn::cuStreamWriteValue64` mirrors.
+        let p = global_symbol(485)?;
+        // SAFETY: slot 485 holds `cuStreamWriteValue64_v2`, whose C type `pfn::cuStreamWriteValue64` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue64>(p) })
+    }
+    /// The process-wide driver's `cuStreamWriteValue64_v2_ptsz`.
+    #[inline(always)]
+    pub fn cuStreamWriteValue64_v2_ptsz() -> Result<pfn::cuStreamWriteValue64_v2_ptsz, LoadError> {
+        let p = global_symbol(486)?;
+        // SAFETY: slot 486 holds `cuStreamWriteValue64_v2_ptsz`, whose C type `pfn::cuStreamWriteValue64_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue64_v2_ptsz>(p) })
     }
     /// The process-wide driver's `cuSurfObjectCreate`.
     #[inline(always)]
     pub fn cuSurfObjectCreate() -> Result<pfn::cuSurfObjectCreate, LoadError> {
-        let p = global_symbol(403)?;
-        // SAFETY: slot 403 holds `cuSurfObjectCreate`, whose C type `pfn::cuSurfObjectCreate` mirrors.
+        let p = global_symbol(487)?;
+        // SAFETY: slot 487 holds `cuSurfObjectCreate`, whose C type `pfn::cuSurfObjectCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfObjectCreate>(p) })
     }
     /// The process-wide driver's `cuSurfObjectDestroy`.
     #[inline(always)]
     pub fn cuSurfObjectDestroy() -> Result<pfn::cuSurfObjectDestroy, LoadError> {
-        let p = global_symbol(404)?;
-        // SAFETY: slot 404 holds `cuSurfObjectDestroy`, whose C type `pfn::cuSurfObjectDestroy` mirrors.
+        let p = global_symbol(488)?;
+        // SAFETY: slot 488 holds `cuSurfObjectDestroy`, whose C type `pfn::cuSurfObjectDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfObjectDestroy>(p) })
     }
     /// The process-wide driver's `cuSurfObjectGetResourceDesc`.
     #[inline(always)]
     pub fn cuSurfObjectGetResourceDesc() -> Result<pfn::cuSurfObjectGetResourceDesc, LoadError> {
-        let p = global_symbol(405)?;
-        // SAFETY: slot 405 holds `cuSurfObjectGetResourceDesc`, whose C type `pfn::cuSurfObjectGetResourceDesc` mirrors.
+        let p = global_symbol(489)?;
+        // SAFETY: slot 489 holds `cuSurfObjectGetResourceDesc`, whose C type `pfn::cuSurfObjectGetResourceDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfObjectGetResourceDesc>(p) })
     }
     /// The process-wide driver's `cuSurfRefGetArray`.
     #[inline(always)]
     pub fn cuSurfRefGetArray() -> Result<pfn::cuSurfRefGetArray, LoadError> {
-        let p = global_symbol(406)?;
-        // SAFETY: slot 406 holds `cuSurfRefGetArray`, whose C type `pfn::cuSurfRefGetArray` mirrors.
+        let p = global_symbol(490)?;
+        // SAFETY: slot 490 holds `cuSurfRefGetArray`, whose C type `pfn::cuSurfRefGetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfRefGetArray>(p) })
     }
     /// The process-wide driver's `cuSurfRefSetArray`.
     #[inline(always)]
     pub fn cuSurfRefSetArray() -> Result<pfn::cuSurfRefSetArray, LoadError> {
-        let p = global_symbol(407)?;
-        // SAFETY: slot 407 holds `cuSurfRefSetArray`, whose C type `pfn::cuSurfRefSetArray` mirrors.
+        let p = global_symbol(491)?;
+        // SAFETY: slot 491 holds `cuSurfRefSetArray`, whose C type `pfn::cuSurfRefSetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfRefSetArray>(p) })
     }
     /// The process-wide driver's `cuTensorMapEncodeIm2col`.
     #[inline(always)]
     pub fn cuTensorMapEncodeIm2col() -> Result<pfn::cuTensorMapEncodeIm2col, LoadError> {
-        let p = global_symbol(408)?;
-        // SAFETY: slot 408 holds `cuTensorMapEncodeIm2col`, whose C type `pfn::cuTensorMapEncodeIm2col` mirrors.
+        let p = global_symbol(492)?;
+        // SAFETY: slot 492 holds `cuTensorMapEncodeIm2col`, whose C type `pfn::cuTensorMapEncodeIm2col` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapEncodeIm2col>(p) })
     }
     /// The process-wide driver's `cuTensorMapEncodeIm2colWide`.
     #[inline(always)]
     pub fn cuTensorMapEncodeIm2colWide() -> Result<pfn::cuTensorMapEncodeIm2colWide, LoadError> {
-        let p = global_symbol(409)?;
-        // SAFETY: slot 409 holds `cuTensorMapEncodeIm2colWide`, whose C type `pfn::cuTensorMapEncodeIm2colWide` mirrors.
+        let p = global_symbol(493)?;
+        // SAFETY: slot 493 holds `cuTensorMapEncodeIm2colWide`, whose C type `pfn::cuTensorMapEncodeIm2colWide` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapEncodeIm2colWide>(p) })
     }
     /// The process-wide driver's `cuTensorMapEncodeTiled`.
     #[inline(always)]
     pub fn cuTensorMapEncodeTiled() -> Result<pfn::cuTensorMapEncodeTiled, LoadError> {
-        let p = global_symbol(410)?;
-        // SAFETY: slot 410 holds `cuTensorMapEncodeTiled`, whose C type `pfn::cuTensorMapEncodeTiled` mirrors.
+        let p = global_symbol(494)?;
+        // SAFETY: slot 494 holds `cuTensorMapEncodeTiled`, whose C type `pfn::cuTensorMapEncodeTiled` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapEncodeTiled>(p) })
     }
     /// The process-wide driver's `cuTensorMapReplaceAddress`.
     #[inline(always)]
     pub fn cuTensorMapReplaceAddress() -> Result<pfn::cuTensorMapReplaceAddress, LoadError> {
-        let p = global_symbol(411)?;
-        // SAFETY: slot 411 holds `cuTensorMapReplaceAddress`, whose C type `pfn::cuTensorMapReplaceAddress` mirrors.
+        let p = global_symbol(495)?;
+        // SAFETY: slot 495 holds `cuTensorMapReplaceAddress`, whose C type `pfn::cuTensorMapReplaceAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapReplaceAddress>(p) })
     }
     /// The process-wide driver's `cuTexObjectCreate`.
     #[inline(always)]
     pub fn cuTexObjectCreate() -> Result<pfn::cuTexObjectCreate, LoadError> {
-        let p = global_symbol(412)?;
-        // SAFETY: slot 412 holds `cuTexObjectCreate`, whose C type `pfn::cuTexObjectCreate` mirrors.
+        let p = global_symbol(496)?;
+        // SAFETY: slot 496 holds `cuTexObjectCreate`, whose C type `pfn::cuTexObjectCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectCreate>(p) })
     }
     /// The process-wide driver's `cuTexObjectDestroy`.
     #[inline(always)]
     pub fn cuTexObjectDestroy() -> Result<pfn::cuTexObjectDestroy, LoadError> {
-        let p = global_symbol(413)?;
-        // SAFETY: slot 413 holds `cuTexObjectDestroy`, whose C type `pfn::cuTexObjectDestroy` mirrors.
+        let p = global_symbol(497)?;
+        // SAFETY: slot 497 holds `cuTexObjectDestroy`, whose C type `pfn::cuTexObjectDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectDestroy>(p) })
     }
     /// The process-wide driver's `cuTexObjectGetResourceDesc`.
     #[inline(always)]
     pub fn cuTexObjectGetResourceDesc() -> Result<pfn::cuTexObjectGetResourceDesc, LoadError> {
-        let p = global_symbol(414)?;
-        // SAFETY: slot 414 holds `cuTexObjectGetResourceDesc`, whose C type `pfn::cuTexObjectGetResourceDesc` mirrors.
+        let p = global_symbol(498)?;
+        // SAFETY: slot 498 holds `cuTexObjectGetResourceDesc`, whose C type `pfn::cuTexObjectGetResourceDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectGetResourceDesc>(p) })
     }
     /// The process-wide driver's `cuTexObjectGetResourceViewDesc`.
     #[inline(always)]
     pub fn cuTexObjectGetResourceViewDesc() -> Result<pfn::cuTexObjectGetResourceViewDesc, LoadError> {
-        let p = global_symbol(415)?;
-        // SAFETY: slot 415 holds `cuTexObjectGetResourceViewDesc`, whose C type `pfn::cuTexObjectGetResourceViewDesc` mirrors.
+        let p = global_symbol(499)?;
+        // SAFETY: slot 499 holds `cuTexObjectGetResourceViewDesc`, whose C type `pfn::cuTexObjectGetResourceViewDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectGetResourceViewDesc>(p) })
     }
     /// The process-wide driver's `cuTexObjectGetTextureDesc`.
     #[inline(always)]
     pub fn cuTexObjectGetTextureDesc() -> Result<pfn::cuTexObjectGetTextureDesc, LoadError> {
-        let p = global_symbol(416)?;
-        // SAFETY: slot 416 holds `cuTexObjectGetTextureDesc`, whose C type `pfn::cuTexObjectGetTextureDesc` mirrors.
+        let p = global_symbol(500)?;
+        // SAFETY: slot 500 holds `cuTexObjectGetTextureDesc`, whose C type `pfn::cuTexObjectGetTextureDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectGetTextureDesc>(p) })
     }
     /// The process-wide driver's `cuTexRefCreate`.
     #[inline(always)]
     pub fn cuTexRefCreate() -> Result<pfn::cuTexRefCreate, LoadError> {
-        let p = global_symbol(417)?;
-        // SAFETY: slot 417 holds `cuTexRefCreate`, whose C type `pfn::cuTexRefCreate` mirrors.
+        let p = global_symbol(501)?;
+        // SAFETY: slot 501 holds `cuTexRefCreate`, whose C type `pfn::cuTexRefCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefCreate>(p) })
     }
     /// The process-wide driver's `cuTexRefDestroy`.
     #[inline(always)]
     pub fn cuTexRefDestroy() -> Result<pfn::cuTexRefDestroy, LoadError> {
-        let p = global_symbol(418)?;
-        // SAFETY: slot 418 holds `cuTexRefDestroy`, whose C type `pfn::cuTexRefDestroy` mirrors.
+        let p = global_symbol(502)?;
+        // SAFETY: slot 502 holds `cuTexRefDestroy`, whose C type `pfn::cuTexRefDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefDestroy>(p) })
     }
     /// The process-wide driver's `cuTexRefGetAddress`.
     #[inline(always)]
     pub fn cuTexRefGetAddress() -> Result<pfn::cuTexRefGetAddress, LoadError> {
-        let p = global_symbol(419)?;
-        // SAFETY: slot 419 holds `cuTexRefGetAddress_v2`, whose C type `pfn::cuTexRefGetAddress` mirrors.
+        let p = global_symbol(503)?;
+        // SAFETY: slot 503 holds `cuTexRefGetAddress_v2`, whose C type `pfn::cuTexRefGetAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetAddress>(p) })
     }
     /// The process-wide driver's `cuTexRefGetAddressMode`.
     #[inline(always)]
     pub fn cuTexRefGetAddressMode() -> Result<pfn::cuTexRefGetAddressMode, LoadError> {
-        let p = global_symbol(420)?;
-        // SAFETY: slot 420 holds `cuTexRefGetAddressMode`, whose C type `pfn::cuTexRefGetAddressMode` mirrors.
+        let p = global_symbol(504)?;
+        // SAFETY: slot 504 holds `cuTexRefGetAddressMode`, whose C type `pfn::cuTexRefGetAddressMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetAddressMode>(p) })
     }
     /// The process-wide driver's `cuTexRefGetArray`.
     #[inline(always)]
     pub fn cuTexRefGetArray() -> Result<pfn::cuTexRefGetArray, LoadError> {
-        let p = global_symbol(421)?;
-        // SAFETY: slot 421 holds `cuTexRefGetArray`, whose C type `pfn::cuTexRefGetArray` mirrors.
+        let p = global_symbol(505)?;
+        // SAFETY: slot 505 holds `cuTexRefGetArray`, whose C type `pfn::cuTexRefGetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetArray>(p) })
     }
     /// The process-wide driver's `cuTexRefGetBorderColor`.
     #[inline(always)]
     pub fn cuTexRefGetBorderColor() -> Result<pfn::cuTexRefGetBorderColor, LoadError> {
-        let p = global_symbol(422)?;
-        // SAFETY: slot 422 holds `cuTexRefGetBorderColor`, whose C type `pfn::cuTexRefGetBorderColor` mirrors.
+        let p = global_symbol(506)?;
+        // SAFETY: slot 506 holds `cuTexRefGetBorderColor`, whose C type `pfn::cuTexRefGetBorderColor` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetBorderColor>(p) })
     }
     /// The process-wide driver's `cuTexRefGetFilterMode`.
     #[inline(always)]
     pub fn cuTexRefGetFilterMode() -> Result<pfn::cuTexRefGetFilterMode, LoadError> {
-        let p = global_symbol(423)?;
-        // SAFETY: slot 423 holds `cuTexRefGetFilterMode`, whose C type `pfn::cuTexRefGetFilterMode` mirrors.
+        let p = global_symbol(507)?;
+        // SAFETY: slot 507 holds `cuTexRefGetFilterMode`, whose C type `pfn::cuTexRefGetFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetFilterMode>(p) })
     }
     /// The process-wide driver's `cuTexRefGetFlags`.
     #[inline(always)]
     pub fn cuTexRefGetFlags() -> Result<pfn::cuTexRefGetFlags, LoadError> {
-        let p = global_symbol(424)?;
-        // SAFETY: slot 424 holds `cuTexRefGetFlags`, whose C type `pfn::cuTexRefGetFlags` mirrors.
+        let p = global_symbol(508)?;
+        // SAFETY: slot 508 holds `cuTexRefGetFlags`, whose C type `pfn::cuTexRefGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetFlags>(p) })
     }
     /// The process-wide driver's `cuTexRefGetFormat`.
     #[inline(always)]
     pub fn cuTexRefGetFormat() -> Result<pfn::cuTexRefGetFormat, LoadError> {
-        let p = global_symbol(425)?;
-        // SAFETY: slot 425 holds `cuTexRefGetFormat`, whose C type `pfn::cuTexRefGetFormat` mirrors.
+        let p = global_symbol(509)?;
+        // SAFETY: slot 509 holds `cuTexRefGetFormat`, whose C type `pfn::cuTexRefGetFormat` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetFormat>(p) })
     }
     /// The process-wide driver's `cuTexRefGetMaxAnisotropy`.
     #[inline(always)]
     pub fn cuTexRefGetMaxAnisotropy() -> Result<pfn::cuTexRefGetMaxAnisotropy, LoadError> {
-        let p = global_symbol(426)?;
-        // SAFETY: slot 426 holds `cuTexRefGetMaxAnisotropy`, whose C type `pfn::cuTexRefGetMaxAnisotropy` mirrors.
+        let p = global_symbol(510)?;
+        // SAFETY: slot 510 holds `cuTexRefGetMaxAnisotropy`, whose C type `pfn::cuTexRefGetMaxAnisotropy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMaxAnisotropy>(p) })
     }
     /// The process-wide driver's `cuTexRefGetMipmapFilterMode`.
     #[inline(always)]
     pub fn cuTexRefGetMipmapFilterMode() -> Result<pfn::cuTexRefGetMipmapFilterMode, LoadError> {
-        let p = global_symbol(427)?;
-        // SAFETY: slot 427 holds `cuTexRefGetMipmapFilterMode`, whose C type `pfn::cuTexRefGetMipmapFilterMode` mirrors.
+        let p = global_symbol(511)?;
+        // SAFETY: slot 511 holds `cuTexRefGetMipmapFilterMode`, whose C type `pfn::cuTexRefGetMipmapFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmapFilterMode>(p) })
     }
     /// The process-wide driver's `cuTexRefGetMipmapLevelBias`.
     #[inline(always)]
     pub fn cuTexRefGetMipmapLevelBias() -> Result<pfn::cuTexRefGetMipmapLevelBias, LoadError> {
-        let p = global_symbol(428)?;
-        // SAFETY: slot 428 holds `cuTexRefGetMipmapLevelBias`, whose C type `pfn::cuTexRefGetMipmapLevelBias` mirrors.
+        let p = global_symbol(512)?;
+        // SAFETY: slot 512 holds `cuTexRefGetMipmapLevelBias`, whose C type `pfn::cuTexRefGetMipmapLevelBias` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmapLevelBias>(p) })
     }
     /// The process-wide driver's `cuTexRefGetMipmapLevelClamp`.
     #[inline(always)]
     pub fn cuTexRefGetMipmapLevelClamp() -> Result<pfn::cuTexRefGetMipmapLevelClamp, LoadError> {
-        let p = global_symbol(429)?;
-        // SAFETY: slot 429 holds `cuTexRefGetMipmapLevelClamp`, whose C type `pfn::cuTexRefGetMipmapLevelClamp` mirrors.
+        let p = global_symbol(513)?;
+        // SAFETY: slot 513 holds `cuTexRefGetMipmapLevelClamp`, whose C type `pfn::cuTexRefGetMipmapLevelClamp` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmapLevelClamp>(p) })
     }
     /// The process-wide driver's `cuTexRefGetMipmappedArray`.
     #[inline(always)]
     pub fn cuTexRefGetMipmappedArray() -> Result<pfn::cuTexRefGetMipmappedArray, LoadError> {
-        let p = global_symbol(430)?;
-        // SAFETY: slot 430 holds `cuTexRefGetMipmappedArray`, whose C type `pfn::cuTexRefGetMipmappedArray` mirrors.
+        let p = global_symbol(514)?;
+        // SAFETY: slot 514 holds `cuTexRefGetMipmappedArray`, whose C type `pfn::cuTexRefGetMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmappedArray>(p) })
     }
     /// The process-wide driver's `cuTexRefSetAddress`.
     #[inline(always)]
     pub fn cuTexRefSetAddress() -> Result<pfn::cuTexRefSetAddress, LoadError> {
-        let p = global_symbol(431)?;
-        // SAFETY: slot 431 holds `cuTexRefSetAddress_v2`, whose C type `pfn::cuTexRefSetAddress` mirrors.
+        let p = global_symbol(515)?;
+        // SAFETY: slot 515 holds `cuTexRefSetAddress_v2`, whose C type `pfn::cuTexRefSetAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetAddress>(p) })
     }
     /// The process-wide driver's `cuTexRefSetAddress2D`.
     #[inline(always)]
     pub fn cuTexRefSetAddress2D() -> Result<pfn::cuTexRefSetAddress2D, LoadError> {
-        let p = global_symbol(432)?;
-        // SAFETY: slot 432 holds `cuTexRefSetAddress2D_v3`, whose C type `pfn::cuTexRefSetAddress2D` mirrors.
+        let p = global_symbol(516)?;
+        // SAFETY: slot 516 holds `cuTexRefSetAddress2D_v3`, whose C type `pfn::cuTexRefSetAddress2D` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetAddress2D>(p) })
     }
     /// The process-wide driver's `cuTexRefSetAddressMode`.
     #[inline(always)]
     pub fn cuTexRefSetAddressMode() -> Result<pfn::cuTexRefSetAddressMode, LoadError> {
-        let p = global_symbol(433)?;
-        // SAFETY: slot 433 holds `cuTexRefSetAddressMode`, whose C type `pfn::cuTexRefSetAddressMode` mirrors.
+        let p = global_symbol(517)?;
+        // SAFETY: slot 517 holds `cuTexRefSetAddressMode`, whose C type `pfn::cuTexRefSetAddressMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetAddressMode>(p) })
     }
     /// The process-wide driver's `cuTexRefSetArray`.
     #[inline(always)]
     pub fn cuTexRefSetArray() -> Result<pfn::cuTexRefSetArray, LoadError> {
-        let p = global_symbol(434)?;
-        // SAFETY: slot 434 holds `cuTexRefSetArray`, whose C type `pfn::cuTexRefSetArray` mirrors.
+        let p = global_symbol(518)?;
+        // SAFETY: slot 518 holds `cuTexRefSetArray`, whose C type `pfn::cuTexRefSetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetArray>(p) })
     }
     /// The process-wide driver's `cuTexRefSetBorderColor`.
     #[inline(always)]
     pub fn cuTexRefSetBorderColor() -> Result<pfn::cuTexRefSetBorderColor, LoadError> {
-        let p = global_symbol(435)?;
-        // SAFETY: slot 435 holds `cuTexRefSetBorderColor`, whose C type `pfn::cuTexRefSetBorderColor` mirrors.
+        let p = global_symbol(519)?;
+        // SAFETY: slot 519 holds `cuTexRefSetBorderColor`, whose C type `pfn::cuTexRefSetBorderColor` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetBorderColor>(p) })
     }
     /// The process-wide driver's `cuTexRefSetFilterMode`.
     #[inline(always)]
     pub fn cuTexRefSetFilterMode() -> Result<pfn::cuTexRefSetFilterMode, LoadError> {
-        let p = global_symbol(436)?;
-        // SAFETY: slot 436 holds `cuTexRefSetFilterMode`, whose C type `pfn::cuTexRefSetFilterMode` mirrors.
+        let p = global_symbol(520)?;
+        // SAFETY: slot 520 holds `cuTexRefSetFilterMode`, whose C type `pfn::cuTexRefSetFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetFilterMode>(p) })
     }
     /// The process-wide driver's `cuTexRefSetFlags`.
     #[inline(always)]
     pub fn cuTexRefSetFlags() -> Result<pfn::cuTexRefSetFlags, LoadError> {
-        let p = global_symbol(437)?;
-        // SAFETY: slot 437 holds `cuTexRefSetFlags`, whose C type `pfn::cuTexRefSetFlags` mirrors.
+        let p = global_symbol(521)?;
+        // SAFETY: slot 521 holds `cuTexRefSetFlags`, whose C type `pfn::cuTexRefSetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetFlags>(p) })
     }
     /// The process-wide driver's `cuTexRefSetFormat`.
     #[inline(always)]
     pub fn cuTexRefSetFormat() -> Result<pfn::cuTexRefSetFormat, LoadError> {
-        let p = global_symbol(438)?;
-        // SAFETY: slot 438 holds `cuTexRefSetFormat`, whose C type `pfn::cuTexRefSetFormat` mirrors.
+        let p = global_symbol(522)?;
+        // SAFETY: slot 522 holds `cuTexRefSetFormat`, whose C type `pfn::cuTexRefSetFormat` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetFormat>(p) })
     }
     /// The process-wide driver's `cuTexRefSetMaxAnisotropy`.
     #[inline(always)]
     pub fn cuTexRefSetMaxAnisotropy() -> Result<pfn::cuTexRefSetMaxAnisotropy, LoadError> {
-        let p = global_symbol(439)?;
-        // SAFETY: slot 439 holds `cuTexRefSetMaxAnisotropy`, whose C type `pfn::cuTexRefSetMaxAnisotropy` mirrors.
+        let p = global_symbol(523)?;
+        // SAFETY: slot 523 holds `cuTexRefSetMaxAnisotropy`, whose C type `pfn::cuTexRefSetMaxAnisotropy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMaxAnisotropy>(p) })
     }
     /// The process-wide driver's `cuTexRefSetMipmapFilterMode`.
     #[inline(always)]
     pub fn cuTexRefSetMipmapFilterMode() -> Result<pfn::cuTexRefSetMipmapFilterMode, LoadError> {
-        let p = global_symbol(440)?;
-        // SAFETY: slot 440 holds `cuTexRefSetMipmapFilterMode`, whose C type `pfn::cuTexRefSetMipmapFilterMode` mirrors.
+        let p = global_symbol(524)?;
+        // SAFETY: slot 524 holds `cuTexRefSetMipmapFilterMode`, whose C type `pfn::cuTexRefSetMipmapFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmapFilterMode>(p) })
     }
     /// The process-wide driver's `cuTexRefSetMipmapLevelBias`.
     #[inline(always)]
     pub fn cuTexRefSetMipmapLevelBias() -> Result<pfn::cuTexRefSetMipmapLevelBias, LoadError> {
-        let p = global_symbol(441)?;
-        // SAFETY: slot 441 holds `cuTexRefSetMipmapLevelBias`, whose C type `pfn::cuTexRefSetMipmapLevelBias` mirrors.
+        let p = global_symbol(525)?;
+        // SAFETY: slot 525 holds `cuTexRefSetMipmapLevelBias`, whose C type `pfn::cuTexRefSetMipmapLevelBias` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmapLevelBias>(p) })
     }
     /// The process-wide driver's `cuTexRefSetMipmapLevelClamp`.
     #[inline(always)]
     pub fn cuTexRefSetMipmapLevelClamp() -> Result<pfn::cuTexRefSetMipmapLevelClamp, LoadError> {
-        let p = global_symbol(442)?;
-        // SAFETY: slot 442 holds `cuTexRefSetMipmapLevelClamp`, whose C type `pfn::cuTexRefSetMipmapLevelClamp` mirrors.
+        let p = global_symbol(526)?;
+        // SAFETY: slot 526 holds `cuTexRefSetMipmapLevelClamp`, whose C type `pfn::cuTexRefSetMipmapLevelClamp` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmapLevelClamp>(p) })
     }
     /// The process-wide driver's `cuTexRefSetMipmappedArray`.
     #[inline(always)]
     pub fn cuTexRefSetMipmappedArray() -> Result<pfn::cuTexRefSetMipmappedArray, LoadError> {
-        let p = global_symbol(443)?;
-        // SAFETY: slot 443 holds `cuTexRefSetMipmappedArray`, whose C type `pfn::cuTexRefSetMipmappedArray` mirrors.
+        let p = global_symbol(527)?;
+        // SAFETY: slot 527 holds `cuTexRefSetMipmappedArray`, whose C type `pfn::cuTexRefSetMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmappedArray>(p) })
     }
     /// The process-wide driver's `cuThreadExchangeStreamCaptureMode`.
     #[inline(always)]
     pub fn cuThreadExchangeStreamCaptureMode() -> Result<pfn::cuThreadExchangeStreamCaptureMode, LoadError> {
-        let p = global_symbol(444)?;
-        // SAFETY: slot 444 holds `cuThreadExchangeStreamCaptureMode`, whose C type `pfn::cuThreadExchangeStreamCaptureMode` mirrors.
+        let p = global_symbol(528)?;
+        // SAFETY: slot 528 holds `cuThreadExchangeStreamCaptureMode`, whose C type `pfn::cuThreadExchangeStreamCaptureMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuThreadExchangeStreamCaptureMode>(p) })
     }
     /// The process-wide driver's `cuUserObjectCreate`.
     #[inline(always)]
     pub fn cuUserObjectCreate() -> Result<pfn::cuUserObjectCreate, LoadError> {
-        let p = global_symbol(445)?;
-        // SAFETY: slot 445 holds `cuUserObjectCreate`, whose C type `pfn::cuUserObjectCreate` mirrors.
+        let p = global_symbol(529)?;
+        // SAFETY: slot 529 holds `cuUserObjectCreate`, whose C type `pfn::cuUserObjectCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuUserObjectCreate>(p) })
     }
     /// The process-wide driver's `cuUserObjectRelease`.
     #[inline(always)]
     pub fn cuUserObjectRelease() -> Result<pfn::cuUserObjectRelease, LoadError> {
-        let p = global_symbol(446)?;
-        // SAFETY: slot 446 holds `cuUserObjectRelease`, whose C type `pfn::cuUserObjectRelease` mirrors.
+        let p = global_symbol(530)?;
+        // SAFETY: slot 530 holds `cuUserObjectRelease`, whose C type `pfn::cuUserObjectRelease` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuUserObjectRelease>(p) })
     }
     /// The process-wide driver's `cuUserObjectRetain`.
     #[inline(always)]
     pub fn cuUserObjectRetain() -> Result<pfn::cuUserObjectRetain, LoadError> {
-        let p = global_symbol(447)?;
-        // SAFETY: slot 447 holds `cuUserObjectRetain`, whose C type `pfn::cuUserObjectRetain` mirrors.
+        let p = global_symbol(531)?;
+        // SAFETY: slot 531 holds `cuUserObjectRetain`, whose C type `pfn::cuUserObjectRetain` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuUserObjectRetain>(p) })
     }
     /// The process-wide driver's `cuWaitExternalSemaphoresAsync`.
     #[inline(always)]
     pub fn cuWaitExternalSemaphoresAsync() -> Result<pfn::cuWaitExternalSemaphoresAsync, LoadError> {
-        let p = global_symbol(448)?;
-        // SAFETY: slot 448 holds `cuWaitExternalSemaphoresAsync`, whose C type `pfn::cuWaitExternalSemaphoresAsync` mirrors.
+        let p = global_symbol(532)?;
+        // SAFETY: slot 532 holds `cuWaitExternalSemaphoresAsync`, whose C type `pfn::cuWaitExternalSemaphoresAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuWaitExternalSemaphoresAsync>(p) })
+    }
+    /// The process-wide driver's `cuWaitExternalSemaphoresAsync_ptsz`.
+    #[inline(always)]
+    pub fn cuWaitExternalSemaphoresAsync_ptsz() -> Result<pfn::cuWaitExternalSemaphoresAsync_ptsz, LoadError> {
+        let p = global_symbol(533)?;
+        // SAFETY: slot 533 holds `cuWaitExternalSemaphoresAsync_ptsz`, whose C type `pfn::cuWaitExternalSemaphoresAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuWaitExternalSemaphoresAsync_ptsz>(p) })
     }
 }
 
@@ -5160,2504 +6010,3099 @@ impl Driver {
         // SAFETY: slot 91 holds `cuEventRecordWithFlags`, whose C type `pfn::cuEventRecordWithFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventRecordWithFlags>(p) })
     }
+    /// This driver's `cuEventRecordWithFlags_ptsz` (symbol `cuEventRecordWithFlags_ptsz`).
+    #[inline]
+    pub fn cuEventRecordWithFlags_ptsz(&self) -> Result<pfn::cuEventRecordWithFlags_ptsz, LoadError> {
+        let p = self.symbol(92)?;
+        // SAFETY: slot 92 holds `cuEventRecordWithFlags_ptsz`, whose C type `pfn::cuEventRecordWithFlags_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventRecordWithFlags_ptsz>(p) })
+    }
+    /// This driver's `cuEventRecord_ptsz` (symbol `cuEventRecord_ptsz`).
+    #[inline]
+    pub fn cuEventRecord_ptsz(&self) -> Result<pfn::cuEventRecord_ptsz, LoadError> {
+        let p = self.symbol(93)?;
+        // SAFETY: slot 93 holds `cuEventRecord_ptsz`, whose C type `pfn::cuEventRecord_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventRecord_ptsz>(p) })
+    }
     /// This driver's `cuEventSynchronize` (symbol `cuEventSynchronize`).
     #[inline]
     pub fn cuEventSynchronize(&self) -> Result<pfn::cuEventSynchronize, LoadError> {
-        let p = self.symbol(92)?;
-        // SAFETY: slot 92 holds `cuEventSynchronize`, whose C type `pfn::cuEventSynchronize` mirrors.
+        let p = self.symbol(94)?;
+        // SAFETY: slot 94 holds `cuEventSynchronize`, whose C type `pfn::cuEventSynchronize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuEventSynchronize>(p) })
     }
     /// This driver's `cuExternalMemoryGetMappedBuffer` (symbol `cuExternalMemoryGetMappedBuffer`).
     #[inline]
     pub fn cuExternalMemoryGetMappedBuffer(&self) -> Result<pfn::cuExternalMemoryGetMappedBuffer, LoadError> {
-        let p = self.symbol(93)?;
-        // SAFETY: slot 93 holds `cuExternalMemoryGetMappedBuffer`, whose C type `pfn::cuExternalMemoryGetMappedBuffer` mirrors.
+        let p = self.symbol(95)?;
+        // SAFETY: slot 95 holds `cuExternalMemoryGetMappedBuffer`, whose C type `pfn::cuExternalMemoryGetMappedBuffer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuExternalMemoryGetMappedBuffer>(p) })
     }
     /// This driver's `cuExternalMemoryGetMappedMipmappedArray` (symbol `cuExternalMemoryGetMappedMipmappedArray`).
     #[inline]
     pub fn cuExternalMemoryGetMappedMipmappedArray(&self) -> Result<pfn::cuExternalMemoryGetMappedMipmappedArray, LoadError> {
-        let p = self.symbol(94)?;
-        // SAFETY: slot 94 holds `cuExternalMemoryGetMappedMipmappedArray`, whose C type `pfn::cuExternalMemoryGetMappedMipmappedArray` mirrors.
+        let p = self.symbol(96)?;
+        // SAFETY: slot 96 holds `cuExternalMemoryGetMappedMipmappedArray`, whose C type `pfn::cuExternalMemoryGetMappedMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuExternalMemoryGetMappedMipmappedArray>(p) })
     }
     /// This driver's `cuFlushGPUDirectRDMAWrites` (symbol `cuFlushGPUDirectRDMAWrites`).
     #[inline]
     pub fn cuFlushGPUDirectRDMAWrites(&self) -> Result<pfn::cuFlushGPUDirectRDMAWrites, LoadError> {
-        let p = self.symbol(95)?;
-        // SAFETY: slot 95 holds `cuFlushGPUDirectRDMAWrites`, whose C type `pfn::cuFlushGPUDirectRDMAWrites` mirrors.
+        let p = self.symbol(97)?;
+        // SAFETY: slot 97 holds `cuFlushGPUDirectRDMAWrites`, whose C type `pfn::cuFlushGPUDirectRDMAWrites` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFlushGPUDirectRDMAWrites>(p) })
     }
     /// This driver's `cuFuncGetAttribute` (symbol `cuFuncGetAttribute`).
     #[inline]
     pub fn cuFuncGetAttribute(&self) -> Result<pfn::cuFuncGetAttribute, LoadError> {
-        let p = self.symbol(96)?;
-        // SAFETY: slot 96 holds `cuFuncGetAttribute`, whose C type `pfn::cuFuncGetAttribute` mirrors.
+        let p = self.symbol(98)?;
+        // SAFETY: slot 98 holds `cuFuncGetAttribute`, whose C type `pfn::cuFuncGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetAttribute>(p) })
     }
     /// This driver's `cuFuncGetModule` (symbol `cuFuncGetModule`).
     #[inline]
     pub fn cuFuncGetModule(&self) -> Result<pfn::cuFuncGetModule, LoadError> {
-        let p = self.symbol(97)?;
-        // SAFETY: slot 97 holds `cuFuncGetModule`, whose C type `pfn::cuFuncGetModule` mirrors.
+        let p = self.symbol(99)?;
+        // SAFETY: slot 99 holds `cuFuncGetModule`, whose C type `pfn::cuFuncGetModule` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetModule>(p) })
     }
     /// This driver's `cuFuncGetName` (symbol `cuFuncGetName`).
     #[inline]
     pub fn cuFuncGetName(&self) -> Result<pfn::cuFuncGetName, LoadError> {
-        let p = self.symbol(98)?;
-        // SAFETY: slot 98 holds `cuFuncGetName`, whose C type `pfn::cuFuncGetName` mirrors.
+        let p = self.symbol(100)?;
+        // SAFETY: slot 100 holds `cuFuncGetName`, whose C type `pfn::cuFuncGetName` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetName>(p) })
     }
     /// This driver's `cuFuncGetParamInfo` (symbol `cuFuncGetParamInfo`).
     #[inline]
     pub fn cuFuncGetParamInfo(&self) -> Result<pfn::cuFuncGetParamInfo, LoadError> {
-        let p = self.symbol(99)?;
-        // SAFETY: slot 99 holds `cuFuncGetParamInfo`, whose C type `pfn::cuFuncGetParamInfo` mirrors.
+        let p = self.symbol(101)?;
+        // SAFETY: slot 101 holds `cuFuncGetParamInfo`, whose C type `pfn::cuFuncGetParamInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncGetParamInfo>(p) })
     }
     /// This driver's `cuFuncIsLoaded` (symbol `cuFuncIsLoaded`).
     #[inline]
     pub fn cuFuncIsLoaded(&self) -> Result<pfn::cuFuncIsLoaded, LoadError> {
-        let p = self.symbol(100)?;
-        // SAFETY: slot 100 holds `cuFuncIsLoaded`, whose C type `pfn::cuFuncIsLoaded` mirrors.
+        let p = self.symbol(102)?;
+        // SAFETY: slot 102 holds `cuFuncIsLoaded`, whose C type `pfn::cuFuncIsLoaded` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncIsLoaded>(p) })
     }
     /// This driver's `cuFuncLoad` (symbol `cuFuncLoad`).
     #[inline]
     pub fn cuFuncLoad(&self) -> Result<pfn::cuFuncLoad, LoadError> {
-        let p = self.symbol(101)?;
-        // SAFETY: slot 101 holds `cuFuncLoad`, whose C type `pfn::cuFuncLoad` mirrors.
+        let p = self.symbol(103)?;
+        // SAFETY: slot 103 holds `cuFuncLoad`, whose C type `pfn::cuFuncLoad` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncLoad>(p) })
     }
     /// This driver's `cuFuncSetAttribute` (symbol `cuFuncSetAttribute`).
     #[inline]
     pub fn cuFuncSetAttribute(&self) -> Result<pfn::cuFuncSetAttribute, LoadError> {
-        let p = self.symbol(102)?;
-        // SAFETY: slot 102 holds `cuFuncSetAttribute`, whose C type `pfn::cuFuncSetAttribute` mirrors.
+        let p = self.symbol(104)?;
+        // SAFETY: slot 104 holds `cuFuncSetAttribute`, whose C type `pfn::cuFuncSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetAttribute>(p) })
     }
     /// This driver's `cuFuncSetBlockShape` (symbol `cuFuncSetBlockShape`).
     #[inline]
     pub fn cuFuncSetBlockShape(&self) -> Result<pfn::cuFuncSetBlockShape, LoadError> {
-        let p = self.symbol(103)?;
-        // SAFETY: slot 103 holds `cuFuncSetBlockShape`, whose C type `pfn::cuFuncSetBlockShape` mirrors.
+        let p = self.symbol(105)?;
+        // SAFETY: slot 105 holds `cuFuncSetBlockShape`, whose C type `pfn::cuFuncSetBlockShape` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetBlockShape>(p) })
     }
     /// This driver's `cuFuncSetCacheConfig` (symbol `cuFuncSetCacheConfig`).
     #[inline]
     pub fn cuFuncSetCacheConfig(&self) -> Result<pfn::cuFuncSetCacheConfig, LoadError> {
-        let p = self.symbol(104)?;
-        // SAFETY: slot 104 holds `cuFuncSetCacheConfig`, whose C type `pfn::cuFuncSetCacheConfig` mirrors.
+        let p = self.symbol(106)?;
+        // SAFETY: slot 106 holds `cuFuncSetCacheConfig`, whose C type `pfn::cuFuncSetCacheConfig` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetCacheConfig>(p) })
     }
     /// This driver's `cuFuncSetSharedMemConfig` (symbol `cuFuncSetSharedMemConfig`).
     #[inline]
     pub fn cuFuncSetSharedMemConfig(&self) -> Result<pfn::cuFuncSetSharedMemConfig, LoadError> {
-        let p = self.symbol(105)?;
-        // SAFETY: slot 105 holds `cuFuncSetSharedMemConfig`, whose C type `pfn::cuFuncSetSharedMemConfig` mirrors.
+        let p = self.symbol(107)?;
+        // SAFETY: slot 107 holds `cuFuncSetSharedMemConfig`, whose C type `pfn::cuFuncSetSharedMemConfig` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetSharedMemConfig>(p) })
     }
     /// This driver's `cuFuncSetSharedSize` (symbol `cuFuncSetSharedSize`).
     #[inline]
     pub fn cuFuncSetSharedSize(&self) -> Result<pfn::cuFuncSetSharedSize, LoadError> {
-        let p = self.symbol(106)?;
-        // SAFETY: slot 106 holds `cuFuncSetSharedSize`, whose C type `pfn::cuFuncSetSharedSize` mirrors.
+        let p = self.symbol(108)?;
+        // SAFETY: slot 108 holds `cuFuncSetSharedSize`, whose C type `pfn::cuFuncSetSharedSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuFuncSetSharedSize>(p) })
     }
     /// This driver's `cuGetErrorName` (symbol `cuGetErrorName`).
     #[inline]
     pub fn cuGetErrorName(&self) -> Result<pfn::cuGetErrorName, LoadError> {
-        let p = self.symbol(107)?;
-        // SAFETY: slot 107 holds `cuGetErrorName`, whose C type `pfn::cuGetErrorName` mirrors.
+        let p = self.symbol(109)?;
+        // SAFETY: slot 109 holds `cuGetErrorName`, whose C type `pfn::cuGetErrorName` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetErrorName>(p) })
     }
     /// This driver's `cuGetErrorString` (symbol `cuGetErrorString`).
     #[inline]
     pub fn cuGetErrorString(&self) -> Result<pfn::cuGetErrorString, LoadError> {
-        let p = self.symbol(108)?;
-        // SAFETY: slot 108 holds `cuGetErrorString`, whose C type `pfn::cuGetErrorString` mirrors.
+        let p = self.symbol(110)?;
+        // SAFETY: slot 110 holds `cuGetErrorString`, whose C type `pfn::cuGetErrorString` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetErrorString>(p) })
     }
     /// This driver's `cuGetExportTable` (symbol `cuGetExportTable`).
     #[inline]
     pub fn cuGetExportTable(&self) -> Result<pfn::cuGetExportTable, LoadError> {
-        let p = self.symbol(109)?;
-        // SAFETY: slot 109 holds `cuGetExportTable`, whose C type `pfn::cuGetExportTable` mirrors.
+        let p = self.symbol(111)?;
+        // SAFETY: slot 111 holds `cuGetExportTable`, whose C type `pfn::cuGetExportTable` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetExportTable>(p) })
     }
     /// This driver's `cuGetProcAddress` (symbol `cuGetProcAddress_v2`).
     #[inline]
     pub fn cuGetProcAddress(&self) -> Result<pfn::cuGetProcAddress, LoadError> {
-        let p = self.symbol(110)?;
-        // SAFETY: slot 110 holds `cuGetProcAddress_v2`, whose C type `pfn::cuGetProcAddress` mirrors.
+        let p = self.symbol(112)?;
+        // SAFETY: slot 112 holds `cuGetProcAddress_v2`, whose C type `pfn::cuGetProcAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGetProcAddress>(p) })
     }
     /// This driver's `cuGraphAddBatchMemOpNode` (symbol `cuGraphAddBatchMemOpNode`).
     #[inline]
     pub fn cuGraphAddBatchMemOpNode(&self) -> Result<pfn::cuGraphAddBatchMemOpNode, LoadError> {
-        let p = self.symbol(111)?;
-        // SAFETY: slot 111 holds `cuGraphAddBatchMemOpNode`, whose C type `pfn::cuGraphAddBatchMemOpNode` mirrors.
+        let p = self.symbol(113)?;
+        // SAFETY: slot 113 holds `cuGraphAddBatchMemOpNode`, whose C type `pfn::cuGraphAddBatchMemOpNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddBatchMemOpNode>(p) })
     }
     /// This driver's `cuGraphAddChildGraphNode` (symbol `cuGraphAddChildGraphNode`).
     #[inline]
     pub fn cuGraphAddChildGraphNode(&self) -> Result<pfn::cuGraphAddChildGraphNode, LoadError> {
-        let p = self.symbol(112)?;
-        // SAFETY: slot 112 holds `cuGraphAddChildGraphNode`, whose C type `pfn::cuGraphAddChildGraphNode` mirrors.
+        let p = self.symbol(114)?;
+        // SAFETY: slot 114 holds `cuGraphAddChildGraphNode`, whose C type `pfn::cuGraphAddChildGraphNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddChildGraphNode>(p) })
     }
     /// This driver's `cuGraphAddDependencies` (symbol `cuGraphAddDependencies_v2`).
     #[inline]
     pub fn cuGraphAddDependencies(&self) -> Result<pfn::cuGraphAddDependencies, LoadError> {
-        let p = self.symbol(113)?;
-        // SAFETY: slot 113 holds `cuGraphAddDependencies_v2`, whose C type `pfn::cuGraphAddDependencies` mirrors.
+        let p = self.symbol(115)?;
+        // SAFETY: slot 115 holds `cuGraphAddDependencies_v2`, whose C type `pfn::cuGraphAddDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddDependencies>(p) })
     }
     /// This driver's `cuGraphAddEmptyNode` (symbol `cuGraphAddEmptyNode`).
     #[inline]
     pub fn cuGraphAddEmptyNode(&self) -> Result<pfn::cuGraphAddEmptyNode, LoadError> {
-        let p = self.symbol(114)?;
-        // SAFETY: slot 114 holds `cuGraphAddEmptyNode`, whose C type `pfn::cuGraphAddEmptyNode` mirrors.
+        let p = self.symbol(116)?;
+        // SAFETY: slot 116 holds `cuGraphAddEmptyNode`, whose C type `pfn::cuGraphAddEmptyNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddEmptyNode>(p) })
     }
     /// This driver's `cuGraphAddEventRecordNode` (symbol `cuGraphAddEventRecordNode`).
     #[inline]
     pub fn cuGraphAddEventRecordNode(&self) -> Result<pfn::cuGraphAddEventRecordNode, LoadError> {
-        let p = self.symbol(115)?;
-        // SAFETY: slot 115 holds `cuGraphAddEventRecordNode`, whose C type `pfn::cuGraphAddEventRecordNode` mirrors.
+        let p = self.symbol(117)?;
+        // SAFETY: slot 117 holds `cuGraphAddEventRecordNode`, whose C type `pfn::cuGraphAddEventRecordNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddEventRecordNode>(p) })
     }
     /// This driver's `cuGraphAddEventWaitNode` (symbol `cuGraphAddEventWaitNode`).
     #[inline]
     pub fn cuGraphAddEventWaitNode(&self) -> Result<pfn::cuGraphAddEventWaitNode, LoadError> {
-        let p = self.symbol(116)?;
-        // SAFETY: slot 116 holds `cuGraphAddEventWaitNode`, whose C type `pfn::cuGraphAddEventWaitNode` mirrors.
+        let p = self.symbol(118)?;
+        // SAFETY: slot 118 holds `cuGraphAddEventWaitNode`, whose C type `pfn::cuGraphAddEventWaitNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddEventWaitNode>(p) })
     }
     /// This driver's `cuGraphAddExternalSemaphoresSignalNode` (symbol `cuGraphAddExternalSemaphoresSignalNode`).
     #[inline]
     pub fn cuGraphAddExternalSemaphoresSignalNode(&self) -> Result<pfn::cuGraphAddExternalSemaphoresSignalNode, LoadError> {
-        let p = self.symbol(117)?;
-        // SAFETY: slot 117 holds `cuGraphAddExternalSemaphoresSignalNode`, whose C type `pfn::cuGraphAddExternalSemaphoresSignalNode` mirrors.
+        let p = self.symbol(119)?;
+        // SAFETY: slot 119 holds `cuGraphAddExternalSemaphoresSignalNode`, whose C type `pfn::cuGraphAddExternalSemaphoresSignalNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddExternalSemaphoresSignalNode>(p) })
     }
     /// This driver's `cuGraphAddExternalSemaphoresWaitNode` (symbol `cuGraphAddExternalSemaphoresWaitNode`).
     #[inline]
     pub fn cuGraphAddExternalSemaphoresWaitNode(&self) -> Result<pfn::cuGraphAddExternalSemaphoresWaitNode, LoadError> {
-        let p = self.symbol(118)?;
-        // SAFETY: slot 118 holds `cuGraphAddExternalSemaphoresWaitNode`, whose C type `pfn::cuGraphAddExternalSemaphoresWaitNode` mirrors.
+        let p = self.symbol(120)?;
+        // SAFETY: slot 120 holds `cuGraphAddExternalSemaphoresWaitNode`, whose C type `pfn::cuGraphAddExternalSemaphoresWaitNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddExternalSemaphoresWaitNode>(p) })
     }
     /// This driver's `cuGraphAddHostNode` (symbol `cuGraphAddHostNode`).
     #[inline]
     pub fn cuGraphAddHostNode(&self) -> Result<pfn::cuGraphAddHostNode, LoadError> {
-        let p = self.symbol(119)?;
-        // SAFETY: slot 119 holds `cuGraphAddHostNode`, whose C type `pfn::cuGraphAddHostNode` mirrors.
+        let p = self.symbol(121)?;
+        // SAFETY: slot 121 holds `cuGraphAddHostNode`, whose C type `pfn::cuGraphAddHostNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddHostNode>(p) })
     }
     /// This driver's `cuGraphAddKernelNode` (symbol `cuGraphAddKernelNode_v2`).
     #[inline]
     pub fn cuGraphAddKernelNode(&self) -> Result<pfn::cuGraphAddKernelNode, LoadError> {
-        let p = self.symbol(120)?;
-        // SAFETY: slot 120 holds `cuGraphAddKernelNode_v2`, whose C type `pfn::cuGraphAddKernelNode` mirrors.
+        let p = self.symbol(122)?;
+        // SAFETY: slot 122 holds `cuGraphAddKernelNode_v2`, whose C type `pfn::cuGraphAddKernelNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddKernelNode>(p) })
     }
     /// This driver's `cuGraphAddMemAllocNode` (symbol `cuGraphAddMemAllocNode`).
     #[inline]
     pub fn cuGraphAddMemAllocNode(&self) -> Result<pfn::cuGraphAddMemAllocNode, LoadError> {
-        let p = self.symbol(121)?;
-        // SAFETY: slot 121 holds `cuGraphAddMemAllocNode`, whose C type `pfn::cuGraphAddMemAllocNode` mirrors.
+        let p = self.symbol(123)?;
+        // SAFETY: slot 123 holds `cuGraphAddMemAllocNode`, whose C type `pfn::cuGraphAddMemAllocNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemAllocNode>(p) })
     }
     /// This driver's `cuGraphAddMemFreeNode` (symbol `cuGraphAddMemFreeNode`).
     #[inline]
     pub fn cuGraphAddMemFreeNode(&self) -> Result<pfn::cuGraphAddMemFreeNode, LoadError> {
-        let p = self.symbol(122)?;
-        // SAFETY: slot 122 holds `cuGraphAddMemFreeNode`, whose C type `pfn::cuGraphAddMemFreeNode` mirrors.
+        let p = self.symbol(124)?;
+        // SAFETY: slot 124 holds `cuGraphAddMemFreeNode`, whose C type `pfn::cuGraphAddMemFreeNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemFreeNode>(p) })
     }
     /// This driver's `cuGraphAddMemcpyNode` (symbol `cuGraphAddMemcpyNode`).
     #[inline]
     pub fn cuGraphAddMemcpyNode(&self) -> Result<pfn::cuGraphAddMemcpyNode, LoadError> {
-        let p = self.symbol(123)?;
-        // SAFETY: slot 123 holds `cuGraphAddMemcpyNode`, whose C type `pfn::cuGraphAddMemcpyNode` mirrors.
+        let p = self.symbol(125)?;
+        // SAFETY: slot 125 holds `cuGraphAddMemcpyNode`, whose C type `pfn::cuGraphAddMemcpyNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemcpyNode>(p) })
     }
     /// This driver's `cuGraphAddMemsetNode` (symbol `cuGraphAddMemsetNode`).
     #[inline]
     pub fn cuGraphAddMemsetNode(&self) -> Result<pfn::cuGraphAddMemsetNode, LoadError> {
-        let p = self.symbol(124)?;
-        // SAFETY: slot 124 holds `cuGraphAddMemsetNode`, whose C type `pfn::cuGraphAddMemsetNode` mirrors.
+        let p = self.symbol(126)?;
+        // SAFETY: slot 126 holds `cuGraphAddMemsetNode`, whose C type `pfn::cuGraphAddMemsetNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddMemsetNode>(p) })
     }
     /// This driver's `cuGraphAddNode` (symbol `cuGraphAddNode_v2`).
     #[inline]
     pub fn cuGraphAddNode(&self) -> Result<pfn::cuGraphAddNode, LoadError> {
-        let p = self.symbol(125)?;
-        // SAFETY: slot 125 holds `cuGraphAddNode_v2`, whose C type `pfn::cuGraphAddNode` mirrors.
+        let p = self.symbol(127)?;
+        // SAFETY: slot 127 holds `cuGraphAddNode_v2`, whose C type `pfn::cuGraphAddNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphAddNode>(p) })
     }
     /// This driver's `cuGraphBatchMemOpNodeGetParams` (symbol `cuGraphBatchMemOpNodeGetParams`).
     #[inline]
     pub fn cuGraphBatchMemOpNodeGetParams(&self) -> Result<pfn::cuGraphBatchMemOpNodeGetParams, LoadError> {
-        let p = self.symbol(126)?;
-        // SAFETY: slot 126 holds `cuGraphBatchMemOpNodeGetParams`, whose C type `pfn::cuGraphBatchMemOpNodeGetParams` mirrors.
+        let p = self.symbol(128)?;
+        // SAFETY: slot 128 holds `cuGraphBatchMemOpNodeGetParams`, whose C type `pfn::cuGraphBatchMemOpNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphBatchMemOpNodeGetParams>(p) })
     }
     /// This driver's `cuGraphBatchMemOpNodeSetParams` (symbol `cuGraphBatchMemOpNodeSetParams`).
     #[inline]
     pub fn cuGraphBatchMemOpNodeSetParams(&self) -> Result<pfn::cuGraphBatchMemOpNodeSetParams, LoadError> {
-        let p = self.symbol(127)?;
-        // SAFETY: slot 127 holds `cuGraphBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphBatchMemOpNodeSetParams` mirrors.
+        let p = self.symbol(129)?;
+        // SAFETY: slot 129 holds `cuGraphBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphBatchMemOpNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphBatchMemOpNodeSetParams>(p) })
     }
     /// This driver's `cuGraphChildGraphNodeGetGraph` (symbol `cuGraphChildGraphNodeGetGraph`).
     #[inline]
     pub fn cuGraphChildGraphNodeGetGraph(&self) -> Result<pfn::cuGraphChildGraphNodeGetGraph, LoadError> {
-        let p = self.symbol(128)?;
-        // SAFETY: slot 128 holds `cuGraphChildGraphNodeGetGraph`, whose C type `pfn::cuGraphChildGraphNodeGetGraph` mirrors.
+        let p = self.symbol(130)?;
+        // SAFETY: slot 130 holds `cuGraphChildGraphNodeGetGraph`, whose C type `pfn::cuGraphChildGraphNodeGetGraph` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphChildGraphNodeGetGraph>(p) })
     }
     /// This driver's `cuGraphClone` (symbol `cuGraphClone`).
     #[inline]
     pub fn cuGraphClone(&self) -> Result<pfn::cuGraphClone, LoadError> {
-        let p = self.symbol(129)?;
-        // SAFETY: slot 129 holds `cuGraphClone`, whose C type `pfn::cuGraphClone` mirrors.
+        let p = self.symbol(131)?;
+        // SAFETY: slot 131 holds `cuGraphClone`, whose C type `pfn::cuGraphClone` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphClone>(p) })
     }
     /// This driver's `cuGraphConditionalHandleCreate` (symbol `cuGraphConditionalHandleCreate`).
     #[inline]
     pub fn cuGraphConditionalHandleCreate(&self) -> Result<pfn::cuGraphConditionalHandleCreate, LoadError> {
-        let p = self.symbol(130)?;
-        // SAFETY: slot 130 holds `cuGraphConditionalHandleCreate`, whose C type `pfn::cuGraphConditionalHandleCreate` mirrors.
+        let p = self.symbol(132)?;
+        // SAFETY: slot 132 holds `cuGraphConditionalHandleCreate`, whose C type `pfn::cuGraphConditionalHandleCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphConditionalHandleCreate>(p) })
     }
     /// This driver's `cuGraphCreate` (symbol `cuGraphCreate`).
     #[inline]
     pub fn cuGraphCreate(&self) -> Result<pfn::cuGraphCreate, LoadError> {
-        let p = self.symbol(131)?;
-        // SAFETY: slot 131 holds `cuGraphCreate`, whose C type `pfn::cuGraphCreate` mirrors.
+        let p = self.symbol(133)?;
+        // SAFETY: slot 133 holds `cuGraphCreate`, whose C type `pfn::cuGraphCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphCreate>(p) })
     }
     /// This driver's `cuGraphDebugDotPrint` (symbol `cuGraphDebugDotPrint`).
     #[inline]
     pub fn cuGraphDebugDotPrint(&self) -> Result<pfn::cuGraphDebugDotPrint, LoadError> {
-        let p = self.symbol(132)?;
-        // SAFETY: slot 132 holds `cuGraphDebugDotPrint`, whose C type `pfn::cuGraphDebugDotPrint` mirrors.
+        let p = self.symbol(134)?;
+        // SAFETY: slot 134 holds `cuGraphDebugDotPrint`, whose C type `pfn::cuGraphDebugDotPrint` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphDebugDotPrint>(p) })
     }
     /// This driver's `cuGraphDestroy` (symbol `cuGraphDestroy`).
     #[inline]
     pub fn cuGraphDestroy(&self) -> Result<pfn::cuGraphDestroy, LoadError> {
-        let p = self.symbol(133)?;
-        // SAFETY: slot 133 holds `cuGraphDestroy`, whose C type `pfn::cuGraphDestroy` mirrors.
+        let p = self.symbol(135)?;
+        // SAFETY: slot 135 holds `cuGraphDestroy`, whose C type `pfn::cuGraphDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphDestroy>(p) })
     }
     /// This driver's `cuGraphDestroyNode` (symbol `cuGraphDestroyNode`).
     #[inline]
     pub fn cuGraphDestroyNode(&self) -> Result<pfn::cuGraphDestroyNode, LoadError> {
-        let p = self.symbol(134)?;
-        // SAFETY: slot 134 holds `cuGraphDestroyNode`, whose C type `pfn::cuGraphDestroyNode` mirrors.
+        let p = self.symbol(136)?;
+        // SAFETY: slot 136 holds `cuGraphDestroyNode`, whose C type `pfn::cuGraphDestroyNode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphDestroyNode>(p) })
     }
     /// This driver's `cuGraphEventRecordNodeGetEvent` (symbol `cuGraphEventRecordNodeGetEvent`).
     #[inline]
     pub fn cuGraphEventRecordNodeGetEvent(&self) -> Result<pfn::cuGraphEventRecordNodeGetEvent, LoadError> {
-        let p = self.symbol(135)?;
-        // SAFETY: slot 135 holds `cuGraphEventRecordNodeGetEvent`, whose C type `pfn::cuGraphEventRecordNodeGetEvent` mirrors.
+        let p = self.symbol(137)?;
+        // SAFETY: slot 137 holds `cuGraphEventRecordNodeGetEvent`, whose C type `pfn::cuGraphEventRecordNodeGetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventRecordNodeGetEvent>(p) })
     }
     /// This driver's `cuGraphEventRecordNodeSetEvent` (symbol `cuGraphEventRecordNodeSetEvent`).
     #[inline]
     pub fn cuGraphEventRecordNodeSetEvent(&self) -> Result<pfn::cuGraphEventRecordNodeSetEvent, LoadError> {
-        let p = self.symbol(136)?;
-        // SAFETY: slot 136 holds `cuGraphEventRecordNodeSetEvent`, whose C type `pfn::cuGraphEventRecordNodeSetEvent` mirrors.
+        let p = self.symbol(138)?;
+        // SAFETY: slot 138 holds `cuGraphEventRecordNodeSetEvent`, whose C type `pfn::cuGraphEventRecordNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventRecordNodeSetEvent>(p) })
     }
     /// This driver's `cuGraphEventWaitNodeGetEvent` (symbol `cuGraphEventWaitNodeGetEvent`).
     #[inline]
     pub fn cuGraphEventWaitNodeGetEvent(&self) -> Result<pfn::cuGraphEventWaitNodeGetEvent, LoadError> {
-        let p = self.symbol(137)?;
-        // SAFETY: slot 137 holds `cuGraphEventWaitNodeGetEvent`, whose C type `pfn::cuGraphEventWaitNodeGetEvent` mirrors.
+        let p = self.symbol(139)?;
+        // SAFETY: slot 139 holds `cuGraphEventWaitNodeGetEvent`, whose C type `pfn::cuGraphEventWaitNodeGetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventWaitNodeGetEvent>(p) })
     }
     /// This driver's `cuGraphEventWaitNodeSetEvent` (symbol `cuGraphEventWaitNodeSetEvent`).
     #[inline]
     pub fn cuGraphEventWaitNodeSetEvent(&self) -> Result<pfn::cuGraphEventWaitNodeSetEvent, LoadError> {
-        let p = self.symbol(138)?;
-        // SAFETY: slot 138 holds `cuGraphEventWaitNodeSetEvent`, whose C type `pfn::cuGraphEventWaitNodeSetEvent` mirrors.
+        let p = self.symbol(140)?;
+        // SAFETY: slot 140 holds `cuGraphEventWaitNodeSetEvent`, whose C type `pfn::cuGraphEventWaitNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphEventWaitNodeSetEvent>(p) })
     }
     /// This driver's `cuGraphExecBatchMemOpNodeSetParams` (symbol `cuGraphExecBatchMemOpNodeSetParams`).
     #[inline]
     pub fn cuGraphExecBatchMemOpNodeSetParams(&self) -> Result<pfn::cuGraphExecBatchMemOpNodeSetParams, LoadError> {
-        let p = self.symbol(139)?;
-        // SAFETY: slot 139 holds `cuGraphExecBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphExecBatchMemOpNodeSetParams` mirrors.
+        let p = self.symbol(141)?;
+        // SAFETY: slot 141 holds `cuGraphExecBatchMemOpNodeSetParams`, whose C type `pfn::cuGraphExecBatchMemOpNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecBatchMemOpNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecChildGraphNodeSetParams` (symbol `cuGraphExecChildGraphNodeSetParams`).
     #[inline]
     pub fn cuGraphExecChildGraphNodeSetParams(&self) -> Result<pfn::cuGraphExecChildGraphNodeSetParams, LoadError> {
-        let p = self.symbol(140)?;
-        // SAFETY: slot 140 holds `cuGraphExecChildGraphNodeSetParams`, whose C type `pfn::cuGraphExecChildGraphNodeSetParams` mirrors.
+        let p = self.symbol(142)?;
+        // SAFETY: slot 142 holds `cuGraphExecChildGraphNodeSetParams`, whose C type `pfn::cuGraphExecChildGraphNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecChildGraphNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecDestroy` (symbol `cuGraphExecDestroy`).
     #[inline]
     pub fn cuGraphExecDestroy(&self) -> Result<pfn::cuGraphExecDestroy, LoadError> {
-        let p = self.symbol(141)?;
-        // SAFETY: slot 141 holds `cuGraphExecDestroy`, whose C type `pfn::cuGraphExecDestroy` mirrors.
+        let p = self.symbol(143)?;
+        // SAFETY: slot 143 holds `cuGraphExecDestroy`, whose C type `pfn::cuGraphExecDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecDestroy>(p) })
     }
     /// This driver's `cuGraphExecEventRecordNodeSetEvent` (symbol `cuGraphExecEventRecordNodeSetEvent`).
     #[inline]
     pub fn cuGraphExecEventRecordNodeSetEvent(&self) -> Result<pfn::cuGraphExecEventRecordNodeSetEvent, LoadError> {
-        let p = self.symbol(142)?;
-        // SAFETY: slot 142 holds `cuGraphExecEventRecordNodeSetEvent`, whose C type `pfn::cuGraphExecEventRecordNodeSetEvent` mirrors.
+        let p = self.symbol(144)?;
+        // SAFETY: slot 144 holds `cuGraphExecEventRecordNodeSetEvent`, whose C type `pfn::cuGraphExecEventRecordNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecEventRecordNodeSetEvent>(p) })
     }
     /// This driver's `cuGraphExecEventWaitNodeSetEvent` (symbol `cuGraphExecEventWaitNodeSetEvent`).
     #[inline]
     pub fn cuGraphExecEventWaitNodeSetEvent(&self) -> Result<pfn::cuGraphExecEventWaitNodeSetEvent, LoadError> {
-        let p = self.symbol(143)?;
-        // SAFETY: slot 143 holds `cuGraphExecEventWaitNodeSetEvent`, whose C type `pfn::cuGraphExecEventWaitNodeSetEvent` mirrors.
+        let p = self.symbol(145)?;
+        // SAFETY: slot 145 holds `cuGraphExecEventWaitNodeSetEvent`, whose C type `pfn::cuGraphExecEventWaitNodeSetEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecEventWaitNodeSetEvent>(p) })
     }
     /// This driver's `cuGraphExecExternalSemaphoresSignalNodeSetParams` (symbol `cuGraphExecExternalSemaphoresSignalNodeSetParams`).
     #[inline]
     pub fn cuGraphExecExternalSemaphoresSignalNodeSetParams(&self) -> Result<pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams, LoadError> {
-        let p = self.symbol(144)?;
-        // SAFETY: slot 144 holds `cuGraphExecExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams` mirrors.
+        let p = self.symbol(146)?;
+        // SAFETY: slot 146 holds `cuGraphExecExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecExternalSemaphoresSignalNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecExternalSemaphoresWaitNodeSetParams` (symbol `cuGraphExecExternalSemaphoresWaitNodeSetParams`).
     #[inline]
     pub fn cuGraphExecExternalSemaphoresWaitNodeSetParams(&self) -> Result<pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams, LoadError> {
-        let p = self.symbol(145)?;
-        // SAFETY: slot 145 holds `cuGraphExecExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams` mirrors.
+        let p = self.symbol(147)?;
+        // SAFETY: slot 147 holds `cuGraphExecExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecExternalSemaphoresWaitNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecGetFlags` (symbol `cuGraphExecGetFlags`).
     #[inline]
     pub fn cuGraphExecGetFlags(&self) -> Result<pfn::cuGraphExecGetFlags, LoadError> {
-        let p = self.symbol(146)?;
-        // SAFETY: slot 146 holds `cuGraphExecGetFlags`, whose C type `pfn::cuGraphExecGetFlags` mirrors.
+        let p = self.symbol(148)?;
+        // SAFETY: slot 148 holds `cuGraphExecGetFlags`, whose C type `pfn::cuGraphExecGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecGetFlags>(p) })
     }
     /// This driver's `cuGraphExecHostNodeSetParams` (symbol `cuGraphExecHostNodeSetParams`).
     #[inline]
     pub fn cuGraphExecHostNodeSetParams(&self) -> Result<pfn::cuGraphExecHostNodeSetParams, LoadError> {
-        let p = self.symbol(147)?;
-        // SAFETY: slot 147 holds `cuGraphExecHostNodeSetParams`, whose C type `pfn::cuGraphExecHostNodeSetParams` mirrors.
+        let p = self.symbol(149)?;
+        // SAFETY: slot 149 holds `cuGraphExecHostNodeSetParams`, whose C type `pfn::cuGraphExecHostNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecHostNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecKernelNodeSetParams` (symbol `cuGraphExecKernelNodeSetParams_v2`).
     #[inline]
     pub fn cuGraphExecKernelNodeSetParams(&self) -> Result<pfn::cuGraphExecKernelNodeSetParams, LoadError> {
-        let p = self.symbol(148)?;
-        // SAFETY: slot 148 holds `cuGraphExecKernelNodeSetParams_v2`, whose C type `pfn::cuGraphExecKernelNodeSetParams` mirrors.
+        let p = self.symbol(150)?;
+        // SAFETY: slot 150 holds `cuGraphExecKernelNodeSetParams_v2`, whose C type `pfn::cuGraphExecKernelNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecKernelNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecMemcpyNodeSetParams` (symbol `cuGraphExecMemcpyNodeSetParams`).
     #[inline]
     pub fn cuGraphExecMemcpyNodeSetParams(&self) -> Result<pfn::cuGraphExecMemcpyNodeSetParams, LoadError> {
-        let p = self.symbol(149)?;
-        // SAFETY: slot 149 holds `cuGraphExecMemcpyNodeSetParams`, whose C type `pfn::cuGraphExecMemcpyNodeSetParams` mirrors.
+        let p = self.symbol(151)?;
+        // SAFETY: slot 151 holds `cuGraphExecMemcpyNodeSetParams`, whose C type `pfn::cuGraphExecMemcpyNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecMemcpyNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecMemsetNodeSetParams` (symbol `cuGraphExecMemsetNodeSetParams`).
     #[inline]
     pub fn cuGraphExecMemsetNodeSetParams(&self) -> Result<pfn::cuGraphExecMemsetNodeSetParams, LoadError> {
-        let p = self.symbol(150)?;
-        // SAFETY: slot 150 holds `cuGraphExecMemsetNodeSetParams`, whose C type `pfn::cuGraphExecMemsetNodeSetParams` mirrors.
+        let p = self.symbol(152)?;
+        // SAFETY: slot 152 holds `cuGraphExecMemsetNodeSetParams`, whose C type `pfn::cuGraphExecMemsetNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecMemsetNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecNodeSetParams` (symbol `cuGraphExecNodeSetParams`).
     #[inline]
     pub fn cuGraphExecNodeSetParams(&self) -> Result<pfn::cuGraphExecNodeSetParams, LoadError> {
-        let p = self.symbol(151)?;
-        // SAFETY: slot 151 holds `cuGraphExecNodeSetParams`, whose C type `pfn::cuGraphExecNodeSetParams` mirrors.
+        let p = self.symbol(153)?;
+        // SAFETY: slot 153 holds `cuGraphExecNodeSetParams`, whose C type `pfn::cuGraphExecNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExecUpdate` (symbol `cuGraphExecUpdate_v2`).
     #[inline]
     pub fn cuGraphExecUpdate(&self) -> Result<pfn::cuGraphExecUpdate, LoadError> {
-        let p = self.symbol(152)?;
-        // SAFETY: slot 152 holds `cuGraphExecUpdate_v2`, whose C type `pfn::cuGraphExecUpdate` mirrors.
+        let p = self.symbol(154)?;
+        // SAFETY: slot 154 holds `cuGraphExecUpdate_v2`, whose C type `pfn::cuGraphExecUpdate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExecUpdate>(p) })
     }
     /// This driver's `cuGraphExternalSemaphoresSignalNodeGetParams` (symbol `cuGraphExternalSemaphoresSignalNodeGetParams`).
     #[inline]
     pub fn cuGraphExternalSemaphoresSignalNodeGetParams(&self) -> Result<pfn::cuGraphExternalSemaphoresSignalNodeGetParams, LoadError> {
-        let p = self.symbol(153)?;
-        // SAFETY: slot 153 holds `cuGraphExternalSemaphoresSignalNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeGetParams` mirrors.
+        let p = self.symbol(155)?;
+        // SAFETY: slot 155 holds `cuGraphExternalSemaphoresSignalNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresSignalNodeGetParams>(p) })
     }
     /// This driver's `cuGraphExternalSemaphoresSignalNodeSetParams` (symbol `cuGraphExternalSemaphoresSignalNodeSetParams`).
     #[inline]
     pub fn cuGraphExternalSemaphoresSignalNodeSetParams(&self) -> Result<pfn::cuGraphExternalSemaphoresSignalNodeSetParams, LoadError> {
-        let p = self.symbol(154)?;
-        // SAFETY: slot 154 holds `cuGraphExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeSetParams` mirrors.
+        let p = self.symbol(156)?;
+        // SAFETY: slot 156 holds `cuGraphExternalSemaphoresSignalNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresSignalNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresSignalNodeSetParams>(p) })
     }
     /// This driver's `cuGraphExternalSemaphoresWaitNodeGetParams` (symbol `cuGraphExternalSemaphoresWaitNodeGetParams`).
     #[inline]
     pub fn cuGraphExternalSemaphoresWaitNodeGetParams(&self) -> Result<pfn::cuGraphExternalSemaphoresWaitNodeGetParams, LoadError> {
-        let p = self.symbol(155)?;
-        // SAFETY: slot 155 holds `cuGraphExternalSemaphoresWaitNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeGetParams` mirrors.
+        let p = self.symbol(157)?;
+        // SAFETY: slot 157 holds `cuGraphExternalSemaphoresWaitNodeGetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresWaitNodeGetParams>(p) })
     }
     /// This driver's `cuGraphExternalSemaphoresWaitNodeSetParams` (symbol `cuGraphExternalSemaphoresWaitNodeSetParams`).
     #[inline]
     pub fn cuGraphExternalSemaphoresWaitNodeSetParams(&self) -> Result<pfn::cuGraphExternalSemaphoresWaitNodeSetParams, LoadError> {
-        let p = self.symbol(156)?;
-        // SAFETY: slot 156 holds `cuGraphExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeSetParams` mirrors.
+        let p = self.symbol(158)?;
+        // SAFETY: slot 158 holds `cuGraphExternalSemaphoresWaitNodeSetParams`, whose C type `pfn::cuGraphExternalSemaphoresWaitNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphExternalSemaphoresWaitNodeSetParams>(p) })
     }
     /// This driver's `cuGraphGetEdges` (symbol `cuGraphGetEdges_v2`).
     #[inline]
     pub fn cuGraphGetEdges(&self) -> Result<pfn::cuGraphGetEdges, LoadError> {
-        let p = self.symbol(157)?;
-        // SAFETY: slot 157 holds `cuGraphGetEdges_v2`, whose C type `pfn::cuGraphGetEdges` mirrors.
+        let p = self.symbol(159)?;
+        // SAFETY: slot 159 holds `cuGraphGetEdges_v2`, whose C type `pfn::cuGraphGetEdges` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphGetEdges>(p) })
     }
     /// This driver's `cuGraphGetNodes` (symbol `cuGraphGetNodes`).
     #[inline]
     pub fn cuGraphGetNodes(&self) -> Result<pfn::cuGraphGetNodes, LoadError> {
-        let p = self.symbol(158)?;
-        // SAFETY: slot 158 holds `cuGraphGetNodes`, whose C type `pfn::cuGraphGetNodes` mirrors.
+        let p = self.symbol(160)?;
+        // SAFETY: slot 160 holds `cuGraphGetNodes`, whose C type `pfn::cuGraphGetNodes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphGetNodes>(p) })
     }
     /// This driver's `cuGraphGetRootNodes` (symbol `cuGraphGetRootNodes`).
     #[inline]
     pub fn cuGraphGetRootNodes(&self) -> Result<pfn::cuGraphGetRootNodes, LoadError> {
-        let p = self.symbol(159)?;
-        // SAFETY: slot 159 holds `cuGraphGetRootNodes`, whose C type `pfn::cuGraphGetRootNodes` mirrors.
+        let p = self.symbol(161)?;
+        // SAFETY: slot 161 holds `cuGraphGetRootNodes`, whose C type `pfn::cuGraphGetRootNodes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphGetRootNodes>(p) })
     }
     /// This driver's `cuGraphHostNodeGetParams` (symbol `cuGraphHostNodeGetParams`).
     #[inline]
     pub fn cuGraphHostNodeGetParams(&self) -> Result<pfn::cuGraphHostNodeGetParams, LoadError> {
-        let p = self.symbol(160)?;
-        // SAFETY: slot 160 holds `cuGraphHostNodeGetParams`, whose C type `pfn::cuGraphHostNodeGetParams` mirrors.
+        let p = self.symbol(162)?;
+        // SAFETY: slot 162 holds `cuGraphHostNodeGetParams`, whose C type `pfn::cuGraphHostNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphHostNodeGetParams>(p) })
     }
     /// This driver's `cuGraphHostNodeSetParams` (symbol `cuGraphHostNodeSetParams`).
     #[inline]
     pub fn cuGraphHostNodeSetParams(&self) -> Result<pfn::cuGraphHostNodeSetParams, LoadError> {
-        let p = self.symbol(161)?;
-        // SAFETY: slot 161 holds `cuGraphHostNodeSetParams`, whose C type `pfn::cuGraphHostNodeSetParams` mirrors.
+        let p = self.symbol(163)?;
+        // SAFETY: slot 163 holds `cuGraphHostNodeSetParams`, whose C type `pfn::cuGraphHostNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphHostNodeSetParams>(p) })
     }
     /// This driver's `cuGraphInstantiate` (symbol `cuGraphInstantiateWithFlags`).
     #[inline]
     pub fn cuGraphInstantiate(&self) -> Result<pfn::cuGraphInstantiate, LoadError> {
-        let p = self.symbol(162)?;
-        // SAFETY: slot 162 holds `cuGraphInstantiateWithFlags`, whose C type `pfn::cuGraphInstantiate` mirrors.
+        let p = self.symbol(164)?;
+        // SAFETY: slot 164 holds `cuGraphInstantiateWithFlags`, whose C type `pfn::cuGraphInstantiate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphInstantiate>(p) })
     }
     /// This driver's `cuGraphInstantiateWithParams` (symbol `cuGraphInstantiateWithParams`).
     #[inline]
     pub fn cuGraphInstantiateWithParams(&self) -> Result<pfn::cuGraphInstantiateWithParams, LoadError> {
-        let p = self.symbol(163)?;
-        // SAFETY: slot 163 holds `cuGraphInstantiateWithParams`, whose C type `pfn::cuGraphInstantiateWithParams` mirrors.
+        let p = self.symbol(165)?;
+        // SAFETY: slot 165 holds `cuGraphInstantiateWithParams`, whose C type `pfn::cuGraphInstantiateWithParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphInstantiateWithParams>(p) })
+    }
+    /// This driver's `cuGraphInstantiateWithParams_ptsz` (symbol `cuGraphInstantiateWithParams_ptsz`).
+    #[inline]
+    pub fn cuGraphInstantiateWithParams_ptsz(&self) -> Result<pfn::cuGraphInstantiateWithParams_ptsz, LoadError> {
+        let p = self.symbol(166)?;
+        // SAFETY: slot 166 holds `cuGraphInstantiateWithParams_ptsz`, whose C type `pfn::cuGraphInstantiateWithParams_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphInstantiateWithParams_ptsz>(p) })
     }
     /// This driver's `cuGraphKernelNodeCopyAttributes` (symbol `cuGraphKernelNodeCopyAttributes`).
     #[inline]
     pub fn cuGraphKernelNodeCopyAttributes(&self) -> Result<pfn::cuGraphKernelNodeCopyAttributes, LoadError> {
-        let p = self.symbol(164)?;
-        // SAFETY: slot 164 holds `cuGraphKernelNodeCopyAttributes`, whose C type `pfn::cuGraphKernelNodeCopyAttributes` mirrors.
+        let p = self.symbol(167)?;
+        // SAFETY: slot 167 holds `cuGraphKernelNodeCopyAttributes`, whose C type `pfn::cuGraphKernelNodeCopyAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeCopyAttributes>(p) })
     }
     /// This driver's `cuGraphKernelNodeGetAttribute` (symbol `cuGraphKernelNodeGetAttribute`).
     #[inline]
     pub fn cuGraphKernelNodeGetAttribute(&self) -> Result<pfn::cuGraphKernelNodeGetAttribute, LoadError> {
-        let p = self.symbol(165)?;
-        // SAFETY: slot 165 holds `cuGraphKernelNodeGetAttribute`, whose C type `pfn::cuGraphKernelNodeGetAttribute` mirrors.
+        let p = self.symbol(168)?;
+        // SAFETY: slot 168 holds `cuGraphKernelNodeGetAttribute`, whose C type `pfn::cuGraphKernelNodeGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeGetAttribute>(p) })
     }
     /// This driver's `cuGraphKernelNodeGetParams` (symbol `cuGraphKernelNodeGetParams_v2`).
     #[inline]
     pub fn cuGraphKernelNodeGetParams(&self) -> Result<pfn::cuGraphKernelNodeGetParams, LoadError> {
-        let p = self.symbol(166)?;
-        // SAFETY: slot 166 holds `cuGraphKernelNodeGetParams_v2`, whose C type `pfn::cuGraphKernelNodeGetParams` mirrors.
+        let p = self.symbol(169)?;
+        // SAFETY: slot 169 holds `cuGraphKernelNodeGetParams_v2`, whose C type `pfn::cuGraphKernelNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeGetParams>(p) })
     }
     /// This driver's `cuGraphKernelNodeSetAttribute` (symbol `cuGraphKernelNodeSetAttribute`).
     #[inline]
     pub fn cuGraphKernelNodeSetAttribute(&self) -> Result<pfn::cuGraphKernelNodeSetAttribute, LoadError> {
-        let p = self.symbol(167)?;
-        // SAFETY: slot 167 holds `cuGraphKernelNodeSetAttribute`, whose C type `pfn::cuGraphKernelNodeSetAttribute` mirrors.
+        let p = self.symbol(170)?;
+        // SAFETY: slot 170 holds `cuGraphKernelNodeSetAttribute`, whose C type `pfn::cuGraphKernelNodeSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeSetAttribute>(p) })
     }
     /// This driver's `cuGraphKernelNodeSetParams` (symbol `cuGraphKernelNodeSetParams_v2`).
     #[inline]
     pub fn cuGraphKernelNodeSetParams(&self) -> Result<pfn::cuGraphKernelNodeSetParams, LoadError> {
-        let p = self.symbol(168)?;
-        // SAFETY: slot 168 holds `cuGraphKernelNodeSetParams_v2`, whose C type `pfn::cuGraphKernelNodeSetParams` mirrors.
+        let p = self.symbol(171)?;
+        // SAFETY: slot 171 holds `cuGraphKernelNodeSetParams_v2`, whose C type `pfn::cuGraphKernelNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphKernelNodeSetParams>(p) })
     }
     /// This driver's `cuGraphLaunch` (symbol `cuGraphLaunch`).
     #[inline]
     pub fn cuGraphLaunch(&self) -> Result<pfn::cuGraphLaunch, LoadError> {
-        let p = self.symbol(169)?;
-        // SAFETY: slot 169 holds `cuGraphLaunch`, whose C type `pfn::cuGraphLaunch` mirrors.
+        let p = self.symbol(172)?;
+        // SAFETY: slot 172 holds `cuGraphLaunch`, whose C type `pfn::cuGraphLaunch` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphLaunch>(p) })
+    }
+    /// This driver's `cuGraphLaunch_ptsz` (symbol `cuGraphLaunch_ptsz`).
+    #[inline]
+    pub fn cuGraphLaunch_ptsz(&self) -> Result<pfn::cuGraphLaunch_ptsz, LoadError> {
+        let p = self.symbol(173)?;
+        // SAFETY: slot 173 holds `cuGraphLaunch_ptsz`, whose C type `pfn::cuGraphLaunch_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphLaunch_ptsz>(p) })
     }
     /// This driver's `cuGraphMemAllocNodeGetParams` (symbol `cuGraphMemAllocNodeGetParams`).
     #[inline]
     pub fn cuGraphMemAllocNodeGetParams(&self) -> Result<pfn::cuGraphMemAllocNodeGetParams, LoadError> {
-        let p = self.symbol(170)?;
-        // SAFETY: slot 170 holds `cuGraphMemAllocNodeGetParams`, whose C type `pfn::cuGraphMemAllocNodeGetParams` mirrors.
+        let p = self.symbol(174)?;
+        // SAFETY: slot 174 holds `cuGraphMemAllocNodeGetParams`, whose C type `pfn::cuGraphMemAllocNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemAllocNodeGetParams>(p) })
     }
     /// This driver's `cuGraphMemFreeNodeGetParams` (symbol `cuGraphMemFreeNodeGetParams`).
     #[inline]
     pub fn cuGraphMemFreeNodeGetParams(&self) -> Result<pfn::cuGraphMemFreeNodeGetParams, LoadError> {
-        let p = self.symbol(171)?;
-        // SAFETY: slot 171 holds `cuGraphMemFreeNodeGetParams`, whose C type `pfn::cuGraphMemFreeNodeGetParams` mirrors.
+        let p = self.symbol(175)?;
+        // SAFETY: slot 175 holds `cuGraphMemFreeNodeGetParams`, whose C type `pfn::cuGraphMemFreeNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemFreeNodeGetParams>(p) })
     }
     /// This driver's `cuGraphMemcpyNodeGetParams` (symbol `cuGraphMemcpyNodeGetParams`).
     #[inline]
     pub fn cuGraphMemcpyNodeGetParams(&self) -> Result<pfn::cuGraphMemcpyNodeGetParams, LoadError> {
-        let p = self.symbol(172)?;
-        // SAFETY: slot 172 holds `cuGraphMemcpyNodeGetParams`, whose C type `pfn::cuGraphMemcpyNodeGetParams` mirrors.
+        let p = self.symbol(176)?;
+        // SAFETY: slot 176 holds `cuGraphMemcpyNodeGetParams`, whose C type `pfn::cuGraphMemcpyNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemcpyNodeGetParams>(p) })
     }
     /// This driver's `cuGraphMemcpyNodeSetParams` (symbol `cuGraphMemcpyNodeSetParams`).
     #[inline]
     pub fn cuGraphMemcpyNodeSetParams(&self) -> Result<pfn::cuGraphMemcpyNodeSetParams, LoadError> {
-        let p = self.symbol(173)?;
-        // SAFETY: slot 173 holds `cuGraphMemcpyNodeSetParams`, whose C type `pfn::cuGraphMemcpyNodeSetParams` mirrors.
+        let p = self.symbol(177)?;
+        // SAFETY: slot 177 holds `cuGraphMemcpyNodeSetParams`, whose C type `pfn::cuGraphMemcpyNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemcpyNodeSetParams>(p) })
     }
     /// This driver's `cuGraphMemsetNodeGetParams` (symbol `cuGraphMemsetNodeGetParams`).
     #[inline]
     pub fn cuGraphMemsetNodeGetParams(&self) -> Result<pfn::cuGraphMemsetNodeGetParams, LoadError> {
-        let p = self.symbol(174)?;
-        // SAFETY: slot 174 holds `cuGraphMemsetNodeGetParams`, whose C type `pfn::cuGraphMemsetNodeGetParams` mirrors.
+        let p = self.symbol(178)?;
+        // SAFETY: slot 178 holds `cuGraphMemsetNodeGetParams`, whose C type `pfn::cuGraphMemsetNodeGetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemsetNodeGetParams>(p) })
     }
     /// This driver's `cuGraphMemsetNodeSetParams` (symbol `cuGraphMemsetNodeSetParams`).
     #[inline]
     pub fn cuGraphMemsetNodeSetParams(&self) -> Result<pfn::cuGraphMemsetNodeSetParams, LoadError> {
-        let p = self.symbol(175)?;
-        // SAFETY: slot 175 holds `cuGraphMemsetNodeSetParams`, whose C type `pfn::cuGraphMemsetNodeSetParams` mirrors.
+        let p = self.symbol(179)?;
+        // SAFETY: slot 179 holds `cuGraphMemsetNodeSetParams`, whose C type `pfn::cuGraphMemsetNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphMemsetNodeSetParams>(p) })
     }
     /// This driver's `cuGraphNodeFindInClone` (symbol `cuGraphNodeFindInClone`).
     #[inline]
     pub fn cuGraphNodeFindInClone(&self) -> Result<pfn::cuGraphNodeFindInClone, LoadError> {
-        let p = self.symbol(176)?;
-        // SAFETY: slot 176 holds `cuGraphNodeFindInClone`, whose C type `pfn::cuGraphNodeFindInClone` mirrors.
+        let p = self.symbol(180)?;
+        // SAFETY: slot 180 holds `cuGraphNodeFindInClone`, whose C type `pfn::cuGraphNodeFindInClone` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeFindInClone>(p) })
     }
     /// This driver's `cuGraphNodeGetDependencies` (symbol `cuGraphNodeGetDependencies_v2`).
     #[inline]
     pub fn cuGraphNodeGetDependencies(&self) -> Result<pfn::cuGraphNodeGetDependencies, LoadError> {
-        let p = self.symbol(177)?;
-        // SAFETY: slot 177 holds `cuGraphNodeGetDependencies_v2`, whose C type `pfn::cuGraphNodeGetDependencies` mirrors.
+        let p = self.symbol(181)?;
+        // SAFETY: slot 181 holds `cuGraphNodeGetDependencies_v2`, whose C type `pfn::cuGraphNodeGetDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetDependencies>(p) })
     }
     /// This driver's `cuGraphNodeGetDependentNodes` (symbol `cuGraphNodeGetDependentNodes_v2`).
     #[inline]
     pub fn cuGraphNodeGetDependentNodes(&self) -> Result<pfn::cuGraphNodeGetDependentNodes, LoadError> {
-        let p = self.symbol(178)?;
-        // SAFETY: slot 178 holds `cuGraphNodeGetDependentNodes_v2`, whose C type `pfn::cuGraphNodeGetDependentNodes` mirrors.
+        let p = self.symbol(182)?;
+        // SAFETY: slot 182 holds `cuGraphNodeGetDependentNodes_v2`, whose C type `pfn::cuGraphNodeGetDependentNodes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetDependentNodes>(p) })
     }
     /// This driver's `cuGraphNodeGetEnabled` (symbol `cuGraphNodeGetEnabled`).
     #[inline]
     pub fn cuGraphNodeGetEnabled(&self) -> Result<pfn::cuGraphNodeGetEnabled, LoadError> {
-        let p = self.symbol(179)?;
-        // SAFETY: slot 179 holds `cuGraphNodeGetEnabled`, whose C type `pfn::cuGraphNodeGetEnabled` mirrors.
+        let p = self.symbol(183)?;
+        // SAFETY: slot 183 holds `cuGraphNodeGetEnabled`, whose C type `pfn::cuGraphNodeGetEnabled` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetEnabled>(p) })
     }
     /// This driver's `cuGraphNodeGetType` (symbol `cuGraphNodeGetType`).
     #[inline]
     pub fn cuGraphNodeGetType(&self) -> Result<pfn::cuGraphNodeGetType, LoadError> {
-        let p = self.symbol(180)?;
-        // SAFETY: slot 180 holds `cuGraphNodeGetType`, whose C type `pfn::cuGraphNodeGetType` mirrors.
+        let p = self.symbol(184)?;
+        // SAFETY: slot 184 holds `cuGraphNodeGetType`, whose C type `pfn::cuGraphNodeGetType` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeGetType>(p) })
     }
     /// This driver's `cuGraphNodeSetEnabled` (symbol `cuGraphNodeSetEnabled`).
     #[inline]
     pub fn cuGraphNodeSetEnabled(&self) -> Result<pfn::cuGraphNodeSetEnabled, LoadError> {
-        let p = self.symbol(181)?;
-        // SAFETY: slot 181 holds `cuGraphNodeSetEnabled`, whose C type `pfn::cuGraphNodeSetEnabled` mirrors.
+        let p = self.symbol(185)?;
+        // SAFETY: slot 185 holds `cuGraphNodeSetEnabled`, whose C type `pfn::cuGraphNodeSetEnabled` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeSetEnabled>(p) })
     }
     /// This driver's `cuGraphNodeSetParams` (symbol `cuGraphNodeSetParams`).
     #[inline]
     pub fn cuGraphNodeSetParams(&self) -> Result<pfn::cuGraphNodeSetParams, LoadError> {
-        let p = self.symbol(182)?;
-        // SAFETY: slot 182 holds `cuGraphNodeSetParams`, whose C type `pfn::cuGraphNodeSetParams` mirrors.
+        let p = self.symbol(186)?;
+        // SAFETY: slot 186 holds `cuGraphNodeSetParams`, whose C type `pfn::cuGraphNodeSetParams` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphNodeSetParams>(p) })
     }
     /// This driver's `cuGraphReleaseUserObject` (symbol `cuGraphReleaseUserObject`).
     #[inline]
     pub fn cuGraphReleaseUserObject(&self) -> Result<pfn::cuGraphReleaseUserObject, LoadError> {
-        let p = self.symbol(183)?;
-        // SAFETY: slot 183 holds `cuGraphReleaseUserObject`, whose C type `pfn::cuGraphReleaseUserObject` mirrors.
+        let p = self.symbol(187)?;
+        // SAFETY: slot 187 holds `cuGraphReleaseUserObject`, whose C type `pfn::cuGraphReleaseUserObject` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphReleaseUserObject>(p) })
     }
     /// This driver's `cuGraphRemoveDependencies` (symbol `cuGraphRemoveDependencies_v2`).
     #[inline]
     pub fn cuGraphRemoveDependencies(&self) -> Result<pfn::cuGraphRemoveDependencies, LoadError> {
-        let p = self.symbol(184)?;
-        // SAFETY: slot 184 holds `cuGraphRemoveDependencies_v2`, whose C type `pfn::cuGraphRemoveDependencies` mirrors.
+        let p = self.symbol(188)?;
+        // SAFETY: slot 188 holds `cuGraphRemoveDependencies_v2`, whose C type `pfn::cuGraphRemoveDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphRemoveDependencies>(p) })
     }
     /// This driver's `cuGraphRetainUserObject` (symbol `cuGraphRetainUserObject`).
     #[inline]
     pub fn cuGraphRetainUserObject(&self) -> Result<pfn::cuGraphRetainUserObject, LoadError> {
-        let p = self.symbol(185)?;
-        // SAFETY: slot 185 holds `cuGraphRetainUserObject`, whose C type `pfn::cuGraphRetainUserObject` mirrors.
+        let p = self.symbol(189)?;
+        // SAFETY: slot 189 holds `cuGraphRetainUserObject`, whose C type `pfn::cuGraphRetainUserObject` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphRetainUserObject>(p) })
     }
     /// This driver's `cuGraphUpload` (symbol `cuGraphUpload`).
     #[inline]
     pub fn cuGraphUpload(&self) -> Result<pfn::cuGraphUpload, LoadError> {
-        let p = self.symbol(186)?;
-        // SAFETY: slot 186 holds `cuGraphUpload`, whose C type `pfn::cuGraphUpload` mirrors.
+        let p = self.symbol(190)?;
+        // SAFETY: slot 190 holds `cuGraphUpload`, whose C type `pfn::cuGraphUpload` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphUpload>(p) })
+    }
+    /// This driver's `cuGraphUpload_ptsz` (symbol `cuGraphUpload_ptsz`).
+    #[inline]
+    pub fn cuGraphUpload_ptsz(&self) -> Result<pfn::cuGraphUpload_ptsz, LoadError> {
+        let p = self.symbol(191)?;
+        // SAFETY: slot 191 holds `cuGraphUpload_ptsz`, whose C type `pfn::cuGraphUpload_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphUpload_ptsz>(p) })
     }
     /// This driver's `cuGraphicsMapResources` (symbol `cuGraphicsMapResources`).
     #[inline]
     pub fn cuGraphicsMapResources(&self) -> Result<pfn::cuGraphicsMapResources, LoadError> {
-        let p = self.symbol(187)?;
-        // SAFETY: slot 187 holds `cuGraphicsMapResources`, whose C type `pfn::cuGraphicsMapResources` mirrors.
+        let p = self.symbol(192)?;
+        // SAFETY: slot 192 holds `cuGraphicsMapResources`, whose C type `pfn::cuGraphicsMapResources` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsMapResources>(p) })
+    }
+    /// This driver's `cuGraphicsMapResources_ptsz` (symbol `cuGraphicsMapResources_ptsz`).
+    #[inline]
+    pub fn cuGraphicsMapResources_ptsz(&self) -> Result<pfn::cuGraphicsMapResources_ptsz, LoadError> {
+        let p = self.symbol(193)?;
+        // SAFETY: slot 193 holds `cuGraphicsMapResources_ptsz`, whose C type `pfn::cuGraphicsMapResources_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsMapResources_ptsz>(p) })
     }
     /// This driver's `cuGraphicsResourceGetMappedMipmappedArray` (symbol `cuGraphicsResourceGetMappedMipmappedArray`).
     #[inline]
     pub fn cuGraphicsResourceGetMappedMipmappedArray(&self) -> Result<pfn::cuGraphicsResourceGetMappedMipmappedArray, LoadError> {
-        let p = self.symbol(188)?;
-        // SAFETY: slot 188 holds `cuGraphicsResourceGetMappedMipmappedArray`, whose C type `pfn::cuGraphicsResourceGetMappedMipmappedArray` mirrors.
+        let p = self.symbol(194)?;
+        // SAFETY: slot 194 holds `cuGraphicsResourceGetMappedMipmappedArray`, whose C type `pfn::cuGraphicsResourceGetMappedMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsResourceGetMappedMipmappedArray>(p) })
     }
     /// This driver's `cuGraphicsResourceGetMappedPointer` (symbol `cuGraphicsResourceGetMappedPointer_v2`).
     #[inline]
     pub fn cuGraphicsResourceGetMappedPointer(&self) -> Result<pfn::cuGraphicsResourceGetMappedPointer, LoadError> {
-        let p = self.symbol(189)?;
-        // SAFETY: slot 189 holds `cuGraphicsResourceGetMappedPointer_v2`, whose C type `pfn::cuGraphicsResourceGetMappedPointer` mirrors.
+        let p = self.symbol(195)?;
+        // SAFETY: slot 195 holds `cuGraphicsResourceGetMappedPointer_v2`, whose C type `pfn::cuGraphicsResourceGetMappedPointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsResourceGetMappedPointer>(p) })
     }
     /// This driver's `cuGraphicsResourceSetMapFlags` (symbol `cuGraphicsResourceSetMapFlags_v2`).
     #[inline]
     pub fn cuGraphicsResourceSetMapFlags(&self) -> Result<pfn::cuGraphicsResourceSetMapFlags, LoadError> {
-        let p = self.symbol(190)?;
-        // SAFETY: slot 190 holds `cuGraphicsResourceSetMapFlags_v2`, whose C type `pfn::cuGraphicsResourceSetMapFlags` mirrors.
+        let p = self.symbol(196)?;
+        // SAFETY: slot 196 holds `cuGraphicsResourceSetMapFlags_v2`, whose C type `pfn::cuGraphicsResourceSetMapFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsResourceSetMapFlags>(p) })
     }
     /// This driver's `cuGraphicsSubResourceGetMappedArray` (symbol `cuGraphicsSubResourceGetMappedArray`).
     #[inline]
     pub fn cuGraphicsSubResourceGetMappedArray(&self) -> Result<pfn::cuGraphicsSubResourceGetMappedArray, LoadError> {
-        let p = self.symbol(191)?;
-        // SAFETY: slot 191 holds `cuGraphicsSubResourceGetMappedArray`, whose C type `pfn::cuGraphicsSubResourceGetMappedArray` mirrors.
+        let p = self.symbol(197)?;
+        // SAFETY: slot 197 holds `cuGraphicsSubResourceGetMappedArray`, whose C type `pfn::cuGraphicsSubResourceGetMappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsSubResourceGetMappedArray>(p) })
     }
     /// This driver's `cuGraphicsUnmapResources` (symbol `cuGraphicsUnmapResources`).
     #[inline]
     pub fn cuGraphicsUnmapResources(&self) -> Result<pfn::cuGraphicsUnmapResources, LoadError> {
-        let p = self.symbol(192)?;
-        // SAFETY: slot 192 holds `cuGraphicsUnmapResources`, whose C type `pfn::cuGraphicsUnmapResources` mirrors.
+        let p = self.symbol(198)?;
+        // SAFETY: slot 198 holds `cuGraphicsUnmapResources`, whose C type `pfn::cuGraphicsUnmapResources` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsUnmapResources>(p) })
+    }
+    /// This driver's `cuGraphicsUnmapResources_ptsz` (symbol `cuGraphicsUnmapResources_ptsz`).
+    #[inline]
+    pub fn cuGraphicsUnmapResources_ptsz(&self) -> Result<pfn::cuGraphicsUnmapResources_ptsz, LoadError> {
+        let p = self.symbol(199)?;
+        // SAFETY: slot 199 holds `cuGraphicsUnmapResources_ptsz`, whose C type `pfn::cuGraphicsUnmapResources_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsUnmapResources_ptsz>(p) })
     }
     /// This driver's `cuGraphicsUnregisterResource` (symbol `cuGraphicsUnregisterResource`).
     #[inline]
     pub fn cuGraphicsUnregisterResource(&self) -> Result<pfn::cuGraphicsUnregisterResource, LoadError> {
-        let p = self.symbol(193)?;
-        // SAFETY: slot 193 holds `cuGraphicsUnregisterResource`, whose C type `pfn::cuGraphicsUnregisterResource` mirrors.
+        let p = self.symbol(200)?;
+        // SAFETY: slot 200 holds `cuGraphicsUnregisterResource`, whose C type `pfn::cuGraphicsUnregisterResource` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGraphicsUnregisterResource>(p) })
     }
     /// This driver's `cuGreenCtxCreate` (symbol `cuGreenCtxCreate`).
     #[inline]
     pub fn cuGreenCtxCreate(&self) -> Result<pfn::cuGreenCtxCreate, LoadError> {
-        let p = self.symbol(194)?;
-        // SAFETY: slot 194 holds `cuGreenCtxCreate`, whose C type `pfn::cuGreenCtxCreate` mirrors.
+        let p = self.symbol(201)?;
+        // SAFETY: slot 201 holds `cuGreenCtxCreate`, whose C type `pfn::cuGreenCtxCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxCreate>(p) })
     }
     /// This driver's `cuGreenCtxDestroy` (symbol `cuGreenCtxDestroy`).
     #[inline]
     pub fn cuGreenCtxDestroy(&self) -> Result<pfn::cuGreenCtxDestroy, LoadError> {
-        let p = self.symbol(195)?;
-        // SAFETY: slot 195 holds `cuGreenCtxDestroy`, whose C type `pfn::cuGreenCtxDestroy` mirrors.
+        let p = self.symbol(202)?;
+        // SAFETY: slot 202 holds `cuGreenCtxDestroy`, whose C type `pfn::cuGreenCtxDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxDestroy>(p) })
     }
     /// This driver's `cuGreenCtxGetDevResource` (symbol `cuGreenCtxGetDevResource`).
     #[inline]
     pub fn cuGreenCtxGetDevResource(&self) -> Result<pfn::cuGreenCtxGetDevResource, LoadError> {
-        let p = self.symbol(196)?;
-        // SAFETY: slot 196 holds `cuGreenCtxGetDevResource`, whose C type `pfn::cuGreenCtxGetDevResource` mirrors.
+        let p = self.symbol(203)?;
+        // SAFETY: slot 203 holds `cuGreenCtxGetDevResource`, whose C type `pfn::cuGreenCtxGetDevResource` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxGetDevResource>(p) })
     }
     /// This driver's `cuGreenCtxGetId` (symbol `cuGreenCtxGetId`).
     #[inline]
     pub fn cuGreenCtxGetId(&self) -> Result<pfn::cuGreenCtxGetId, LoadError> {
-        let p = self.symbol(197)?;
-        // SAFETY: slot 197 holds `cuGreenCtxGetId`, whose C type `pfn::cuGreenCtxGetId` mirrors.
+        let p = self.symbol(204)?;
+        // SAFETY: slot 204 holds `cuGreenCtxGetId`, whose C type `pfn::cuGreenCtxGetId` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxGetId>(p) })
     }
     /// This driver's `cuGreenCtxRecordEvent` (symbol `cuGreenCtxRecordEvent`).
     #[inline]
     pub fn cuGreenCtxRecordEvent(&self) -> Result<pfn::cuGreenCtxRecordEvent, LoadError> {
-        let p = self.symbol(198)?;
-        // SAFETY: slot 198 holds `cuGreenCtxRecordEvent`, whose C type `pfn::cuGreenCtxRecordEvent` mirrors.
+        let p = self.symbol(205)?;
+        // SAFETY: slot 205 holds `cuGreenCtxRecordEvent`, whose C type `pfn::cuGreenCtxRecordEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxRecordEvent>(p) })
     }
     /// This driver's `cuGreenCtxStreamCreate` (symbol `cuGreenCtxStreamCreate`).
     #[inline]
     pub fn cuGreenCtxStreamCreate(&self) -> Result<pfn::cuGreenCtxStreamCreate, LoadError> {
-        let p = self.symbol(199)?;
-        // SAFETY: slot 199 holds `cuGreenCtxStreamCreate`, whose C type `pfn::cuGreenCtxStreamCreate` mirrors.
+        let p = self.symbol(206)?;
+        // SAFETY: slot 206 holds `cuGreenCtxStreamCreate`, whose C type `pfn::cuGreenCtxStreamCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxStreamCreate>(p) })
     }
     /// This driver's `cuGreenCtxWaitEvent` (symbol `cuGreenCtxWaitEvent`).
     #[inline]
     pub fn cuGreenCtxWaitEvent(&self) -> Result<pfn::cuGreenCtxWaitEvent, LoadError> {
-        let p = self.symbol(200)?;
-        // SAFETY: slot 200 holds `cuGreenCtxWaitEvent`, whose C type `pfn::cuGreenCtxWaitEvent` mirrors.
+        let p = self.symbol(207)?;
+        // SAFETY: slot 207 holds `cuGreenCtxWaitEvent`, whose C type `pfn::cuGreenCtxWaitEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuGreenCtxWaitEvent>(p) })
     }
     /// This driver's `cuImportExternalMemory` (symbol `cuImportExternalMemory`).
     #[inline]
     pub fn cuImportExternalMemory(&self) -> Result<pfn::cuImportExternalMemory, LoadError> {
-        let p = self.symbol(201)?;
-        // SAFETY: slot 201 holds `cuImportExternalMemory`, whose C type `pfn::cuImportExternalMemory` mirrors.
+        let p = self.symbol(208)?;
+        // SAFETY: slot 208 holds `cuImportExternalMemory`, whose C type `pfn::cuImportExternalMemory` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuImportExternalMemory>(p) })
     }
     /// This driver's `cuImportExternalSemaphore` (symbol `cuImportExternalSemaphore`).
     #[inline]
     pub fn cuImportExternalSemaphore(&self) -> Result<pfn::cuImportExternalSemaphore, LoadError> {
-        let p = self.symbol(202)?;
-        // SAFETY: slot 202 holds `cuImportExternalSemaphore`, whose C type `pfn::cuImportExternalSemaphore` mirrors.
+        let p = self.symbol(209)?;
+        // SAFETY: slot 209 holds `cuImportExternalSemaphore`, whose C type `pfn::cuImportExternalSemaphore` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuImportExternalSemaphore>(p) })
     }
     /// This driver's `cuInit` (symbol `cuInit`).
     #[inline]
     pub fn cuInit(&self) -> Result<pfn::cuInit, LoadError> {
-        let p = self.symbol(203)?;
-        // SAFETY: slot 203 holds `cuInit`, whose C type `pfn::cuInit` mirrors.
+        let p = self.symbol(210)?;
+        // SAFETY: slot 210 holds `cuInit`, whose C type `pfn::cuInit` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuInit>(p) })
     }
     /// This driver's `cuIpcCloseMemHandle` (symbol `cuIpcCloseMemHandle`).
     #[inline]
     pub fn cuIpcCloseMemHandle(&self) -> Result<pfn::cuIpcCloseMemHandle, LoadError> {
-        let p = self.symbol(204)?;
-        // SAFETY: slot 204 holds `cuIpcCloseMemHandle`, whose C type `pfn::cuIpcCloseMemHandle` mirrors.
+        let p = self.symbol(211)?;
+        // SAFETY: slot 211 holds `cuIpcCloseMemHandle`, whose C type `pfn::cuIpcCloseMemHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcCloseMemHandle>(p) })
     }
     /// This driver's `cuIpcGetEventHandle` (symbol `cuIpcGetEventHandle`).
     #[inline]
     pub fn cuIpcGetEventHandle(&self) -> Result<pfn::cuIpcGetEventHandle, LoadError> {
-        let p = self.symbol(205)?;
-        // SAFETY: slot 205 holds `cuIpcGetEventHandle`, whose C type `pfn::cuIpcGetEventHandle` mirrors.
+        let p = self.symbol(212)?;
+        // SAFETY: slot 212 holds `cuIpcGetEventHandle`, whose C type `pfn::cuIpcGetEventHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcGetEventHandle>(p) })
     }
     /// This driver's `cuIpcGetMemHandle` (symbol `cuIpcGetMemHandle`).
     #[inline]
     pub fn cuIpcGetMemHandle(&self) -> Result<pfn::cuIpcGetMemHandle, LoadError> {
-        let p = self.symbol(206)?;
-        // SAFETY: slot 206 holds `cuIpcGetMemHandle`, whose C type `pfn::cuIpcGetMemHandle` mirrors.
+        let p = self.symbol(213)?;
+        // SAFETY: slot 213 holds `cuIpcGetMemHandle`, whose C type `pfn::cuIpcGetMemHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcGetMemHandle>(p) })
     }
     /// This driver's `cuIpcOpenEventHandle` (symbol `cuIpcOpenEventHandle`).
     #[inline]
     pub fn cuIpcOpenEventHandle(&self) -> Result<pfn::cuIpcOpenEventHandle, LoadError> {
-        let p = self.symbol(207)?;
-        // SAFETY: slot 207 holds `cuIpcOpenEventHandle`, whose C type `pfn::cuIpcOpenEventHandle` mirrors.
+        let p = self.symbol(214)?;
+        // SAFETY: slot 214 holds `cuIpcOpenEventHandle`, whose C type `pfn::cuIpcOpenEventHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcOpenEventHandle>(p) })
     }
     /// This driver's `cuIpcOpenMemHandle` (symbol `cuIpcOpenMemHandle_v2`).
     #[inline]
     pub fn cuIpcOpenMemHandle(&self) -> Result<pfn::cuIpcOpenMemHandle, LoadError> {
-        let p = self.symbol(208)?;
-        // SAFETY: slot 208 holds `cuIpcOpenMemHandle_v2`, whose C type `pfn::cuIpcOpenMemHandle` mirrors.
+        let p = self.symbol(215)?;
+        // SAFETY: slot 215 holds `cuIpcOpenMemHandle_v2`, whose C type `pfn::cuIpcOpenMemHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuIpcOpenMemHandle>(p) })
     }
     /// This driver's `cuKernelGetAttribute` (symbol `cuKernelGetAttribute`).
     #[inline]
     pub fn cuKernelGetAttribute(&self) -> Result<pfn::cuKernelGetAttribute, LoadError> {
-        let p = self.symbol(209)?;
-        // SAFETY: slot 209 holds `cuKernelGetAttribute`, whose C type `pfn::cuKernelGetAttribute` mirrors.
+        let p = self.symbol(216)?;
+        // SAFETY: slot 216 holds `cuKernelGetAttribute`, whose C type `pfn::cuKernelGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetAttribute>(p) })
     }
     /// This driver's `cuKernelGetFunction` (symbol `cuKernelGetFunction`).
     #[inline]
     pub fn cuKernelGetFunction(&self) -> Result<pfn::cuKernelGetFunction, LoadError> {
-        let p = self.symbol(210)?;
-        // SAFETY: slot 210 holds `cuKernelGetFunction`, whose C type `pfn::cuKernelGetFunction` mirrors.
+        let p = self.symbol(217)?;
+        // SAFETY: slot 217 holds `cuKernelGetFunction`, whose C type `pfn::cuKernelGetFunction` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetFunction>(p) })
     }
     /// This driver's `cuKernelGetLibrary` (symbol `cuKernelGetLibrary`).
     #[inline]
     pub fn cuKernelGetLibrary(&self) -> Result<pfn::cuKernelGetLibrary, LoadError> {
-        let p = self.symbol(211)?;
-        // SAFETY: slot 211 holds `cuKernelGetLibrary`, whose C type `pfn::cuKernelGetLibrary` mirrors.
+        let p = self.symbol(218)?;
+        // SAFETY: slot 218 holds `cuKernelGetLibrary`, whose C type `pfn::cuKernelGetLibrary` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetLibrary>(p) })
     }
     /// This driver's `cuKernelGetName` (symbol `cuKernelGetName`).
     #[inline]
     pub fn cuKernelGetName(&self) -> Result<pfn::cuKernelGetName, LoadError> {
-        let p = self.symbol(212)?;
-        // SAFETY: slot 212 holds `cuKernelGetName`, whose C type `pfn::cuKernelGetName` mirrors.
+        let p = self.symbol(219)?;
+        // SAFETY: slot 219 holds `cuKernelGetName`, whose C type `pfn::cuKernelGetName` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetName>(p) })
     }
     /// This driver's `cuKernelGetParamInfo` (symbol `cuKernelGetParamInfo`).
     #[inline]
     pub fn cuKernelGetParamInfo(&self) -> Result<pfn::cuKernelGetParamInfo, LoadError> {
-        let p = self.symbol(213)?;
-        // SAFETY: slot 213 holds `cuKernelGetParamInfo`, whose C type `pfn::cuKernelGetParamInfo` mirrors.
+        let p = self.symbol(220)?;
+        // SAFETY: slot 220 holds `cuKernelGetParamInfo`, whose C type `pfn::cuKernelGetParamInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelGetParamInfo>(p) })
     }
     /// This driver's `cuKernelSetAttribute` (symbol `cuKernelSetAttribute`).
     #[inline]
     pub fn cuKernelSetAttribute(&self) -> Result<pfn::cuKernelSetAttribute, LoadError> {
-        let p = self.symbol(214)?;
-        // SAFETY: slot 214 holds `cuKernelSetAttribute`, whose C type `pfn::cuKernelSetAttribute` mirrors.
+        let p = self.symbol(221)?;
+        // SAFETY: slot 221 holds `cuKernelSetAttribute`, whose C type `pfn::cuKernelSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelSetAttribute>(p) })
     }
     /// This driver's `cuKernelSetCacheConfig` (symbol `cuKernelSetCacheConfig`).
     #[inline]
     pub fn cuKernelSetCacheConfig(&self) -> Result<pfn::cuKernelSetCacheConfig, LoadError> {
-        let p = self.symbol(215)?;
-        // SAFETY: slot 215 holds `cuKernelSetCacheConfig`, whose C type `pfn::cuKernelSetCacheConfig` mirrors.
+        let p = self.symbol(222)?;
+        // SAFETY: slot 222 holds `cuKernelSetCacheConfig`, whose C type `pfn::cuKernelSetCacheConfig` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuKernelSetCacheConfig>(p) })
     }
     /// This driver's `cuLaunch` (symbol `cuLaunch`).
     #[inline]
     pub fn cuLaunch(&self) -> Result<pfn::cuLaunch, LoadError> {
-        let p = self.symbol(216)?;
-        // SAFETY: slot 216 holds `cuLaunch`, whose C type `pfn::cuLaunch` mirrors.
+        let p = self.symbol(223)?;
+        // SAFETY: slot 223 holds `cuLaunch`, whose C type `pfn::cuLaunch` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunch>(p) })
     }
     /// This driver's `cuLaunchCooperativeKernel` (symbol `cuLaunchCooperativeKernel`).
     #[inline]
     pub fn cuLaunchCooperativeKernel(&self) -> Result<pfn::cuLaunchCooperativeKernel, LoadError> {
-        let p = self.symbol(217)?;
-        // SAFETY: slot 217 holds `cuLaunchCooperativeKernel`, whose C type `pfn::cuLaunchCooperativeKernel` mirrors.
+        let p = self.symbol(224)?;
+        // SAFETY: slot 224 holds `cuLaunchCooperativeKernel`, whose C type `pfn::cuLaunchCooperativeKernel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchCooperativeKernel>(p) })
     }
     /// This driver's `cuLaunchCooperativeKernelMultiDevice` (symbol `cuLaunchCooperativeKernelMultiDevice`).
     #[inline]
     pub fn cuLaunchCooperativeKernelMultiDevice(&self) -> Result<pfn::cuLaunchCooperativeKernelMultiDevice, LoadError> {
-        let p = self.symbol(218)?;
-        // SAFETY: slot 218 holds `cuLaunchCooperativeKernelMultiDevice`, whose C type `pfn::cuLaunchCooperativeKernelMultiDevice` mirrors.
+        let p = self.symbol(225)?;
+        // SAFETY: slot 225 holds `cuLaunchCooperativeKernelMultiDevice`, whose C type `pfn::cuLaunchCooperativeKernelMultiDevice` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchCooperativeKernelMultiDevice>(p) })
+    }
+    /// This driver's `cuLaunchCooperativeKernel_ptsz` (symbol `cuLaunchCooperativeKernel_ptsz`).
+    #[inline]
+    pub fn cuLaunchCooperativeKernel_ptsz(&self) -> Result<pfn::cuLaunchCooperativeKernel_ptsz, LoadError> {
+        let p = self.symbol(226)?;
+        // SAFETY: slot 226 holds `cuLaunchCooperativeKernel_ptsz`, whose C type `pfn::cuLaunchCooperativeKernel_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchCooperativeKernel_ptsz>(p) })
     }
     /// This driver's `cuLaunchGrid` (symbol `cuLaunchGrid`).
     #[inline]
     pub fn cuLaunchGrid(&self) -> Result<pfn::cuLaunchGrid, LoadError> {
-        let p = self.symbol(219)?;
-        // SAFETY: slot 219 holds `cuLaunchGrid`, whose C type `pfn::cuLaunchGrid` mirrors.
+        let p = self.symbol(227)?;
+        // SAFETY: slot 227 holds `cuLaunchGrid`, whose C type `pfn::cuLaunchGrid` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchGrid>(p) })
     }
     /// This driver's `cuLaunchGridAsync` (symbol `cuLaunchGridAsync`).
     #[inline]
     pub fn cuLaunchGridAsync(&self) -> Result<pfn::cuLaunchGridAsync, LoadError> {
-        let p = self.symbol(220)?;
-        // SAFETY: slot 220 holds `cuLaunchGridAsync`, whose C type `pfn::cuLaunchGridAsync` mirrors.
+        let p = self.symbol(228)?;
+        // SAFETY: slot 228 holds `cuLaunchGridAsync`, whose C type `pfn::cuLaunchGridAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchGridAsync>(p) })
     }
     /// This driver's `cuLaunchHostFunc` (symbol `cuLaunchHostFunc`).
     #[inline]
     pub fn cuLaunchHostFunc(&self) -> Result<pfn::cuLaunchHostFunc, LoadError> {
-        let p = self.symbol(221)?;
-        // SAFETY: slot 221 holds `cuLaunchHostFunc`, whose C type `pfn::cuLaunchHostFunc` mirrors.
+        let p = self.symbol(229)?;
+        // SAFETY: slot 229 holds `cuLaunchHostFunc`, whose C type `pfn::cuLaunchHostFunc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchHostFunc>(p) })
+    }
+    /// This driver's `cuLaunchHostFunc_ptsz` (symbol `cuLaunchHostFunc_ptsz`).
+    #[inline]
+    pub fn cuLaunchHostFunc_ptsz(&self) -> Result<pfn::cuLaunchHostFunc_ptsz, LoadError> {
+        let p = self.symbol(230)?;
+        // SAFETY: slot 230 holds `cuLaunchHostFunc_ptsz`, whose C type `pfn::cuLaunchHostFunc_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchHostFunc_ptsz>(p) })
     }
     /// This driver's `cuLaunchKernel` (symbol `cuLaunchKernel`).
     #[inline]
     pub fn cuLaunchKernel(&self) -> Result<pfn::cuLaunchKernel, LoadError> {
-        let p = self.symbol(222)?;
-        // SAFETY: slot 222 holds `cuLaunchKernel`, whose C type `pfn::cuLaunchKernel` mirrors.
+        let p = self.symbol(231)?;
+        // SAFETY: slot 231 holds `cuLaunchKernel`, whose C type `pfn::cuLaunchKernel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernel>(p) })
     }
     /// This driver's `cuLaunchKernelEx` (symbol `cuLaunchKernelEx`).
     #[inline]
     pub fn cuLaunchKernelEx(&self) -> Result<pfn::cuLaunchKernelEx, LoadError> {
-        let p = self.symbol(223)?;
-        // SAFETY: slot 223 holds `cuLaunchKernelEx`, whose C type `pfn::cuLaunchKernelEx` mirrors.
+        let p = self.symbol(232)?;
+        // SAFETY: slot 232 holds `cuLaunchKernelEx`, whose C type `pfn::cuLaunchKernelEx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernelEx>(p) })
+    }
+    /// This driver's `cuLaunchKernelEx_ptsz` (symbol `cuLaunchKernelEx_ptsz`).
+    #[inline]
+    pub fn cuLaunchKernelEx_ptsz(&self) -> Result<pfn::cuLaunchKernelEx_ptsz, LoadError> {
+        let p = self.symbol(233)?;
+        // SAFETY: slot 233 holds `cuLaunchKernelEx_ptsz`, whose C type `pfn::cuLaunchKernelEx_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernelEx_ptsz>(p) })
+    }
+    /// This driver's `cuLaunchKernel_ptsz` (symbol `cuLaunchKernel_ptsz`).
+    #[inline]
+    pub fn cuLaunchKernel_ptsz(&self) -> Result<pfn::cuLaunchKernel_ptsz, LoadError> {
+        let p = self.symbol(234)?;
+        // SAFETY: slot 234 holds `cuLaunchKernel_ptsz`, whose C type `pfn::cuLaunchKernel_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLaunchKernel_ptsz>(p) })
     }
     /// This driver's `cuLibraryEnumerateKernels` (symbol `cuLibraryEnumerateKernels`).
     #[inline]
     pub fn cuLibraryEnumerateKernels(&self) -> Result<pfn::cuLibraryEnumerateKernels, LoadError> {
-        let p = self.symbol(224)?;
-        // SAFETY: slot 224 holds `cuLibraryEnumerateKernels`, whose C type `pfn::cuLibraryEnumerateKernels` mirrors.
+        let p = self.symbol(235)?;
+        // SAFETY: slot 235 holds `cuLibraryEnumerateKernels`, whose C type `pfn::cuLibraryEnumerateKernels` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryEnumerateKernels>(p) })
     }
     /// This driver's `cuLibraryGetGlobal` (symbol `cuLibraryGetGlobal`).
     #[inline]
     pub fn cuLibraryGetGlobal(&self) -> Result<pfn::cuLibraryGetGlobal, LoadError> {
-        let p = self.symbol(225)?;
-        // SAFETY: slot 225 holds `cuLibraryGetGlobal`, whose C type `pfn::cuLibraryGetGlobal` mirrors.
+        let p = self.symbol(236)?;
+        // SAFETY: slot 236 holds `cuLibraryGetGlobal`, whose C type `pfn::cuLibraryGetGlobal` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetGlobal>(p) })
     }
     /// This driver's `cuLibraryGetKernel` (symbol `cuLibraryGetKernel`).
     #[inline]
     pub fn cuLibraryGetKernel(&self) -> Result<pfn::cuLibraryGetKernel, LoadError> {
-        let p = self.symbol(226)?;
-        // SAFETY: slot 226 holds `cuLibraryGetKernel`, whose C type `pfn::cuLibraryGetKernel` mirrors.
+        let p = self.symbol(237)?;
+        // SAFETY: slot 237 holds `cuLibraryGetKernel`, whose C type `pfn::cuLibraryGetKernel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetKernel>(p) })
     }
     /// This driver's `cuLibraryGetKernelCount` (symbol `cuLibraryGetKernelCount`).
     #[inline]
     pub fn cuLibraryGetKernelCount(&self) -> Result<pfn::cuLibraryGetKernelCount, LoadError> {
-        let p = self.symbol(227)?;
-        // SAFETY: slot 227 holds `cuLibraryGetKernelCount`, whose C type `pfn::cuLibraryGetKernelCount` mirrors.
+        let p = self.symbol(238)?;
+        // SAFETY: slot 238 holds `cuLibraryGetKernelCount`, whose C type `pfn::cuLibraryGetKernelCount` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetKernelCount>(p) })
     }
     /// This driver's `cuLibraryGetManaged` (symbol `cuLibraryGetManaged`).
     #[inline]
     pub fn cuLibraryGetManaged(&self) -> Result<pfn::cuLibraryGetManaged, LoadError> {
-        let p = self.symbol(228)?;
-        // SAFETY: slot 228 holds `cuLibraryGetManaged`, whose C type `pfn::cuLibraryGetManaged` mirrors.
+        let p = self.symbol(239)?;
+        // SAFETY: slot 239 holds `cuLibraryGetManaged`, whose C type `pfn::cuLibraryGetManaged` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetManaged>(p) })
     }
     /// This driver's `cuLibraryGetModule` (symbol `cuLibraryGetModule`).
     #[inline]
     pub fn cuLibraryGetModule(&self) -> Result<pfn::cuLibraryGetModule, LoadError> {
-        let p = self.symbol(229)?;
-        // SAFETY: slot 229 holds `cuLibraryGetModule`, whose C type `pfn::cuLibraryGetModule` mirrors.
+        let p = self.symbol(240)?;
+        // SAFETY: slot 240 holds `cuLibraryGetModule`, whose C type `pfn::cuLibraryGetModule` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetModule>(p) })
     }
     /// This driver's `cuLibraryGetUnifiedFunction` (symbol `cuLibraryGetUnifiedFunction`).
     #[inline]
     pub fn cuLibraryGetUnifiedFunction(&self) -> Result<pfn::cuLibraryGetUnifiedFunction, LoadError> {
-        let p = self.symbol(230)?;
-        // SAFETY: slot 230 holds `cuLibraryGetUnifiedFunction`, whose C type `pfn::cuLibraryGetUnifiedFunction` mirrors.
+        let p = self.symbol(241)?;
+        // SAFETY: slot 241 holds `cuLibraryGetUnifiedFunction`, whose C type `pfn::cuLibraryGetUnifiedFunction` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryGetUnifiedFunction>(p) })
     }
     /// This driver's `cuLibraryLoadData` (symbol `cuLibraryLoadData`).
     #[inline]
     pub fn cuLibraryLoadData(&self) -> Result<pfn::cuLibraryLoadData, LoadError> {
-        let p = self.symbol(231)?;
-        // SAFETY: slot 231 holds `cuLibraryLoadData`, whose C type `pfn::cuLibraryLoadData` mirrors.
+        let p = self.symbol(242)?;
+        // SAFETY: slot 242 holds `cuLibraryLoadData`, whose C type `pfn::cuLibraryLoadData` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryLoadData>(p) })
     }
     /// This driver's `cuLibraryLoadFromFile` (symbol `cuLibraryLoadFromFile`).
     #[inline]
     pub fn cuLibraryLoadFromFile(&self) -> Result<pfn::cuLibraryLoadFromFile, LoadError> {
-        let p = self.symbol(232)?;
-        // SAFETY: slot 232 holds `cuLibraryLoadFromFile`, whose C type `pfn::cuLibraryLoadFromFile` mirrors.
+        let p = self.symbol(243)?;
+        // SAFETY: slot 243 holds `cuLibraryLoadFromFile`, whose C type `pfn::cuLibraryLoadFromFile` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryLoadFromFile>(p) })
     }
     /// This driver's `cuLibraryUnload` (symbol `cuLibraryUnload`).
     #[inline]
     pub fn cuLibraryUnload(&self) -> Result<pfn::cuLibraryUnload, LoadError> {
-        let p = self.symbol(233)?;
-        // SAFETY: slot 233 holds `cuLibraryUnload`, whose C type `pfn::cuLibraryUnload` mirrors.
+        let p = self.symbol(244)?;
+        // SAFETY: slot 244 holds `cuLibraryUnload`, whose C type `pfn::cuLibraryUnload` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLibraryUnload>(p) })
     }
     /// This driver's `cuLinkAddData` (symbol `cuLinkAddData_v2`).
     #[inline]
     pub fn cuLinkAddData(&self) -> Result<pfn::cuLinkAddData, LoadError> {
-        let p = self.symbol(234)?;
-        // SAFETY: slot 234 holds `cuLinkAddData_v2`, whose C type `pfn::cuLinkAddData` mirrors.
+        let p = self.symbol(245)?;
+        // SAFETY: slot 245 holds `cuLinkAddData_v2`, whose C type `pfn::cuLinkAddData` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkAddData>(p) })
     }
     /// This driver's `cuLinkAddFile` (symbol `cuLinkAddFile_v2`).
     #[inline]
     pub fn cuLinkAddFile(&self) -> Result<pfn::cuLinkAddFile, LoadError> {
-        let p = self.symbol(235)?;
-        // SAFETY: slot 235 holds `cuLinkAddFile_v2`, whose C type `pfn::cuLinkAddFile` mirrors.
+        let p = self.symbol(246)?;
+        // SAFETY: slot 246 holds `cuLinkAddFile_v2`, whose C type `pfn::cuLinkAddFile` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkAddFile>(p) })
     }
     /// This driver's `cuLinkComplete` (symbol `cuLinkComplete`).
     #[inline]
     pub fn cuLinkComplete(&self) -> Result<pfn::cuLinkComplete, LoadError> {
-        let p = self.symbol(236)?;
-        // SAFETY: slot 236 holds `cuLinkComplete`, whose C type `pfn::cuLinkComplete` mirrors.
+        let p = self.symbol(247)?;
+        // SAFETY: slot 247 holds `cuLinkComplete`, whose C type `pfn::cuLinkComplete` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkComplete>(p) })
     }
     /// This driver's `cuLinkCreate` (symbol `cuLinkCreate_v2`).
     #[inline]
     pub fn cuLinkCreate(&self) -> Result<pfn::cuLinkCreate, LoadError> {
-        let p = self.symbol(237)?;
-        // SAFETY: slot 237 holds `cuLinkCreate_v2`, whose C type `pfn::cuLinkCreate` mirrors.
+        let p = self.symbol(248)?;
+        // SAFETY: slot 248 holds `cuLinkCreate_v2`, whose C type `pfn::cuLinkCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkCreate>(p) })
     }
     /// This driver's `cuLinkDestroy` (symbol `cuLinkDestroy`).
     #[inline]
     pub fn cuLinkDestroy(&self) -> Result<pfn::cuLinkDestroy, LoadError> {
-        let p = self.symbol(238)?;
-        // SAFETY: slot 238 holds `cuLinkDestroy`, whose C type `pfn::cuLinkDestroy` mirrors.
+        let p = self.symbol(249)?;
+        // SAFETY: slot 249 holds `cuLinkDestroy`, whose C type `pfn::cuLinkDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLinkDestroy>(p) })
     }
     /// This driver's `cuLogsCurrent` (symbol `cuLogsCurrent`).
     #[inline]
     pub fn cuLogsCurrent(&self) -> Result<pfn::cuLogsCurrent, LoadError> {
-        let p = self.symbol(239)?;
-        // SAFETY: slot 239 holds `cuLogsCurrent`, whose C type `pfn::cuLogsCurrent` mirrors.
+        let p = self.symbol(250)?;
+        // SAFETY: slot 250 holds `cuLogsCurrent`, whose C type `pfn::cuLogsCurrent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsCurrent>(p) })
     }
     /// This driver's `cuLogsDumpToFile` (symbol `cuLogsDumpToFile`).
     #[inline]
     pub fn cuLogsDumpToFile(&self) -> Result<pfn::cuLogsDumpToFile, LoadError> {
-        let p = self.symbol(240)?;
-        // SAFETY: slot 240 holds `cuLogsDumpToFile`, whose C type `pfn::cuLogsDumpToFile` mirrors.
+        let p = self.symbol(251)?;
+        // SAFETY: slot 251 holds `cuLogsDumpToFile`, whose C type `pfn::cuLogsDumpToFile` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsDumpToFile>(p) })
     }
     /// This driver's `cuLogsDumpToMemory` (symbol `cuLogsDumpToMemory`).
     #[inline]
     pub fn cuLogsDumpToMemory(&self) -> Result<pfn::cuLogsDumpToMemory, LoadError> {
-        let p = self.symbol(241)?;
-        // SAFETY: slot 241 holds `cuLogsDumpToMemory`, whose C type `pfn::cuLogsDumpToMemory` mirrors.
+        let p = self.symbol(252)?;
+        // SAFETY: slot 252 holds `cuLogsDumpToMemory`, whose C type `pfn::cuLogsDumpToMemory` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsDumpToMemory>(p) })
     }
     /// This driver's `cuLogsRegisterCallback` (symbol `cuLogsRegisterCallback`).
     #[inline]
     pub fn cuLogsRegisterCallback(&self) -> Result<pfn::cuLogsRegisterCallback, LoadError> {
-        let p = self.symbol(242)?;
-        // SAFETY: slot 242 holds `cuLogsRegisterCallback`, whose C type `pfn::cuLogsRegisterCallback` mirrors.
+        let p = self.symbol(253)?;
+        // SAFETY: slot 253 holds `cuLogsRegisterCallback`, whose C type `pfn::cuLogsRegisterCallback` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsRegisterCallback>(p) })
     }
     /// This driver's `cuLogsUnregisterCallback` (symbol `cuLogsUnregisterCallback`).
     #[inline]
     pub fn cuLogsUnregisterCallback(&self) -> Result<pfn::cuLogsUnregisterCallback, LoadError> {
-        let p = self.symbol(243)?;
-        // SAFETY: slot 243 holds `cuLogsUnregisterCallback`, whose C type `pfn::cuLogsUnregisterCallback` mirrors.
+        let p = self.symbol(254)?;
+        // SAFETY: slot 254 holds `cuLogsUnregisterCallback`, whose C type `pfn::cuLogsUnregisterCallback` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuLogsUnregisterCallback>(p) })
     }
     /// This driver's `cuMemAddressFree` (symbol `cuMemAddressFree`).
     #[inline]
     pub fn cuMemAddressFree(&self) -> Result<pfn::cuMemAddressFree, LoadError> {
-        let p = self.symbol(244)?;
-        // SAFETY: slot 244 holds `cuMemAddressFree`, whose C type `pfn::cuMemAddressFree` mirrors.
+        let p = self.symbol(255)?;
+        // SAFETY: slot 255 holds `cuMemAddressFree`, whose C type `pfn::cuMemAddressFree` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAddressFree>(p) })
     }
     /// This driver's `cuMemAddressReserve` (symbol `cuMemAddressReserve`).
     #[inline]
     pub fn cuMemAddressReserve(&self) -> Result<pfn::cuMemAddressReserve, LoadError> {
-        let p = self.symbol(245)?;
-        // SAFETY: slot 245 holds `cuMemAddressReserve`, whose C type `pfn::cuMemAddressReserve` mirrors.
+        let p = self.symbol(256)?;
+        // SAFETY: slot 256 holds `cuMemAddressReserve`, whose C type `pfn::cuMemAddressReserve` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAddressReserve>(p) })
     }
     /// This driver's `cuMemAdvise` (symbol `cuMemAdvise_v2`).
     #[inline]
     pub fn cuMemAdvise(&self) -> Result<pfn::cuMemAdvise, LoadError> {
-        let p = self.symbol(246)?;
-        // SAFETY: slot 246 holds `cuMemAdvise_v2`, whose C type `pfn::cuMemAdvise` mirrors.
+        let p = self.symbol(257)?;
+        // SAFETY: slot 257 holds `cuMemAdvise_v2`, whose C type `pfn::cuMemAdvise` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAdvise>(p) })
     }
     /// This driver's `cuMemAlloc` (symbol `cuMemAlloc_v2`).
     #[inline]
     pub fn cuMemAlloc(&self) -> Result<pfn::cuMemAlloc, LoadError> {
-        let p = self.symbol(247)?;
-        // SAFETY: slot 247 holds `cuMemAlloc_v2`, whose C type `pfn::cuMemAlloc` mirrors.
+        let p = self.symbol(258)?;
+        // SAFETY: slot 258 holds `cuMemAlloc_v2`, whose C type `pfn::cuMemAlloc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAlloc>(p) })
     }
     /// This driver's `cuMemAllocAsync` (symbol `cuMemAllocAsync`).
     #[inline]
     pub fn cuMemAllocAsync(&self) -> Result<pfn::cuMemAllocAsync, LoadError> {
-        let p = self.symbol(248)?;
-        // SAFETY: slot 248 holds `cuMemAllocAsync`, whose C type `pfn::cuMemAllocAsync` mirrors.
+        let p = self.symbol(259)?;
+        // SAFETY: slot 259 holds `cuMemAllocAsync`, whose C type `pfn::cuMemAllocAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocAsync>(p) })
+    }
+    /// This driver's `cuMemAllocAsync_ptsz` (symbol `cuMemAllocAsync_ptsz`).
+    #[inline]
+    pub fn cuMemAllocAsync_ptsz(&self) -> Result<pfn::cuMemAllocAsync_ptsz, LoadError> {
+        let p = self.symbol(260)?;
+        // SAFETY: slot 260 holds `cuMemAllocAsync_ptsz`, whose C type `pfn::cuMemAllocAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocAsync_ptsz>(p) })
     }
     /// This driver's `cuMemAllocFromPoolAsync` (symbol `cuMemAllocFromPoolAsync`).
     #[inline]
     pub fn cuMemAllocFromPoolAsync(&self) -> Result<pfn::cuMemAllocFromPoolAsync, LoadError> {
-        let p = self.symbol(249)?;
-        // SAFETY: slot 249 holds `cuMemAllocFromPoolAsync`, whose C type `pfn::cuMemAllocFromPoolAsync` mirrors.
+        let p = self.symbol(261)?;
+        // SAFETY: slot 261 holds `cuMemAllocFromPoolAsync`, whose C type `pfn::cuMemAllocFromPoolAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocFromPoolAsync>(p) })
+    }
+    /// This driver's `cuMemAllocFromPoolAsync_ptsz` (symbol `cuMemAllocFromPoolAsync_ptsz`).
+    #[inline]
+    pub fn cuMemAllocFromPoolAsync_ptsz(&self) -> Result<pfn::cuMemAllocFromPoolAsync_ptsz, LoadError> {
+        let p = self.symbol(262)?;
+        // SAFETY: slot 262 holds `cuMemAllocFromPoolAsync_ptsz`, whose C type `pfn::cuMemAllocFromPoolAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocFromPoolAsync_ptsz>(p) })
     }
     /// This driver's `cuMemAllocHost` (symbol `cuMemAllocHost_v2`).
     #[inline]
     pub fn cuMemAllocHost(&self) -> Result<pfn::cuMemAllocHost, LoadError> {
-        let p = self.symbol(250)?;
-        // SAFETY: slot 250 holds `cuMemAllocHost_v2`, whose C type `pfn::cuMemAllocHost` mirrors.
+        let p = self.symbol(263)?;
+        // SAFETY: slot 263 holds `cuMemAllocHost_v2`, whose C type `pfn::cuMemAllocHost` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocHost>(p) })
     }
     /// This driver's `cuMemAllocManaged` (symbol `cuMemAllocManaged`).
     #[inline]
     pub fn cuMemAllocManaged(&self) -> Result<pfn::cuMemAllocManaged, LoadError> {
-        let p = self.symbol(251)?;
-        // SAFETY: slot 251 holds `cuMemAllocManaged`, whose C type `pfn::cuMemAllocManaged` mirrors.
+        let p = self.symbol(264)?;
+        // SAFETY: slot 264 holds `cuMemAllocManaged`, whose C type `pfn::cuMemAllocManaged` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocManaged>(p) })
     }
     /// This driver's `cuMemAllocPitch` (symbol `cuMemAllocPitch_v2`).
     #[inline]
     pub fn cuMemAllocPitch(&self) -> Result<pfn::cuMemAllocPitch, LoadError> {
-        let p = self.symbol(252)?;
-        // SAFETY: slot 252 holds `cuMemAllocPitch_v2`, whose C type `pfn::cuMemAllocPitch` mirrors.
+        let p = self.symbol(265)?;
+        // SAFETY: slot 265 holds `cuMemAllocPitch_v2`, whose C type `pfn::cuMemAllocPitch` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemAllocPitch>(p) })
     }
     /// This driver's `cuMemBatchDecompressAsync` (symbol `cuMemBatchDecompressAsync`).
     #[inline]
     pub fn cuMemBatchDecompressAsync(&self) -> Result<pfn::cuMemBatchDecompressAsync, LoadError> {
-        let p = self.symbol(253)?;
-        // SAFETY: slot 253 holds `cuMemBatchDecompressAsync`, whose C type `pfn::cuMemBatchDecompressAsync` mirrors.
+        let p = self.symbol(266)?;
+        // SAFETY: slot 266 holds `cuMemBatchDecompressAsync`, whose C type `pfn::cuMemBatchDecompressAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemBatchDecompressAsync>(p) })
+    }
+    /// This driver's `cuMemBatchDecompressAsync_ptsz` (symbol `cuMemBatchDecompressAsync_ptsz`).
+    #[inline]
+    pub fn cuMemBatchDecompressAsync_ptsz(&self) -> Result<pfn::cuMemBatchDecompressAsync_ptsz, LoadError> {
+        let p = self.symbol(267)?;
+        // SAFETY: slot 267 holds `cuMemBatchDecompressAsync_ptsz`, whose C type `pfn::cuMemBatchDecompressAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemBatchDecompressAsync_ptsz>(p) })
     }
     /// This driver's `cuMemCreate` (symbol `cuMemCreate`).
     #[inline]
     pub fn cuMemCreate(&self) -> Result<pfn::cuMemCreate, LoadError> {
-        let p = self.symbol(254)?;
-        // SAFETY: slot 254 holds `cuMemCreate`, whose C type `pfn::cuMemCreate` mirrors.
+        let p = self.symbol(268)?;
+        // SAFETY: slot 268 holds `cuMemCreate`, whose C type `pfn::cuMemCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemCreate>(p) })
     }
     /// This driver's `cuMemDiscardAndPrefetchBatchAsync` (symbol `cuMemDiscardAndPrefetchBatchAsync`).
     #[inline]
     pub fn cuMemDiscardAndPrefetchBatchAsync(&self) -> Result<pfn::cuMemDiscardAndPrefetchBatchAsync, LoadError> {
-        let p = self.symbol(255)?;
-        // SAFETY: slot 255 holds `cuMemDiscardAndPrefetchBatchAsync`, whose C type `pfn::cuMemDiscardAndPrefetchBatchAsync` mirrors.
+        let p = self.symbol(269)?;
+        // SAFETY: slot 269 holds `cuMemDiscardAndPrefetchBatchAsync`, whose C type `pfn::cuMemDiscardAndPrefetchBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardAndPrefetchBatchAsync>(p) })
+    }
+    /// This driver's `cuMemDiscardAndPrefetchBatchAsync_ptsz` (symbol `cuMemDiscardAndPrefetchBatchAsync_ptsz`).
+    #[inline]
+    pub fn cuMemDiscardAndPrefetchBatchAsync_ptsz(&self) -> Result<pfn::cuMemDiscardAndPrefetchBatchAsync_ptsz, LoadError> {
+        let p = self.symbol(270)?;
+        // SAFETY: slot 270 holds `cuMemDiscardAndPrefetchBatchAsync_ptsz`, whose C type `pfn::cuMemDiscardAndPrefetchBatchAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardAndPrefetchBatchAsync_ptsz>(p) })
     }
     /// This driver's `cuMemDiscardBatchAsync` (symbol `cuMemDiscardBatchAsync`).
     #[inline]
     pub fn cuMemDiscardBatchAsync(&self) -> Result<pfn::cuMemDiscardBatchAsync, LoadError> {
-        let p = self.symbol(256)?;
-        // SAFETY: slot 256 holds `cuMemDiscardBatchAsync`, whose C type `pfn::cuMemDiscardBatchAsync` mirrors.
+        let p = self.symbol(271)?;
+        // SAFETY: slot 271 holds `cuMemDiscardBatchAsync`, whose C type `pfn::cuMemDiscardBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardBatchAsync>(p) })
+    }
+    /// This driver's `cuMemDiscardBatchAsync_ptsz` (symbol `cuMemDiscardBatchAsync_ptsz`).
+    #[inline]
+    pub fn cuMemDiscardBatchAsync_ptsz(&self) -> Result<pfn::cuMemDiscardBatchAsync_ptsz, LoadError> {
+        let p = self.symbol(272)?;
+        // SAFETY: slot 272 holds `cuMemDiscardBatchAsync_ptsz`, whose C type `pfn::cuMemDiscardBatchAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemDiscardBatchAsync_ptsz>(p) })
     }
     /// This driver's `cuMemExportToShareableHandle` (symbol `cuMemExportToShareableHandle`).
     #[inline]
     pub fn cuMemExportToShareableHandle(&self) -> Result<pfn::cuMemExportToShareableHandle, LoadError> {
-        let p = self.symbol(257)?;
-        // SAFETY: slot 257 holds `cuMemExportToShareableHandle`, whose C type `pfn::cuMemExportToShareableHandle` mirrors.
+        let p = self.symbol(273)?;
+        // SAFETY: slot 273 holds `cuMemExportToShareableHandle`, whose C type `pfn::cuMemExportToShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemExportToShareableHandle>(p) })
     }
     /// This driver's `cuMemFree` (symbol `cuMemFree_v2`).
     #[inline]
     pub fn cuMemFree(&self) -> Result<pfn::cuMemFree, LoadError> {
-        let p = self.symbol(258)?;
-        // SAFETY: slot 258 holds `cuMemFree_v2`, whose C type `pfn::cuMemFree` mirrors.
+        let p = self.symbol(274)?;
+        // SAFETY: slot 274 holds `cuMemFree_v2`, whose C type `pfn::cuMemFree` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFree>(p) })
     }
     /// This driver's `cuMemFreeAsync` (symbol `cuMemFreeAsync`).
     #[inline]
     pub fn cuMemFreeAsync(&self) -> Result<pfn::cuMemFreeAsync, LoadError> {
-        let p = self.symbol(259)?;
-        // SAFETY: slot 259 holds `cuMemFreeAsync`, whose C type `pfn::cuMemFreeAsync` mirrors.
+        let p = self.symbol(275)?;
+        // SAFETY: slot 275 holds `cuMemFreeAsync`, whose C type `pfn::cuMemFreeAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFreeAsync>(p) })
+    }
+    /// This driver's `cuMemFreeAsync_ptsz` (symbol `cuMemFreeAsync_ptsz`).
+    #[inline]
+    pub fn cuMemFreeAsync_ptsz(&self) -> Result<pfn::cuMemFreeAsync_ptsz, LoadError> {
+        let p = self.symbol(276)?;
+        // SAFETY: slot 276 holds `cuMemFreeAsync_ptsz`, whose C type `pfn::cuMemFreeAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFreeAsync_ptsz>(p) })
     }
     /// This driver's `cuMemFreeHost` (symbol `cuMemFreeHost`).
     #[inline]
     pub fn cuMemFreeHost(&self) -> Result<pfn::cuMemFreeHost, LoadError> {
-        let p = self.symbol(260)?;
-        // SAFETY: slot 260 holds `cuMemFreeHost`, whose C type `pfn::cuMemFreeHost` mirrors.
+        let p = self.symbol(277)?;
+        // SAFETY: slot 277 holds `cuMemFreeHost`, whose C type `pfn::cuMemFreeHost` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemFreeHost>(p) })
     }
     /// This driver's `cuMemGetAccess` (symbol `cuMemGetAccess`).
     #[inline]
     pub fn cuMemGetAccess(&self) -> Result<pfn::cuMemGetAccess, LoadError> {
-        let p = self.symbol(261)?;
-        // SAFETY: slot 261 holds `cuMemGetAccess`, whose C type `pfn::cuMemGetAccess` mirrors.
+        let p = self.symbol(278)?;
+        // SAFETY: slot 278 holds `cuMemGetAccess`, whose C type `pfn::cuMemGetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAccess>(p) })
     }
     /// This driver's `cuMemGetAddressRange` (symbol `cuMemGetAddressRange_v2`).
     #[inline]
     pub fn cuMemGetAddressRange(&self) -> Result<pfn::cuMemGetAddressRange, LoadError> {
-        let p = self.symbol(262)?;
-        // SAFETY: slot 262 holds `cuMemGetAddressRange_v2`, whose C type `pfn::cuMemGetAddressRange` mirrors.
+        let p = self.symbol(279)?;
+        // SAFETY: slot 279 holds `cuMemGetAddressRange_v2`, whose C type `pfn::cuMemGetAddressRange` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAddressRange>(p) })
     }
     /// This driver's `cuMemGetAllocationGranularity` (symbol `cuMemGetAllocationGranularity`).
     #[inline]
     pub fn cuMemGetAllocationGranularity(&self) -> Result<pfn::cuMemGetAllocationGranularity, LoadError> {
-        let p = self.symbol(263)?;
-        // SAFETY: slot 263 holds `cuMemGetAllocationGranularity`, whose C type `pfn::cuMemGetAllocationGranularity` mirrors.
+        let p = self.symbol(280)?;
+        // SAFETY: slot 280 holds `cuMemGetAllocationGranularity`, whose C type `pfn::cuMemGetAllocationGranularity` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAllocationGranularity>(p) })
     }
     /// This driver's `cuMemGetAllocationPropertiesFromHandle` (symbol `cuMemGetAllocationPropertiesFromHandle`).
     #[inline]
     pub fn cuMemGetAllocationPropertiesFromHandle(&self) -> Result<pfn::cuMemGetAllocationPropertiesFromHandle, LoadError> {
-        let p = self.symbol(264)?;
-        // SAFETY: slot 264 holds `cuMemGetAllocationPropertiesFromHandle`, whose C type `pfn::cuMemGetAllocationPropertiesFromHandle` mirrors.
+        let p = self.symbol(281)?;
+        // SAFETY: slot 281 holds `cuMemGetAllocationPropertiesFromHandle`, whose C type `pfn::cuMemGetAllocationPropertiesFromHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetAllocationPropertiesFromHandle>(p) })
     }
     /// This driver's `cuMemGetDefaultMemPool` (symbol `cuMemGetDefaultMemPool`).
     #[inline]
     pub fn cuMemGetDefaultMemPool(&self) -> Result<pfn::cuMemGetDefaultMemPool, LoadError> {
-        let p = self.symbol(265)?;
-        // SAFETY: slot 265 holds `cuMemGetDefaultMemPool`, whose C type `pfn::cuMemGetDefaultMemPool` mirrors.
+        let p = self.symbol(282)?;
+        // SAFETY: slot 282 holds `cuMemGetDefaultMemPool`, whose C type `pfn::cuMemGetDefaultMemPool` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetDefaultMemPool>(p) })
     }
     /// This driver's `cuMemGetHandleForAddressRange` (symbol `cuMemGetHandleForAddressRange`).
     #[inline]
     pub fn cuMemGetHandleForAddressRange(&self) -> Result<pfn::cuMemGetHandleForAddressRange, LoadError> {
-        let p = self.symbol(266)?;
-        // SAFETY: slot 266 holds `cuMemGetHandleForAddressRange`, whose C type `pfn::cuMemGetHandleForAddressRange` mirrors.
+        let p = self.symbol(283)?;
+        // SAFETY: slot 283 holds `cuMemGetHandleForAddressRange`, whose C type `pfn::cuMemGetHandleForAddressRange` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetHandleForAddressRange>(p) })
     }
     /// This driver's `cuMemGetInfo` (symbol `cuMemGetInfo_v2`).
     #[inline]
     pub fn cuMemGetInfo(&self) -> Result<pfn::cuMemGetInfo, LoadError> {
-        let p = self.symbol(267)?;
-        // SAFETY: slot 267 holds `cuMemGetInfo_v2`, whose C type `pfn::cuMemGetInfo` mirrors.
+        let p = self.symbol(284)?;
+        // SAFETY: slot 284 holds `cuMemGetInfo_v2`, whose C type `pfn::cuMemGetInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetInfo>(p) })
     }
     /// This driver's `cuMemGetMemPool` (symbol `cuMemGetMemPool`).
     #[inline]
     pub fn cuMemGetMemPool(&self) -> Result<pfn::cuMemGetMemPool, LoadError> {
-        let p = self.symbol(268)?;
-        // SAFETY: slot 268 holds `cuMemGetMemPool`, whose C type `pfn::cuMemGetMemPool` mirrors.
+        let p = self.symbol(285)?;
+        // SAFETY: slot 285 holds `cuMemGetMemPool`, whose C type `pfn::cuMemGetMemPool` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemGetMemPool>(p) })
     }
     /// This driver's `cuMemHostAlloc` (symbol `cuMemHostAlloc`).
     #[inline]
     pub fn cuMemHostAlloc(&self) -> Result<pfn::cuMemHostAlloc, LoadError> {
-        let p = self.symbol(269)?;
-        // SAFETY: slot 269 holds `cuMemHostAlloc`, whose C type `pfn::cuMemHostAlloc` mirrors.
+        let p = self.symbol(286)?;
+        // SAFETY: slot 286 holds `cuMemHostAlloc`, whose C type `pfn::cuMemHostAlloc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostAlloc>(p) })
     }
     /// This driver's `cuMemHostGetDevicePointer` (symbol `cuMemHostGetDevicePointer_v2`).
     #[inline]
     pub fn cuMemHostGetDevicePointer(&self) -> Result<pfn::cuMemHostGetDevicePointer, LoadError> {
-        let p = self.symbol(270)?;
-        // SAFETY: slot 270 holds `cuMemHostGetDevicePointer_v2`, whose C type `pfn::cuMemHostGetDevicePointer` mirrors.
+        let p = self.symbol(287)?;
+        // SAFETY: slot 287 holds `cuMemHostGetDevicePointer_v2`, whose C type `pfn::cuMemHostGetDevicePointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostGetDevicePointer>(p) })
     }
     /// This driver's `cuMemHostGetFlags` (symbol `cuMemHostGetFlags`).
     #[inline]
     pub fn cuMemHostGetFlags(&self) -> Result<pfn::cuMemHostGetFlags, LoadError> {
-        let p = self.symbol(271)?;
-        // SAFETY: slot 271 holds `cuMemHostGetFlags`, whose C type `pfn::cuMemHostGetFlags` mirrors.
+        let p = self.symbol(288)?;
+        // SAFETY: slot 288 holds `cuMemHostGetFlags`, whose C type `pfn::cuMemHostGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostGetFlags>(p) })
     }
     /// This driver's `cuMemHostRegister` (symbol `cuMemHostRegister_v2`).
     #[inline]
     pub fn cuMemHostRegister(&self) -> Result<pfn::cuMemHostRegister, LoadError> {
-        let p = self.symbol(272)?;
-        // SAFETY: slot 272 holds `cuMemHostRegister_v2`, whose C type `pfn::cuMemHostRegister` mirrors.
+        let p = self.symbol(289)?;
+        // SAFETY: slot 289 holds `cuMemHostRegister_v2`, whose C type `pfn::cuMemHostRegister` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostRegister>(p) })
     }
     /// This driver's `cuMemHostUnregister` (symbol `cuMemHostUnregister`).
     #[inline]
     pub fn cuMemHostUnregister(&self) -> Result<pfn::cuMemHostUnregister, LoadError> {
-        let p = self.symbol(273)?;
-        // SAFETY: slot 273 holds `cuMemHostUnregister`, whose C type `pfn::cuMemHostUnregister` mirrors.
+        let p = self.symbol(290)?;
+        // SAFETY: slot 290 holds `cuMemHostUnregister`, whose C type `pfn::cuMemHostUnregister` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemHostUnregister>(p) })
     }
     /// This driver's `cuMemImportFromShareableHandle` (symbol `cuMemImportFromShareableHandle`).
     #[inline]
     pub fn cuMemImportFromShareableHandle(&self) -> Result<pfn::cuMemImportFromShareableHandle, LoadError> {
-        let p = self.symbol(274)?;
-        // SAFETY: slot 274 holds `cuMemImportFromShareableHandle`, whose C type `pfn::cuMemImportFromShareableHandle` mirrors.
+        let p = self.symbol(291)?;
+        // SAFETY: slot 291 holds `cuMemImportFromShareableHandle`, whose C type `pfn::cuMemImportFromShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemImportFromShareableHandle>(p) })
     }
     /// This driver's `cuMemMap` (symbol `cuMemMap`).
     #[inline]
     pub fn cuMemMap(&self) -> Result<pfn::cuMemMap, LoadError> {
-        let p = self.symbol(275)?;
-        // SAFETY: slot 275 holds `cuMemMap`, whose C type `pfn::cuMemMap` mirrors.
+        let p = self.symbol(292)?;
+        // SAFETY: slot 292 holds `cuMemMap`, whose C type `pfn::cuMemMap` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemMap>(p) })
     }
     /// This driver's `cuMemMapArrayAsync` (symbol `cuMemMapArrayAsync`).
     #[inline]
     pub fn cuMemMapArrayAsync(&self) -> Result<pfn::cuMemMapArrayAsync, LoadError> {
-        let p = self.symbol(276)?;
-        // SAFETY: slot 276 holds `cuMemMapArrayAsync`, whose C type `pfn::cuMemMapArrayAsync` mirrors.
+        let p = self.symbol(293)?;
+        // SAFETY: slot 293 holds `cuMemMapArrayAsync`, whose C type `pfn::cuMemMapArrayAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemMapArrayAsync>(p) })
+    }
+    /// This driver's `cuMemMapArrayAsync_ptsz` (symbol `cuMemMapArrayAsync_ptsz`).
+    #[inline]
+    pub fn cuMemMapArrayAsync_ptsz(&self) -> Result<pfn::cuMemMapArrayAsync_ptsz, LoadError> {
+        let p = self.symbol(294)?;
+        // SAFETY: slot 294 holds `cuMemMapArrayAsync_ptsz`, whose C type `pfn::cuMemMapArrayAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemMapArrayAsync_ptsz>(p) })
     }
     /// This driver's `cuMemPoolCreate` (symbol `cuMemPoolCreate`).
     #[inline]
     pub fn cuMemPoolCreate(&self) -> Result<pfn::cuMemPoolCreate, LoadError> {
-        let p = self.symbol(277)?;
-        // SAFETY: slot 277 holds `cuMemPoolCreate`, whose C type `pfn::cuMemPoolCreate` mirrors.
+        let p = self.symbol(295)?;
+        // SAFETY: slot 295 holds `cuMemPoolCreate`, whose C type `pfn::cuMemPoolCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolCreate>(p) })
     }
     /// This driver's `cuMemPoolDestroy` (symbol `cuMemPoolDestroy`).
     #[inline]
     pub fn cuMemPoolDestroy(&self) -> Result<pfn::cuMemPoolDestroy, LoadError> {
-        let p = self.symbol(278)?;
-        // SAFETY: slot 278 holds `cuMemPoolDestroy`, whose C type `pfn::cuMemPoolDestroy` mirrors.
+        let p = self.symbol(296)?;
+        // SAFETY: slot 296 holds `cuMemPoolDestroy`, whose C type `pfn::cuMemPoolDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolDestroy>(p) })
     }
     /// This driver's `cuMemPoolExportPointer` (symbol `cuMemPoolExportPointer`).
     #[inline]
     pub fn cuMemPoolExportPointer(&self) -> Result<pfn::cuMemPoolExportPointer, LoadError> {
-        let p = self.symbol(279)?;
-        // SAFETY: slot 279 holds `cuMemPoolExportPointer`, whose C type `pfn::cuMemPoolExportPointer` mirrors.
+        let p = self.symbol(297)?;
+        // SAFETY: slot 297 holds `cuMemPoolExportPointer`, whose C type `pfn::cuMemPoolExportPointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolExportPointer>(p) })
     }
     /// This driver's `cuMemPoolExportToShareableHandle` (symbol `cuMemPoolExportToShareableHandle`).
     #[inline]
     pub fn cuMemPoolExportToShareableHandle(&self) -> Result<pfn::cuMemPoolExportToShareableHandle, LoadError> {
-        let p = self.symbol(280)?;
-        // SAFETY: slot 280 holds `cuMemPoolExportToShareableHandle`, whose C type `pfn::cuMemPoolExportToShareableHandle` mirrors.
+        let p = self.symbol(298)?;
+        // SAFETY: slot 298 holds `cuMemPoolExportToShareableHandle`, whose C type `pfn::cuMemPoolExportToShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolExportToShareableHandle>(p) })
     }
     /// This driver's `cuMemPoolGetAccess` (symbol `cuMemPoolGetAccess`).
     #[inline]
     pub fn cuMemPoolGetAccess(&self) -> Result<pfn::cuMemPoolGetAccess, LoadError> {
-        let p = self.symbol(281)?;
-        // SAFETY: slot 281 holds `cuMemPoolGetAccess`, whose C type `pfn::cuMemPoolGetAccess` mirrors.
+        let p = self.symbol(299)?;
+        // SAFETY: slot 299 holds `cuMemPoolGetAccess`, whose C type `pfn::cuMemPoolGetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolGetAccess>(p) })
     }
     /// This driver's `cuMemPoolGetAttribute` (symbol `cuMemPoolGetAttribute`).
     #[inline]
     pub fn cuMemPoolGetAttribute(&self) -> Result<pfn::cuMemPoolGetAttribute, LoadError> {
-        let p = self.symbol(282)?;
-        // SAFETY: slot 282 holds `cuMemPoolGetAttribute`, whose C type `pfn::cuMemPoolGetAttribute` mirrors.
+        let p = self.symbol(300)?;
+        // SAFETY: slot 300 holds `cuMemPoolGetAttribute`, whose C type `pfn::cuMemPoolGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolGetAttribute>(p) })
     }
     /// This driver's `cuMemPoolImportFromShareableHandle` (symbol `cuMemPoolImportFromShareableHandle`).
     #[inline]
     pub fn cuMemPoolImportFromShareableHandle(&self) -> Result<pfn::cuMemPoolImportFromShareableHandle, LoadError> {
-        let p = self.symbol(283)?;
-        // SAFETY: slot 283 holds `cuMemPoolImportFromShareableHandle`, whose C type `pfn::cuMemPoolImportFromShareableHandle` mirrors.
+        let p = self.symbol(301)?;
+        // SAFETY: slot 301 holds `cuMemPoolImportFromShareableHandle`, whose C type `pfn::cuMemPoolImportFromShareableHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolImportFromShareableHandle>(p) })
     }
     /// This driver's `cuMemPoolImportPointer` (symbol `cuMemPoolImportPointer`).
     #[inline]
     pub fn cuMemPoolImportPointer(&self) -> Result<pfn::cuMemPoolImportPointer, LoadError> {
-        let p = self.symbol(284)?;
-        // SAFETY: slot 284 holds `cuMemPoolImportPointer`, whose C type `pfn::cuMemPoolImportPointer` mirrors.
+        let p = self.symbol(302)?;
+        // SAFETY: slot 302 holds `cuMemPoolImportPointer`, whose C type `pfn::cuMemPoolImportPointer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolImportPointer>(p) })
     }
     /// This driver's `cuMemPoolSetAccess` (symbol `cuMemPoolSetAccess`).
     #[inline]
     pub fn cuMemPoolSetAccess(&self) -> Result<pfn::cuMemPoolSetAccess, LoadError> {
-        let p = self.symbol(285)?;
-        // SAFETY: slot 285 holds `cuMemPoolSetAccess`, whose C type `pfn::cuMemPoolSetAccess` mirrors.
+        let p = self.symbol(303)?;
+        // SAFETY: slot 303 holds `cuMemPoolSetAccess`, whose C type `pfn::cuMemPoolSetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolSetAccess>(p) })
     }
     /// This driver's `cuMemPoolSetAttribute` (symbol `cuMemPoolSetAttribute`).
     #[inline]
     pub fn cuMemPoolSetAttribute(&self) -> Result<pfn::cuMemPoolSetAttribute, LoadError> {
-        let p = self.symbol(286)?;
-        // SAFETY: slot 286 holds `cuMemPoolSetAttribute`, whose C type `pfn::cuMemPoolSetAttribute` mirrors.
+        let p = self.symbol(304)?;
+        // SAFETY: slot 304 holds `cuMemPoolSetAttribute`, whose C type `pfn::cuMemPoolSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolSetAttribute>(p) })
     }
     /// This driver's `cuMemPoolTrimTo` (symbol `cuMemPoolTrimTo`).
     #[inline]
     pub fn cuMemPoolTrimTo(&self) -> Result<pfn::cuMemPoolTrimTo, LoadError> {
-        let p = self.symbol(287)?;
-        // SAFETY: slot 287 holds `cuMemPoolTrimTo`, whose C type `pfn::cuMemPoolTrimTo` mirrors.
+        let p = self.symbol(305)?;
+        // SAFETY: slot 305 holds `cuMemPoolTrimTo`, whose C type `pfn::cuMemPoolTrimTo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPoolTrimTo>(p) })
     }
     /// This driver's `cuMemPrefetchAsync` (symbol `cuMemPrefetchAsync_v2`).
     #[inline]
     pub fn cuMemPrefetchAsync(&self) -> Result<pfn::cuMemPrefetchAsync, LoadError> {
-        let p = self.symbol(288)?;
-        // SAFETY: slot 288 holds `cuMemPrefetchAsync_v2`, whose C type `pfn::cuMemPrefetchAsync` mirrors.
+        let p = self.symbol(306)?;
+        // SAFETY: slot 306 holds `cuMemPrefetchAsync_v2`, whose C type `pfn::cuMemPrefetchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchAsync>(p) })
+    }
+    /// This driver's `cuMemPrefetchAsync_v2_ptsz` (symbol `cuMemPrefetchAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemPrefetchAsync_v2_ptsz(&self) -> Result<pfn::cuMemPrefetchAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(307)?;
+        // SAFETY: slot 307 holds `cuMemPrefetchAsync_v2_ptsz`, whose C type `pfn::cuMemPrefetchAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchAsync_v2_ptsz>(p) })
     }
     /// This driver's `cuMemPrefetchBatchAsync` (symbol `cuMemPrefetchBatchAsync`).
     #[inline]
     pub fn cuMemPrefetchBatchAsync(&self) -> Result<pfn::cuMemPrefetchBatchAsync, LoadError> {
-        let p = self.symbol(289)?;
-        // SAFETY: slot 289 holds `cuMemPrefetchBatchAsync`, whose C type `pfn::cuMemPrefetchBatchAsync` mirrors.
+        let p = self.symbol(308)?;
+        // SAFETY: slot 308 holds `cuMemPrefetchBatchAsync`, whose C type `pfn::cuMemPrefetchBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchBatchAsync>(p) })
+    }
+    /// This driver's `cuMemPrefetchBatchAsync_ptsz` (symbol `cuMemPrefetchBatchAsync_ptsz`).
+    #[inline]
+    pub fn cuMemPrefetchBatchAsync_ptsz(&self) -> Result<pfn::cuMemPrefetchBatchAsync_ptsz, LoadError> {
+        let p = self.symbol(309)?;
+        // SAFETY: slot 309 holds `cuMemPrefetchBatchAsync_ptsz`, whose C type `pfn::cuMemPrefetchBatchAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemPrefetchBatchAsync_ptsz>(p) })
     }
     /// This driver's `cuMemRangeGetAttribute` (symbol `cuMemRangeGetAttribute`).
     #[inline]
     pub fn cuMemRangeGetAttribute(&self) -> Result<pfn::cuMemRangeGetAttribute, LoadError> {
-        let p = self.symbol(290)?;
-        // SAFETY: slot 290 holds `cuMemRangeGetAttribute`, whose C type `pfn::cuMemRangeGetAttribute` mirrors.
+        let p = self.symbol(310)?;
+        // SAFETY: slot 310 holds `cuMemRangeGetAttribute`, whose C type `pfn::cuMemRangeGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRangeGetAttribute>(p) })
     }
     /// This driver's `cuMemRangeGetAttributes` (symbol `cuMemRangeGetAttributes`).
     #[inline]
     pub fn cuMemRangeGetAttributes(&self) -> Result<pfn::cuMemRangeGetAttributes, LoadError> {
-        let p = self.symbol(291)?;
-        // SAFETY: slot 291 holds `cuMemRangeGetAttributes`, whose C type `pfn::cuMemRangeGetAttributes` mirrors.
+        let p = self.symbol(311)?;
+        // SAFETY: slot 311 holds `cuMemRangeGetAttributes`, whose C type `pfn::cuMemRangeGetAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRangeGetAttributes>(p) })
     }
     /// This driver's `cuMemRelease` (symbol `cuMemRelease`).
     #[inline]
     pub fn cuMemRelease(&self) -> Result<pfn::cuMemRelease, LoadError> {
-        let p = self.symbol(292)?;
-        // SAFETY: slot 292 holds `cuMemRelease`, whose C type `pfn::cuMemRelease` mirrors.
+        let p = self.symbol(312)?;
+        // SAFETY: slot 312 holds `cuMemRelease`, whose C type `pfn::cuMemRelease` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRelease>(p) })
     }
     /// This driver's `cuMemRetainAllocationHandle` (symbol `cuMemRetainAllocationHandle`).
     #[inline]
     pub fn cuMemRetainAllocationHandle(&self) -> Result<pfn::cuMemRetainAllocationHandle, LoadError> {
-        let p = self.symbol(293)?;
-        // SAFETY: slot 293 holds `cuMemRetainAllocationHandle`, whose C type `pfn::cuMemRetainAllocationHandle` mirrors.
+        let p = self.symbol(313)?;
+        // SAFETY: slot 313 holds `cuMemRetainAllocationHandle`, whose C type `pfn::cuMemRetainAllocationHandle` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemRetainAllocationHandle>(p) })
     }
     /// This driver's `cuMemSetAccess` (symbol `cuMemSetAccess`).
     #[inline]
     pub fn cuMemSetAccess(&self) -> Result<pfn::cuMemSetAccess, LoadError> {
-        let p = self.symbol(294)?;
-        // SAFETY: slot 294 holds `cuMemSetAccess`, whose C type `pfn::cuMemSetAccess` mirrors.
+        let p = self.symbol(314)?;
+        // SAFETY: slot 314 holds `cuMemSetAccess`, whose C type `pfn::cuMemSetAccess` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemSetAccess>(p) })
     }
     /// This driver's `cuMemSetMemPool` (symbol `cuMemSetMemPool`).
     #[inline]
     pub fn cuMemSetMemPool(&self) -> Result<pfn::cuMemSetMemPool, LoadError> {
-        let p = self.symbol(295)?;
-        // SAFETY: slot 295 holds `cuMemSetMemPool`, whose C type `pfn::cuMemSetMemPool` mirrors.
+        let p = self.symbol(315)?;
+        // SAFETY: slot 315 holds `cuMemSetMemPool`, whose C type `pfn::cuMemSetMemPool` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemSetMemPool>(p) })
     }
     /// This driver's `cuMemUnmap` (symbol `cuMemUnmap`).
     #[inline]
     pub fn cuMemUnmap(&self) -> Result<pfn::cuMemUnmap, LoadError> {
-        let p = self.symbol(296)?;
-        // SAFETY: slot 296 holds `cuMemUnmap`, whose C type `pfn::cuMemUnmap` mirrors.
+        let p = self.symbol(316)?;
+        // SAFETY: slot 316 holds `cuMemUnmap`, whose C type `pfn::cuMemUnmap` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemUnmap>(p) })
     }
     /// This driver's `cuMemcpy` (symbol `cuMemcpy`).
     #[inline]
     pub fn cuMemcpy(&self) -> Result<pfn::cuMemcpy, LoadError> {
-        let p = self.symbol(297)?;
-        // SAFETY: slot 297 holds `cuMemcpy`, whose C type `pfn::cuMemcpy` mirrors.
+        let p = self.symbol(317)?;
+        // SAFETY: slot 317 holds `cuMemcpy`, whose C type `pfn::cuMemcpy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy>(p) })
     }
     /// This driver's `cuMemcpy2D` (symbol `cuMemcpy2D_v2`).
     #[inline]
     pub fn cuMemcpy2D(&self) -> Result<pfn::cuMemcpy2D, LoadError> {
-        let p = self.symbol(298)?;
-        // SAFETY: slot 298 holds `cuMemcpy2D_v2`, whose C type `pfn::cuMemcpy2D` mirrors.
+        let p = self.symbol(318)?;
+        // SAFETY: slot 318 holds `cuMemcpy2D_v2`, whose C type `pfn::cuMemcpy2D` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2D>(p) })
     }
     /// This driver's `cuMemcpy2DAsync` (symbol `cuMemcpy2DAsync_v2`).
     #[inline]
     pub fn cuMemcpy2DAsync(&self) -> Result<pfn::cuMemcpy2DAsync, LoadError> {
-        let p = self.symbol(299)?;
-        // SAFETY: slot 299 holds `cuMemcpy2DAsync_v2`, whose C type `pfn::cuMemcpy2DAsync` mirrors.
+        let p = self.symbol(319)?;
+        // SAFETY: slot 319 holds `cuMemcpy2DAsync_v2`, whose C type `pfn::cuMemcpy2DAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DAsync>(p) })
+    }
+    /// This driver's `cuMemcpy2DAsync_v2_ptsz` (symbol `cuMemcpy2DAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpy2DAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpy2DAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(320)?;
+        // SAFETY: slot 320 holds `cuMemcpy2DAsync_v2_ptsz`, whose C type `pfn::cuMemcpy2DAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DAsync_v2_ptsz>(p) })
     }
     /// This driver's `cuMemcpy2DUnaligned` (symbol `cuMemcpy2DUnaligned_v2`).
     #[inline]
     pub fn cuMemcpy2DUnaligned(&self) -> Result<pfn::cuMemcpy2DUnaligned, LoadError> {
-        let p = self.symbol(300)?;
-        // SAFETY: slot 300 holds `cuMemcpy2DUnaligned_v2`, whose C type `pfn::cuMemcpy2DUnaligned` mirrors.
+        let p = self.symbol(321)?;
+        // SAFETY: slot 321 holds `cuMemcpy2DUnaligned_v2`, whose C type `pfn::cuMemcpy2DUnaligned` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DUnaligned>(p) })
+    }
+    /// This driver's `cuMemcpy2DUnaligned_v2_ptds` (symbol `cuMemcpy2DUnaligned_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpy2DUnaligned_v2_ptds(&self) -> Result<pfn::cuMemcpy2DUnaligned_v2_ptds, LoadError> {
+        let p = self.symbol(322)?;
+        // SAFETY: slot 322 holds `cuMemcpy2DUnaligned_v2_ptds`, whose C type `pfn::cuMemcpy2DUnaligned_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2DUnaligned_v2_ptds>(p) })
+    }
+    /// This driver's `cuMemcpy2D_v2_ptds` (symbol `cuMemcpy2D_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpy2D_v2_ptds(&self) -> Result<pfn::cuMemcpy2D_v2_ptds, LoadError> {
+        let p = self.symbol(323)?;
+        // SAFETY: slot 323 holds `cuMemcpy2D_v2_ptds`, whose C type `pfn::cuMemcpy2D_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy2D_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpy3D` (symbol `cuMemcpy3D_v2`).
     #[inline]
     pub fn cuMemcpy3D(&self) -> Result<pfn::cuMemcpy3D, LoadError> {
-        let p = self.symbol(301)?;
-        // SAFETY: slot 301 holds `cuMemcpy3D_v2`, whose C type `pfn::cuMemcpy3D` mirrors.
+        let p = self.symbol(324)?;
+        // SAFETY: slot 324 holds `cuMemcpy3D_v2`, whose C type `pfn::cuMemcpy3D` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3D>(p) })
     }
     /// This driver's `cuMemcpy3DAsync` (symbol `cuMemcpy3DAsync_v2`).
     #[inline]
     pub fn cuMemcpy3DAsync(&self) -> Result<pfn::cuMemcpy3DAsync, LoadError> {
-        let p = self.symbol(302)?;
-        // SAFETY: slot 302 holds `cuMemcpy3DAsync_v2`, whose C type `pfn::cuMemcpy3DAsync` mirrors.
+        let p = self.symbol(325)?;
+        // SAFETY: slot 325 holds `cuMemcpy3DAsync_v2`, whose C type `pfn::cuMemcpy3DAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DAsync>(p) })
+    }
+    /// This driver's `cuMemcpy3DAsync_v2_ptsz` (symbol `cuMemcpy3DAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpy3DAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpy3DAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(326)?;
+        // SAFETY: slot 326 holds `cuMemcpy3DAsync_v2_ptsz`, whose C type `pfn::cuMemcpy3DAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DAsync_v2_ptsz>(p) })
     }
     /// This driver's `cuMemcpy3DBatchAsync` (symbol `cuMemcpy3DBatchAsync_v2`).
     #[inline]
     pub fn cuMemcpy3DBatchAsync(&self) -> Result<pfn::cuMemcpy3DBatchAsync, LoadError> {
-        let p = self.symbol(303)?;
-        // SAFETY: slot 303 holds `cuMemcpy3DBatchAsync_v2`, whose C type `pfn::cuMemcpy3DBatchAsync` mirrors.
+        let p = self.symbol(327)?;
+        // SAFETY: slot 327 holds `cuMemcpy3DBatchAsync_v2`, whose C type `pfn::cuMemcpy3DBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DBatchAsync>(p) })
+    }
+    /// This driver's `cuMemcpy3DBatchAsync_v2_ptsz` (symbol `cuMemcpy3DBatchAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpy3DBatchAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpy3DBatchAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(328)?;
+        // SAFETY: slot 328 holds `cuMemcpy3DBatchAsync_v2_ptsz`, whose C type `pfn::cuMemcpy3DBatchAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DBatchAsync_v2_ptsz>(p) })
     }
     /// This driver's `cuMemcpy3DPeer` (symbol `cuMemcpy3DPeer`).
     #[inline]
     pub fn cuMemcpy3DPeer(&self) -> Result<pfn::cuMemcpy3DPeer, LoadError> {
-        let p = self.symbol(304)?;
-        // SAFETY: slot 304 holds `cuMemcpy3DPeer`, whose C type `pfn::cuMemcpy3DPeer` mirrors.
+        let p = self.symbol(329)?;
+        // SAFETY: slot 329 holds `cuMemcpy3DPeer`, whose C type `pfn::cuMemcpy3DPeer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeer>(p) })
     }
     /// This driver's `cuMemcpy3DPeerAsync` (symbol `cuMemcpy3DPeerAsync`).
     #[inline]
     pub fn cuMemcpy3DPeerAsync(&self) -> Result<pfn::cuMemcpy3DPeerAsync, LoadError> {
-        let p = self.symbol(305)?;
-        // SAFETY: slot 305 holds `cuMemcpy3DPeerAsync`, whose C type `pfn::cuMemcpy3DPeerAsync` mirrors.
+        let p = self.symbol(330)?;
+        // SAFETY: slot 330 holds `cuMemcpy3DPeerAsync`, whose C type `pfn::cuMemcpy3DPeerAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeerAsync>(p) })
+    }
+    /// This driver's `cuMemcpy3DPeerAsync_ptsz` (symbol `cuMemcpy3DPeerAsync_ptsz`).
+    #[inline]
+    pub fn cuMemcpy3DPeerAsync_ptsz(&self) -> Result<pfn::cuMemcpy3DPeerAsync_ptsz, LoadError> {
+        let p = self.symbol(331)?;
+        // SAFETY: slot 331 holds `cuMemcpy3DPeerAsync_ptsz`, whose C type `pfn::cuMemcpy3DPeerAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeerAsync_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpy3DPeer_ptds` (symbol `cuMemcpy3DPeer_ptds`).
+    #[inline]
+    pub fn cuMemcpy3DPeer_ptds(&self) -> Result<pfn::cuMemcpy3DPeer_ptds, LoadError> {
+        let p = self.symbol(332)?;
+        // SAFETY: slot 332 holds `cuMemcpy3DPeer_ptds`, whose C type `pfn::cuMemcpy3DPeer_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3DPeer_ptds>(p) })
+    }
+    /// This driver's `cuMemcpy3D_v2_ptds` (symbol `cuMemcpy3D_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpy3D_v2_ptds(&self) -> Result<pfn::cuMemcpy3D_v2_ptds, LoadError> {
+        let p = self.symbol(333)?;
+        // SAFETY: slot 333 holds `cuMemcpy3D_v2_ptds`, whose C type `pfn::cuMemcpy3D_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy3D_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyAsync` (symbol `cuMemcpyAsync`).
     #[inline]
     pub fn cuMemcpyAsync(&self) -> Result<pfn::cuMemcpyAsync, LoadError> {
-        let p = self.symbol(306)?;
-        // SAFETY: slot 306 holds `cuMemcpyAsync`, whose C type `pfn::cuMemcpyAsync` mirrors.
+        let p = self.symbol(334)?;
+        // SAFETY: slot 334 holds `cuMemcpyAsync`, whose C type `pfn::cuMemcpyAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAsync>(p) })
+    }
+    /// This driver's `cuMemcpyAsync_ptsz` (symbol `cuMemcpyAsync_ptsz`).
+    #[inline]
+    pub fn cuMemcpyAsync_ptsz(&self) -> Result<pfn::cuMemcpyAsync_ptsz, LoadError> {
+        let p = self.symbol(335)?;
+        // SAFETY: slot 335 holds `cuMemcpyAsync_ptsz`, whose C type `pfn::cuMemcpyAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAsync_ptsz>(p) })
     }
     /// This driver's `cuMemcpyAtoA` (symbol `cuMemcpyAtoA_v2`).
     #[inline]
     pub fn cuMemcpyAtoA(&self) -> Result<pfn::cuMemcpyAtoA, LoadError> {
-        let p = self.symbol(307)?;
-        // SAFETY: slot 307 holds `cuMemcpyAtoA_v2`, whose C type `pfn::cuMemcpyAtoA` mirrors.
+        let p = self.symbol(336)?;
+        // SAFETY: slot 336 holds `cuMemcpyAtoA_v2`, whose C type `pfn::cuMemcpyAtoA` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoA>(p) })
+    }
+    /// This driver's `cuMemcpyAtoA_v2_ptds` (symbol `cuMemcpyAtoA_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyAtoA_v2_ptds(&self) -> Result<pfn::cuMemcpyAtoA_v2_ptds, LoadError> {
+        let p = self.symbol(337)?;
+        // SAFETY: slot 337 holds `cuMemcpyAtoA_v2_ptds`, whose C type `pfn::cuMemcpyAtoA_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoA_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyAtoD` (symbol `cuMemcpyAtoD_v2`).
     #[inline]
     pub fn cuMemcpyAtoD(&self) -> Result<pfn::cuMemcpyAtoD, LoadError> {
-        let p = self.symbol(308)?;
-        // SAFETY: slot 308 holds `cuMemcpyAtoD_v2`, whose C type `pfn::cuMemcpyAtoD` mirrors.
+        let p = self.symbol(338)?;
+        // SAFETY: slot 338 holds `cuMemcpyAtoD_v2`, whose C type `pfn::cuMemcpyAtoD` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoD>(p) })
+    }
+    /// This driver's `cuMemcpyAtoD_v2_ptds` (symbol `cuMemcpyAtoD_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyAtoD_v2_ptds(&self) -> Result<pfn::cuMemcpyAtoD_v2_ptds, LoadError> {
+        let p = self.symbol(339)?;
+        // SAFETY: slot 339 holds `cuMemcpyAtoD_v2_ptds`, whose C type `pfn::cuMemcpyAtoD_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoD_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyAtoH` (symbol `cuMemcpyAtoH_v2`).
     #[inline]
     pub fn cuMemcpyAtoH(&self) -> Result<pfn::cuMemcpyAtoH, LoadError> {
-        let p = self.symbol(309)?;
-        // SAFETY: slot 309 holds `cuMemcpyAtoH_v2`, whose C type `pfn::cuMemcpyAtoH` mirrors.
+        let p = self.symbol(340)?;
+        // SAFETY: slot 340 holds `cuMemcpyAtoH_v2`, whose C type `pfn::cuMemcpyAtoH` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoH>(p) })
     }
     /// This driver's `cuMemcpyAtoHAsync` (symbol `cuMemcpyAtoHAsync_v2`).
     #[inline]
     pub fn cuMemcpyAtoHAsync(&self) -> Result<pfn::cuMemcpyAtoHAsync, LoadError> {
-        let p = self.symbol(310)?;
-        // SAFETY: slot 310 holds `cuMemcpyAtoHAsync_v2`, whose C type `pfn::cuMemcpyAtoHAsync` mirrors.
+        let p = self.symbol(341)?;
+        // SAFETY: slot 341 holds `cuMemcpyAtoHAsync_v2`, whose C type `pfn::cuMemcpyAtoHAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoHAsync>(p) })
+    }
+    /// This driver's `cuMemcpyAtoHAsync_v2_ptsz` (symbol `cuMemcpyAtoHAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpyAtoHAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpyAtoHAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(342)?;
+        // SAFETY: slot 342 holds `cuMemcpyAtoHAsync_v2_ptsz`, whose C type `pfn::cuMemcpyAtoHAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoHAsync_v2_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpyAtoH_v2_ptds` (symbol `cuMemcpyAtoH_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyAtoH_v2_ptds(&self) -> Result<pfn::cuMemcpyAtoH_v2_ptds, LoadError> {
+        let p = self.symbol(343)?;
+        // SAFETY: slot 343 holds `cuMemcpyAtoH_v2_ptds`, whose C type `pfn::cuMemcpyAtoH_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyAtoH_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyBatchAsync` (symbol `cuMemcpyBatchAsync_v2`).
     #[inline]
     pub fn cuMemcpyBatchAsync(&self) -> Result<pfn::cuMemcpyBatchAsync, LoadError> {
-        let p = self.symbol(311)?;
-        // SAFETY: slot 311 holds `cuMemcpyBatchAsync_v2`, whose C type `pfn::cuMemcpyBatchAsync` mirrors.
+        let p = self.symbol(344)?;
+        // SAFETY: slot 344 holds `cuMemcpyBatchAsync_v2`, whose C type `pfn::cuMemcpyBatchAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyBatchAsync>(p) })
+    }
+    /// This driver's `cuMemcpyBatchAsync_v2_ptsz` (symbol `cuMemcpyBatchAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpyBatchAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpyBatchAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(345)?;
+        // SAFETY: slot 345 holds `cuMemcpyBatchAsync_v2_ptsz`, whose C type `pfn::cuMemcpyBatchAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyBatchAsync_v2_ptsz>(p) })
     }
     /// This driver's `cuMemcpyDtoA` (symbol `cuMemcpyDtoA_v2`).
     #[inline]
     pub fn cuMemcpyDtoA(&self) -> Result<pfn::cuMemcpyDtoA, LoadError> {
-        let p = self.symbol(312)?;
-        // SAFETY: slot 312 holds `cuMemcpyDtoA_v2`, whose C type `pfn::cuMemcpyDtoA` mirrors.
+        let p = self.symbol(346)?;
+        // SAFETY: slot 346 holds `cuMemcpyDtoA_v2`, whose C type `pfn::cuMemcpyDtoA` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoA>(p) })
+    }
+    /// This driver's `cuMemcpyDtoA_v2_ptds` (symbol `cuMemcpyDtoA_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyDtoA_v2_ptds(&self) -> Result<pfn::cuMemcpyDtoA_v2_ptds, LoadError> {
+        let p = self.symbol(347)?;
+        // SAFETY: slot 347 holds `cuMemcpyDtoA_v2_ptds`, whose C type `pfn::cuMemcpyDtoA_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoA_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyDtoD` (symbol `cuMemcpyDtoD_v2`).
     #[inline]
     pub fn cuMemcpyDtoD(&self) -> Result<pfn::cuMemcpyDtoD, LoadError> {
-        let p = self.symbol(313)?;
-        // SAFETY: slot 313 holds `cuMemcpyDtoD_v2`, whose C type `pfn::cuMemcpyDtoD` mirrors.
+        let p = self.symbol(348)?;
+        // SAFETY: slot 348 holds `cuMemcpyDtoD_v2`, whose C type `pfn::cuMemcpyDtoD` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoD>(p) })
     }
     /// This driver's `cuMemcpyDtoDAsync` (symbol `cuMemcpyDtoDAsync_v2`).
     #[inline]
     pub fn cuMemcpyDtoDAsync(&self) -> Result<pfn::cuMemcpyDtoDAsync, LoadError> {
-        let p = self.symbol(314)?;
-        // SAFETY: slot 314 holds `cuMemcpyDtoDAsync_v2`, whose C type `pfn::cuMemcpyDtoDAsync` mirrors.
+        let p = self.symbol(349)?;
+        // SAFETY: slot 349 holds `cuMemcpyDtoDAsync_v2`, whose C type `pfn::cuMemcpyDtoDAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoDAsync>(p) })
+    }
+    /// This driver's `cuMemcpyDtoDAsync_v2_ptsz` (symbol `cuMemcpyDtoDAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpyDtoDAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpyDtoDAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(350)?;
+        // SAFETY: slot 350 holds `cuMemcpyDtoDAsync_v2_ptsz`, whose C type `pfn::cuMemcpyDtoDAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoDAsync_v2_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpyDtoD_v2_ptds` (symbol `cuMemcpyDtoD_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyDtoD_v2_ptds(&self) -> Result<pfn::cuMemcpyDtoD_v2_ptds, LoadError> {
+        let p = self.symbol(351)?;
+        // SAFETY: slot 351 holds `cuMemcpyDtoD_v2_ptds`, whose C type `pfn::cuMemcpyDtoD_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoD_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyDtoH` (symbol `cuMemcpyDtoH_v2`).
     #[inline]
     pub fn cuMemcpyDtoH(&self) -> Result<pfn::cuMemcpyDtoH, LoadError> {
-        let p = self.symbol(315)?;
-        // SAFETY: slot 315 holds `cuMemcpyDtoH_v2`, whose C type `pfn::cuMemcpyDtoH` mirrors.
+        let p = self.symbol(352)?;
+        // SAFETY: slot 352 holds `cuMemcpyDtoH_v2`, whose C type `pfn::cuMemcpyDtoH` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoH>(p) })
     }
     /// This driver's `cuMemcpyDtoHAsync` (symbol `cuMemcpyDtoHAsync_v2`).
     #[inline]
     pub fn cuMemcpyDtoHAsync(&self) -> Result<pfn::cuMemcpyDtoHAsync, LoadError> {
-        let p = self.symbol(316)?;
-        // SAFETY: slot 316 holds `cuMemcpyDtoHAsync_v2`, whose C type `pfn::cuMemcpyDtoHAsync` mirrors.
+        let p = self.symbol(353)?;
+        // SAFETY: slot 353 holds `cuMemcpyDtoHAsync_v2`, whose C type `pfn::cuMemcpyDtoHAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoHAsync>(p) })
+    }
+    /// This driver's `cuMemcpyDtoHAsync_v2_ptsz` (symbol `cuMemcpyDtoHAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpyDtoHAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpyDtoHAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(354)?;
+        // SAFETY: slot 354 holds `cuMemcpyDtoHAsync_v2_ptsz`, whose C type `pfn::cuMemcpyDtoHAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoHAsync_v2_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpyDtoH_v2_ptds` (symbol `cuMemcpyDtoH_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyDtoH_v2_ptds(&self) -> Result<pfn::cuMemcpyDtoH_v2_ptds, LoadError> {
+        let p = self.symbol(355)?;
+        // SAFETY: slot 355 holds `cuMemcpyDtoH_v2_ptds`, whose C type `pfn::cuMemcpyDtoH_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyDtoH_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyHtoA` (symbol `cuMemcpyHtoA_v2`).
     #[inline]
     pub fn cuMemcpyHtoA(&self) -> Result<pfn::cuMemcpyHtoA, LoadError> {
-        let p = self.symbol(317)?;
-        // SAFETY: slot 317 holds `cuMemcpyHtoA_v2`, whose C type `pfn::cuMemcpyHtoA` mirrors.
+        let p = self.symbol(356)?;
+        // SAFETY: slot 356 holds `cuMemcpyHtoA_v2`, whose C type `pfn::cuMemcpyHtoA` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoA>(p) })
     }
     /// This driver's `cuMemcpyHtoAAsync` (symbol `cuMemcpyHtoAAsync_v2`).
     #[inline]
     pub fn cuMemcpyHtoAAsync(&self) -> Result<pfn::cuMemcpyHtoAAsync, LoadError> {
-        let p = self.symbol(318)?;
-        // SAFETY: slot 318 holds `cuMemcpyHtoAAsync_v2`, whose C type `pfn::cuMemcpyHtoAAsync` mirrors.
+        let p = self.symbol(357)?;
+        // SAFETY: slot 357 holds `cuMemcpyHtoAAsync_v2`, whose C type `pfn::cuMemcpyHtoAAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoAAsync>(p) })
+    }
+    /// This driver's `cuMemcpyHtoAAsync_v2_ptsz` (symbol `cuMemcpyHtoAAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpyHtoAAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpyHtoAAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(358)?;
+        // SAFETY: slot 358 holds `cuMemcpyHtoAAsync_v2_ptsz`, whose C type `pfn::cuMemcpyHtoAAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoAAsync_v2_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpyHtoA_v2_ptds` (symbol `cuMemcpyHtoA_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyHtoA_v2_ptds(&self) -> Result<pfn::cuMemcpyHtoA_v2_ptds, LoadError> {
+        let p = self.symbol(359)?;
+        // SAFETY: slot 359 holds `cuMemcpyHtoA_v2_ptds`, whose C type `pfn::cuMemcpyHtoA_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoA_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyHtoD` (symbol `cuMemcpyHtoD_v2`).
     #[inline]
     pub fn cuMemcpyHtoD(&self) -> Result<pfn::cuMemcpyHtoD, LoadError> {
-        let p = self.symbol(319)?;
-        // SAFETY: slot 319 holds `cuMemcpyHtoD_v2`, whose C type `pfn::cuMemcpyHtoD` mirrors.
+        let p = self.symbol(360)?;
+        // SAFETY: slot 360 holds `cuMemcpyHtoD_v2`, whose C type `pfn::cuMemcpyHtoD` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoD>(p) })
     }
     /// This driver's `cuMemcpyHtoDAsync` (symbol `cuMemcpyHtoDAsync_v2`).
     #[inline]
     pub fn cuMemcpyHtoDAsync(&self) -> Result<pfn::cuMemcpyHtoDAsync, LoadError> {
-        let p = self.symbol(320)?;
-        // SAFETY: slot 320 holds `cuMemcpyHtoDAsync_v2`, whose C type `pfn::cuMemcpyHtoDAsync` mirrors.
+        let p = self.symbol(361)?;
+        // SAFETY: slot 361 holds `cuMemcpyHtoDAsync_v2`, whose C type `pfn::cuMemcpyHtoDAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoDAsync>(p) })
+    }
+    /// This driver's `cuMemcpyHtoDAsync_v2_ptsz` (symbol `cuMemcpyHtoDAsync_v2_ptsz`).
+    #[inline]
+    pub fn cuMemcpyHtoDAsync_v2_ptsz(&self) -> Result<pfn::cuMemcpyHtoDAsync_v2_ptsz, LoadError> {
+        let p = self.symbol(362)?;
+        // SAFETY: slot 362 holds `cuMemcpyHtoDAsync_v2_ptsz`, whose C type `pfn::cuMemcpyHtoDAsync_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoDAsync_v2_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpyHtoD_v2_ptds` (symbol `cuMemcpyHtoD_v2_ptds`).
+    #[inline]
+    pub fn cuMemcpyHtoD_v2_ptds(&self) -> Result<pfn::cuMemcpyHtoD_v2_ptds, LoadError> {
+        let p = self.symbol(363)?;
+        // SAFETY: slot 363 holds `cuMemcpyHtoD_v2_ptds`, whose C type `pfn::cuMemcpyHtoD_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyHtoD_v2_ptds>(p) })
     }
     /// This driver's `cuMemcpyPeer` (symbol `cuMemcpyPeer`).
     #[inline]
     pub fn cuMemcpyPeer(&self) -> Result<pfn::cuMemcpyPeer, LoadError> {
-        let p = self.symbol(321)?;
-        // SAFETY: slot 321 holds `cuMemcpyPeer`, whose C type `pfn::cuMemcpyPeer` mirrors.
+        let p = self.symbol(364)?;
+        // SAFETY: slot 364 holds `cuMemcpyPeer`, whose C type `pfn::cuMemcpyPeer` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeer>(p) })
     }
     /// This driver's `cuMemcpyPeerAsync` (symbol `cuMemcpyPeerAsync`).
     #[inline]
     pub fn cuMemcpyPeerAsync(&self) -> Result<pfn::cuMemcpyPeerAsync, LoadError> {
-        let p = self.symbol(322)?;
-        // SAFETY: slot 322 holds `cuMemcpyPeerAsync`, whose C type `pfn::cuMemcpyPeerAsync` mirrors.
+        let p = self.symbol(365)?;
+        // SAFETY: slot 365 holds `cuMemcpyPeerAsync`, whose C type `pfn::cuMemcpyPeerAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeerAsync>(p) })
+    }
+    /// This driver's `cuMemcpyPeerAsync_ptsz` (symbol `cuMemcpyPeerAsync_ptsz`).
+    #[inline]
+    pub fn cuMemcpyPeerAsync_ptsz(&self) -> Result<pfn::cuMemcpyPeerAsync_ptsz, LoadError> {
+        let p = self.symbol(366)?;
+        // SAFETY: slot 366 holds `cuMemcpyPeerAsync_ptsz`, whose C type `pfn::cuMemcpyPeerAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeerAsync_ptsz>(p) })
+    }
+    /// This driver's `cuMemcpyPeer_ptds` (symbol `cuMemcpyPeer_ptds`).
+    #[inline]
+    pub fn cuMemcpyPeer_ptds(&self) -> Result<pfn::cuMemcpyPeer_ptds, LoadError> {
+        let p = self.symbol(367)?;
+        // SAFETY: slot 367 holds `cuMemcpyPeer_ptds`, whose C type `pfn::cuMemcpyPeer_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpyPeer_ptds>(p) })
+    }
+    /// This driver's `cuMemcpy_ptds` (symbol `cuMemcpy_ptds`).
+    #[inline]
+    pub fn cuMemcpy_ptds(&self) -> Result<pfn::cuMemcpy_ptds, LoadError> {
+        let p = self.symbol(368)?;
+        // SAFETY: slot 368 holds `cuMemcpy_ptds`, whose C type `pfn::cuMemcpy_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemcpy_ptds>(p) })
     }
     /// This driver's `cuMemsetD16` (symbol `cuMemsetD16_v2`).
     #[inline]
     pub fn cuMemsetD16(&self) -> Result<pfn::cuMemsetD16, LoadError> {
-        let p = self.symbol(323)?;
-        // SAFETY: slot 323 holds `cuMemsetD16_v2`, whose C type `pfn::cuMemsetD16` mirrors.
+        let p = self.symbol(369)?;
+        // SAFETY: slot 369 holds `cuMemsetD16_v2`, whose C type `pfn::cuMemsetD16` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16>(p) })
     }
     /// This driver's `cuMemsetD16Async` (symbol `cuMemsetD16Async`).
     #[inline]
     pub fn cuMemsetD16Async(&self) -> Result<pfn::cuMemsetD16Async, LoadError> {
-        let p = self.symbol(324)?;
-        // SAFETY: slot 324 holds `cuMemsetD16Async`, whose C type `pfn::cuMemsetD16Async` mirrors.
+        let p = self.symbol(370)?;
+        // SAFETY: slot 370 holds `cuMemsetD16Async`, whose C type `pfn::cuMemsetD16Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16Async>(p) })
+    }
+    /// This driver's `cuMemsetD16Async_ptsz` (symbol `cuMemsetD16Async_ptsz`).
+    #[inline]
+    pub fn cuMemsetD16Async_ptsz(&self) -> Result<pfn::cuMemsetD16Async_ptsz, LoadError> {
+        let p = self.symbol(371)?;
+        // SAFETY: slot 371 holds `cuMemsetD16Async_ptsz`, whose C type `pfn::cuMemsetD16Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16Async_ptsz>(p) })
+    }
+    /// This driver's `cuMemsetD16_v2_ptds` (symbol `cuMemsetD16_v2_ptds`).
+    #[inline]
+    pub fn cuMemsetD16_v2_ptds(&self) -> Result<pfn::cuMemsetD16_v2_ptds, LoadError> {
+        let p = self.symbol(372)?;
+        // SAFETY: slot 372 holds `cuMemsetD16_v2_ptds`, whose C type `pfn::cuMemsetD16_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD16_v2_ptds>(p) })
     }
     /// This driver's `cuMemsetD2D16` (symbol `cuMemsetD2D16_v2`).
     #[inline]
     pub fn cuMemsetD2D16(&self) -> Result<pfn::cuMemsetD2D16, LoadError> {
-        let p = self.symbol(325)?;
-        // SAFETY: slot 325 holds `cuMemsetD2D16_v2`, whose C type `pfn::cuMemsetD2D16` mirrors.
+        let p = self.symbol(373)?;
+        // SAFETY: slot 373 holds `cuMemsetD2D16_v2`, whose C type `pfn::cuMemsetD2D16` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16>(p) })
     }
     /// This driver's `cuMemsetD2D16Async` (symbol `cuMemsetD2D16Async`).
     #[inline]
     pub fn cuMemsetD2D16Async(&self) -> Result<pfn::cuMemsetD2D16Async, LoadError> {
-        let p = self.symbol(326)?;
-        // SAFETY: slot 326 holds `cuMemsetD2D16Async`, whose C type `pfn::cuMemsetD2D16Async` mirrors.
+        let p = self.symbol(374)?;
+        // SAFETY: slot 374 holds `cuMemsetD2D16Async`, whose C type `pfn::cuMemsetD2D16Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16Async>(p) })
+    }
+    /// This driver's `cuMemsetD2D16Async_ptsz` (symbol `cuMemsetD2D16Async_ptsz`).
+    #[inline]
+    pub fn cuMemsetD2D16Async_ptsz(&self) -> Result<pfn::cuMemsetD2D16Async_ptsz, LoadError> {
+        let p = self.symbol(375)?;
+        // SAFETY: slot 375 holds `cuMemsetD2D16Async_ptsz`, whose C type `pfn::cuMemsetD2D16Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16Async_ptsz>(p) })
+    }
+    /// This driver's `cuMemsetD2D16_v2_ptds` (symbol `cuMemsetD2D16_v2_ptds`).
+    #[inline]
+    pub fn cuMemsetD2D16_v2_ptds(&self) -> Result<pfn::cuMemsetD2D16_v2_ptds, LoadError> {
+        let p = self.symbol(376)?;
+        // SAFETY: slot 376 holds `cuMemsetD2D16_v2_ptds`, whose C type `pfn::cuMemsetD2D16_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D16_v2_ptds>(p) })
     }
     /// This driver's `cuMemsetD2D32` (symbol `cuMemsetD2D32_v2`).
     #[inline]
     pub fn cuMemsetD2D32(&self) -> Result<pfn::cuMemsetD2D32, LoadError> {
-        let p = self.symbol(327)?;
-        // SAFETY: slot 327 holds `cuMemsetD2D32_v2`, whose C type `pfn::cuMemsetD2D32` mirrors.
+        let p = self.symbol(377)?;
+        // SAFETY: slot 377 holds `cuMemsetD2D32_v2`, whose C type `pfn::cuMemsetD2D32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32>(p) })
     }
     /// This driver's `cuMemsetD2D32Async` (symbol `cuMemsetD2D32Async`).
     #[inline]
     pub fn cuMemsetD2D32Async(&self) -> Result<pfn::cuMemsetD2D32Async, LoadError> {
-        let p = self.symbol(328)?;
-        // SAFETY: slot 328 holds `cuMemsetD2D32Async`, whose C type `pfn::cuMemsetD2D32Async` mirrors.
+        let p = self.symbol(378)?;
+        // SAFETY: slot 378 holds `cuMemsetD2D32Async`, whose C type `pfn::cuMemsetD2D32Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32Async>(p) })
+    }
+    /// This driver's `cuMemsetD2D32Async_ptsz` (symbol `cuMemsetD2D32Async_ptsz`).
+    #[inline]
+    pub fn cuMemsetD2D32Async_ptsz(&self) -> Result<pfn::cuMemsetD2D32Async_ptsz, LoadError> {
+        let p = self.symbol(379)?;
+        // SAFETY: slot 379 holds `cuMemsetD2D32Async_ptsz`, whose C type `pfn::cuMemsetD2D32Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32Async_ptsz>(p) })
+    }
+    /// This driver's `cuMemsetD2D32_v2_ptds` (symbol `cuMemsetD2D32_v2_ptds`).
+    #[inline]
+    pub fn cuMemsetD2D32_v2_ptds(&self) -> Result<pfn::cuMemsetD2D32_v2_ptds, LoadError> {
+        let p = self.symbol(380)?;
+        // SAFETY: slot 380 holds `cuMemsetD2D32_v2_ptds`, whose C type `pfn::cuMemsetD2D32_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D32_v2_ptds>(p) })
     }
     /// This driver's `cuMemsetD2D8` (symbol `cuMemsetD2D8_v2`).
     #[inline]
     pub fn cuMemsetD2D8(&self) -> Result<pfn::cuMemsetD2D8, LoadError> {
-        let p = self.symbol(329)?;
-        // SAFETY: slot 329 holds `cuMemsetD2D8_v2`, whose C type `pfn::cuMemsetD2D8` mirrors.
+        let p = self.symbol(381)?;
+        // SAFETY: slot 381 holds `cuMemsetD2D8_v2`, whose C type `pfn::cuMemsetD2D8` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8>(p) })
     }
     /// This driver's `cuMemsetD2D8Async` (symbol `cuMemsetD2D8Async`).
     #[inline]
     pub fn cuMemsetD2D8Async(&self) -> Result<pfn::cuMemsetD2D8Async, LoadError> {
-        let p = self.symbol(330)?;
-        // SAFETY: slot 330 holds `cuMemsetD2D8Async`, whose C type `pfn::cuMemsetD2D8Async` mirrors.
+        let p = self.symbol(382)?;
+        // SAFETY: slot 382 holds `cuMemsetD2D8Async`, whose C type `pfn::cuMemsetD2D8Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8Async>(p) })
+    }
+    /// This driver's `cuMemsetD2D8Async_ptsz` (symbol `cuMemsetD2D8Async_ptsz`).
+    #[inline]
+    pub fn cuMemsetD2D8Async_ptsz(&self) -> Result<pfn::cuMemsetD2D8Async_ptsz, LoadError> {
+        let p = self.symbol(383)?;
+        // SAFETY: slot 383 holds `cuMemsetD2D8Async_ptsz`, whose C type `pfn::cuMemsetD2D8Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8Async_ptsz>(p) })
+    }
+    /// This driver's `cuMemsetD2D8_v2_ptds` (symbol `cuMemsetD2D8_v2_ptds`).
+    #[inline]
+    pub fn cuMemsetD2D8_v2_ptds(&self) -> Result<pfn::cuMemsetD2D8_v2_ptds, LoadError> {
+        let p = self.symbol(384)?;
+        // SAFETY: slot 384 holds `cuMemsetD2D8_v2_ptds`, whose C type `pfn::cuMemsetD2D8_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD2D8_v2_ptds>(p) })
     }
     /// This driver's `cuMemsetD32` (symbol `cuMemsetD32_v2`).
     #[inline]
     pub fn cuMemsetD32(&self) -> Result<pfn::cuMemsetD32, LoadError> {
-        let p = self.symbol(331)?;
-        // SAFETY: slot 331 holds `cuMemsetD32_v2`, whose C type `pfn::cuMemsetD32` mirrors.
+        let p = self.symbol(385)?;
+        // SAFETY: slot 385 holds `cuMemsetD32_v2`, whose C type `pfn::cuMemsetD32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32>(p) })
     }
     /// This driver's `cuMemsetD32Async` (symbol `cuMemsetD32Async`).
     #[inline]
     pub fn cuMemsetD32Async(&self) -> Result<pfn::cuMemsetD32Async, LoadError> {
-        let p = self.symbol(332)?;
-        // SAFETY: slot 332 holds `cuMemsetD32Async`, whose C type `pfn::cuMemsetD32Async` mirrors.
+        let p = self.symbol(386)?;
+        // SAFETY: slot 386 holds `cuMemsetD32Async`, whose C type `pfn::cuMemsetD32Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32Async>(p) })
+    }
+    /// This driver's `cuMemsetD32Async_ptsz` (symbol `cuMemsetD32Async_ptsz`).
+    #[inline]
+    pub fn cuMemsetD32Async_ptsz(&self) -> Result<pfn::cuMemsetD32Async_ptsz, LoadError> {
+        let p = self.symbol(387)?;
+        // SAFETY: slot 387 holds `cuMemsetD32Async_ptsz`, whose C type `pfn::cuMemsetD32Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32Async_ptsz>(p) })
+    }
+    /// This driver's `cuMemsetD32_v2_ptds` (symbol `cuMemsetD32_v2_ptds`).
+    #[inline]
+    pub fn cuMemsetD32_v2_ptds(&self) -> Result<pfn::cuMemsetD32_v2_ptds, LoadError> {
+        let p = self.symbol(388)?;
+        // SAFETY: slot 388 holds `cuMemsetD32_v2_ptds`, whose C type `pfn::cuMemsetD32_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD32_v2_ptds>(p) })
     }
     /// This driver's `cuMemsetD8` (symbol `cuMemsetD8_v2`).
     #[inline]
     pub fn cuMemsetD8(&self) -> Result<pfn::cuMemsetD8, LoadError> {
-        let p = self.symbol(333)?;
-        // SAFETY: slot 333 holds `cuMemsetD8_v2`, whose C type `pfn::cuMemsetD8` mirrors.
+        let p = self.symbol(389)?;
+        // SAFETY: slot 389 holds `cuMemsetD8_v2`, whose C type `pfn::cuMemsetD8` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8>(p) })
     }
     /// This driver's `cuMemsetD8Async` (symbol `cuMemsetD8Async`).
     #[inline]
     pub fn cuMemsetD8Async(&self) -> Result<pfn::cuMemsetD8Async, LoadError> {
-        let p = self.symbol(334)?;
-        // SAFETY: slot 334 holds `cuMemsetD8Async`, whose C type `pfn::cuMemsetD8Async` mirrors.
+        let p = self.symbol(390)?;
+        // SAFETY: slot 390 holds `cuMemsetD8Async`, whose C type `pfn::cuMemsetD8Async` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8Async>(p) })
+    }
+    /// This driver's `cuMemsetD8Async_ptsz` (symbol `cuMemsetD8Async_ptsz`).
+    #[inline]
+    pub fn cuMemsetD8Async_ptsz(&self) -> Result<pfn::cuMemsetD8Async_ptsz, LoadError> {
+        let p = self.symbol(391)?;
+        // SAFETY: slot 391 holds `cuMemsetD8Async_ptsz`, whose C type `pfn::cuMemsetD8Async_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8Async_ptsz>(p) })
+    }
+    /// This driver's `cuMemsetD8_v2_ptds` (symbol `cuMemsetD8_v2_ptds`).
+    #[inline]
+    pub fn cuMemsetD8_v2_ptds(&self) -> Result<pfn::cuMemsetD8_v2_ptds, LoadError> {
+        let p = self.symbol(392)?;
+        // SAFETY: slot 392 holds `cuMemsetD8_v2_ptds`, whose C type `pfn::cuMemsetD8_v2_ptds` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMemsetD8_v2_ptds>(p) })
     }
     /// This driver's `cuMipmappedArrayCreate` (symbol `cuMipmappedArrayCreate`).
     #[inline]
     pub fn cuMipmappedArrayCreate(&self) -> Result<pfn::cuMipmappedArrayCreate, LoadError> {
-        let p = self.symbol(335)?;
-        // SAFETY: slot 335 holds `cuMipmappedArrayCreate`, whose C type `pfn::cuMipmappedArrayCreate` mirrors.
+        let p = self.symbol(393)?;
+        // SAFETY: slot 393 holds `cuMipmappedArrayCreate`, whose C type `pfn::cuMipmappedArrayCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayCreate>(p) })
     }
     /// This driver's `cuMipmappedArrayDestroy` (symbol `cuMipmappedArrayDestroy`).
     #[inline]
     pub fn cuMipmappedArrayDestroy(&self) -> Result<pfn::cuMipmappedArrayDestroy, LoadError> {
-        let p = self.symbol(336)?;
-        // SAFETY: slot 336 holds `cuMipmappedArrayDestroy`, whose C type `pfn::cuMipmappedArrayDestroy` mirrors.
+        let p = self.symbol(394)?;
+        // SAFETY: slot 394 holds `cuMipmappedArrayDestroy`, whose C type `pfn::cuMipmappedArrayDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayDestroy>(p) })
     }
     /// This driver's `cuMipmappedArrayGetLevel` (symbol `cuMipmappedArrayGetLevel`).
     #[inline]
     pub fn cuMipmappedArrayGetLevel(&self) -> Result<pfn::cuMipmappedArrayGetLevel, LoadError> {
-        let p = self.symbol(337)?;
-        // SAFETY: slot 337 holds `cuMipmappedArrayGetLevel`, whose C type `pfn::cuMipmappedArrayGetLevel` mirrors.
+        let p = self.symbol(395)?;
+        // SAFETY: slot 395 holds `cuMipmappedArrayGetLevel`, whose C type `pfn::cuMipmappedArrayGetLevel` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayGetLevel>(p) })
     }
     /// This driver's `cuMipmappedArrayGetMemoryRequirements` (symbol `cuMipmappedArrayGetMemoryRequirements`).
     #[inline]
     pub fn cuMipmappedArrayGetMemoryRequirements(&self) -> Result<pfn::cuMipmappedArrayGetMemoryRequirements, LoadError> {
-        let p = self.symbol(338)?;
-        // SAFETY: slot 338 holds `cuMipmappedArrayGetMemoryRequirements`, whose C type `pfn::cuMipmappedArrayGetMemoryRequirements` mirrors.
+        let p = self.symbol(396)?;
+        // SAFETY: slot 396 holds `cuMipmappedArrayGetMemoryRequirements`, whose C type `pfn::cuMipmappedArrayGetMemoryRequirements` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayGetMemoryRequirements>(p) })
     }
     /// This driver's `cuMipmappedArrayGetSparseProperties` (symbol `cuMipmappedArrayGetSparseProperties`).
     #[inline]
     pub fn cuMipmappedArrayGetSparseProperties(&self) -> Result<pfn::cuMipmappedArrayGetSparseProperties, LoadError> {
-        let p = self.symbol(339)?;
-        // SAFETY: slot 339 holds `cuMipmappedArrayGetSparseProperties`, whose C type `pfn::cuMipmappedArrayGetSparseProperties` mirrors.
+        let p = self.symbol(397)?;
+        // SAFETY: slot 397 holds `cuMipmappedArrayGetSparseProperties`, whose C type `pfn::cuMipmappedArrayGetSparseProperties` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMipmappedArrayGetSparseProperties>(p) })
     }
     /// This driver's `cuModuleEnumerateFunctions` (symbol `cuModuleEnumerateFunctions`).
     #[inline]
     pub fn cuModuleEnumerateFunctions(&self) -> Result<pfn::cuModuleEnumerateFunctions, LoadError> {
-        let p = self.symbol(340)?;
-        // SAFETY: slot 340 holds `cuModuleEnumerateFunctions`, whose C type `pfn::cuModuleEnumerateFunctions` mirrors.
+        let p = self.symbol(398)?;
+        // SAFETY: slot 398 holds `cuModuleEnumerateFunctions`, whose C type `pfn::cuModuleEnumerateFunctions` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleEnumerateFunctions>(p) })
     }
     /// This driver's `cuModuleGetFunction` (symbol `cuModuleGetFunction`).
     #[inline]
     pub fn cuModuleGetFunction(&self) -> Result<pfn::cuModuleGetFunction, LoadError> {
-        let p = self.symbol(341)?;
-        // SAFETY: slot 341 holds `cuModuleGetFunction`, whose C type `pfn::cuModuleGetFunction` mirrors.
+        let p = self.symbol(399)?;
+        // SAFETY: slot 399 holds `cuModuleGetFunction`, whose C type `pfn::cuModuleGetFunction` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetFunction>(p) })
     }
     /// This driver's `cuModuleGetFunctionCount` (symbol `cuModuleGetFunctionCount`).
     #[inline]
     pub fn cuModuleGetFunctionCount(&self) -> Result<pfn::cuModuleGetFunctionCount, LoadError> {
-        let p = self.symbol(342)?;
-        // SAFETY: slot 342 holds `cuModuleGetFunctionCount`, whose C type `pfn::cuModuleGetFunctionCount` mirrors.
+        let p = self.symbol(400)?;
+        // SAFETY: slot 400 holds `cuModuleGetFunctionCount`, whose C type `pfn::cuModuleGetFunctionCount` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetFunctionCount>(p) })
     }
     /// This driver's `cuModuleGetGlobal` (symbol `cuModuleGetGlobal_v2`).
     #[inline]
     pub fn cuModuleGetGlobal(&self) -> Result<pfn::cuModuleGetGlobal, LoadError> {
-        let p = self.symbol(343)?;
-        // SAFETY: slot 343 holds `cuModuleGetGlobal_v2`, whose C type `pfn::cuModuleGetGlobal` mirrors.
+        let p = self.symbol(401)?;
+        // SAFETY: slot 401 holds `cuModuleGetGlobal_v2`, whose C type `pfn::cuModuleGetGlobal` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetGlobal>(p) })
     }
     /// This driver's `cuModuleGetLoadingMode` (symbol `cuModuleGetLoadingMode`).
     #[inline]
     pub fn cuModuleGetLoadingMode(&self) -> Result<pfn::cuModuleGetLoadingMode, LoadError> {
-        let p = self.symbol(344)?;
-        // SAFETY: slot 344 holds `cuModuleGetLoadingMode`, whose C type `pfn::cuModuleGetLoadingMode` mirrors.
+        let p = self.symbol(402)?;
+        // SAFETY: slot 402 holds `cuModuleGetLoadingMode`, whose C type `pfn::cuModuleGetLoadingMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetLoadingMode>(p) })
     }
     /// This driver's `cuModuleGetSurfRef` (symbol `cuModuleGetSurfRef`).
     #[inline]
     pub fn cuModuleGetSurfRef(&self) -> Result<pfn::cuModuleGetSurfRef, LoadError> {
-        let p = self.symbol(345)?;
-        // SAFETY: slot 345 holds `cuModuleGetSurfRef`, whose C type `pfn::cuModuleGetSurfRef` mirrors.
+        let p = self.symbol(403)?;
+        // SAFETY: slot 403 holds `cuModuleGetSurfRef`, whose C type `pfn::cuModuleGetSurfRef` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetSurfRef>(p) })
     }
     /// This driver's `cuModuleGetTexRef` (symbol `cuModuleGetTexRef`).
     #[inline]
     pub fn cuModuleGetTexRef(&self) -> Result<pfn::cuModuleGetTexRef, LoadError> {
-        let p = self.symbol(346)?;
-        // SAFETY: slot 346 holds `cuModuleGetTexRef`, whose C type `pfn::cuModuleGetTexRef` mirrors.
+        let p = self.symbol(404)?;
+        // SAFETY: slot 404 holds `cuModuleGetTexRef`, whose C type `pfn::cuModuleGetTexRef` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleGetTexRef>(p) })
     }
     /// This driver's `cuModuleLoad` (symbol `cuModuleLoad`).
     #[inline]
     pub fn cuModuleLoad(&self) -> Result<pfn::cuModuleLoad, LoadError> {
-        let p = self.symbol(347)?;
-        // SAFETY: slot 347 holds `cuModuleLoad`, whose C type `pfn::cuModuleLoad` mirrors.
+        let p = self.symbol(405)?;
+        // SAFETY: slot 405 holds `cuModuleLoad`, whose C type `pfn::cuModuleLoad` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoad>(p) })
     }
     /// This driver's `cuModuleLoadData` (symbol `cuModuleLoadData`).
     #[inline]
     pub fn cuModuleLoadData(&self) -> Result<pfn::cuModuleLoadData, LoadError> {
-        let p = self.symbol(348)?;
-        // SAFETY: slot 348 holds `cuModuleLoadData`, whose C type `pfn::cuModuleLoadData` mirrors.
+        let p = self.symbol(406)?;
+        // SAFETY: slot 406 holds `cuModuleLoadData`, whose C type `pfn::cuModuleLoadData` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoadData>(p) })
     }
     /// This driver's `cuModuleLoadDataEx` (symbol `cuModuleLoadDataEx`).
     #[inline]
     pub fn cuModuleLoadDataEx(&self) -> Result<pfn::cuModuleLoadDataEx, LoadError> {
-        let p = self.symbol(349)?;
-        // SAFETY: slot 349 holds `cuModuleLoadDataEx`, whose C type `pfn::cuModuleLoadDataEx` mirrors.
+        let p = self.symbol(407)?;
+        // SAFETY: slot 407 holds `cuModuleLoadDataEx`, whose C type `pfn::cuModuleLoadDataEx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoadDataEx>(p) })
     }
     /// This driver's `cuModuleLoadFatBinary` (symbol `cuModuleLoadFatBinary`).
     #[inline]
     pub fn cuModuleLoadFatBinary(&self) -> Result<pfn::cuModuleLoadFatBinary, LoadError> {
-        let p = self.symbol(350)?;
-        // SAFETY: slot 350 holds `cuModuleLoadFatBinary`, whose C type `pfn::cuModuleLoadFatBinary` mirrors.
+        let p = self.symbol(408)?;
+        // SAFETY: slot 408 holds `cuModuleLoadFatBinary`, whose C type `pfn::cuModuleLoadFatBinary` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleLoadFatBinary>(p) })
     }
     /// This driver's `cuModuleUnload` (symbol `cuModuleUnload`).
     #[inline]
     pub fn cuModuleUnload(&self) -> Result<pfn::cuModuleUnload, LoadError> {
-        let p = self.symbol(351)?;
-        // SAFETY: slot 351 holds `cuModuleUnload`, whose C type `pfn::cuModuleUnload` mirrors.
+        let p = self.symbol(409)?;
+        // SAFETY: slot 409 holds `cuModuleUnload`, whose C type `pfn::cuModuleUnload` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuModuleUnload>(p) })
     }
     /// This driver's `cuMulticastAddDevice` (symbol `cuMulticastAddDevice`).
     #[inline]
     pub fn cuMulticastAddDevice(&self) -> Result<pfn::cuMulticastAddDevice, LoadError> {
-        let p = self.symbol(352)?;
-        // SAFETY: slot 352 holds `cuMulticastAddDevice`, whose C type `pfn::cuMulticastAddDevice` mirrors.
+        let p = self.symbol(410)?;
+        // SAFETY: slot 410 holds `cuMulticastAddDevice`, whose C type `pfn::cuMulticastAddDevice` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastAddDevice>(p) })
     }
     /// This driver's `cuMulticastBindAddr` (symbol `cuMulticastBindAddr`).
     #[inline]
     pub fn cuMulticastBindAddr(&self) -> Result<pfn::cuMulticastBindAddr, LoadError> {
-        let p = self.symbol(353)?;
-        // SAFETY: slot 353 holds `cuMulticastBindAddr`, whose C type `pfn::cuMulticastBindAddr` mirrors.
+        let p = self.symbol(411)?;
+        // SAFETY: slot 411 holds `cuMulticastBindAddr`, whose C type `pfn::cuMulticastBindAddr` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastBindAddr>(p) })
     }
     /// This driver's `cuMulticastBindMem` (symbol `cuMulticastBindMem`).
     #[inline]
     pub fn cuMulticastBindMem(&self) -> Result<pfn::cuMulticastBindMem, LoadError> {
-        let p = self.symbol(354)?;
-        // SAFETY: slot 354 holds `cuMulticastBindMem`, whose C type `pfn::cuMulticastBindMem` mirrors.
+        let p = self.symbol(412)?;
+        // SAFETY: slot 412 holds `cuMulticastBindMem`, whose C type `pfn::cuMulticastBindMem` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastBindMem>(p) })
     }
     /// This driver's `cuMulticastCreate` (symbol `cuMulticastCreate`).
     #[inline]
     pub fn cuMulticastCreate(&self) -> Result<pfn::cuMulticastCreate, LoadError> {
-        let p = self.symbol(355)?;
-        // SAFETY: slot 355 holds `cuMulticastCreate`, whose C type `pfn::cuMulticastCreate` mirrors.
+        let p = self.symbol(413)?;
+        // SAFETY: slot 413 holds `cuMulticastCreate`, whose C type `pfn::cuMulticastCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastCreate>(p) })
     }
     /// This driver's `cuMulticastGetGranularity` (symbol `cuMulticastGetGranularity`).
     #[inline]
     pub fn cuMulticastGetGranularity(&self) -> Result<pfn::cuMulticastGetGranularity, LoadError> {
-        let p = self.symbol(356)?;
-        // SAFETY: slot 356 holds `cuMulticastGetGranularity`, whose C type `pfn::cuMulticastGetGranularity` mirrors.
+        let p = self.symbol(414)?;
+        // SAFETY: slot 414 holds `cuMulticastGetGranularity`, whose C type `pfn::cuMulticastGetGranularity` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastGetGranularity>(p) })
     }
     /// This driver's `cuMulticastUnbind` (symbol `cuMulticastUnbind`).
     #[inline]
     pub fn cuMulticastUnbind(&self) -> Result<pfn::cuMulticastUnbind, LoadError> {
-        let p = self.symbol(357)?;
-        // SAFETY: slot 357 holds `cuMulticastUnbind`, whose C type `pfn::cuMulticastUnbind` mirrors.
+        let p = self.symbol(415)?;
+        // SAFETY: slot 415 holds `cuMulticastUnbind`, whose C type `pfn::cuMulticastUnbind` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuMulticastUnbind>(p) })
     }
     /// This driver's `cuOccupancyAvailableDynamicSMemPerBlock` (symbol `cuOccupancyAvailableDynamicSMemPerBlock`).
     #[inline]
     pub fn cuOccupancyAvailableDynamicSMemPerBlock(&self) -> Result<pfn::cuOccupancyAvailableDynamicSMemPerBlock, LoadError> {
-        let p = self.symbol(358)?;
-        // SAFETY: slot 358 holds `cuOccupancyAvailableDynamicSMemPerBlock`, whose C type `pfn::cuOccupancyAvailableDynamicSMemPerBlock` mirrors.
+        let p = self.symbol(416)?;
+        // SAFETY: slot 416 holds `cuOccupancyAvailableDynamicSMemPerBlock`, whose C type `pfn::cuOccupancyAvailableDynamicSMemPerBlock` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyAvailableDynamicSMemPerBlock>(p) })
     }
     /// This driver's `cuOccupancyMaxActiveBlocksPerMultiprocessor` (symbol `cuOccupancyMaxActiveBlocksPerMultiprocessor`).
     #[inline]
     pub fn cuOccupancyMaxActiveBlocksPerMultiprocessor(&self) -> Result<pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor, LoadError> {
-        let p = self.symbol(359)?;
-        // SAFETY: slot 359 holds `cuOccupancyMaxActiveBlocksPerMultiprocessor`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor` mirrors.
+        let p = self.symbol(417)?;
+        // SAFETY: slot 417 holds `cuOccupancyMaxActiveBlocksPerMultiprocessor`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxActiveBlocksPerMultiprocessor>(p) })
     }
     /// This driver's `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` (symbol `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`).
     #[inline]
     pub fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&self) -> Result<pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, LoadError> {
-        let p = self.symbol(360)?;
-        // SAFETY: slot 360 holds `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` mirrors.
+        let p = self.symbol(418)?;
+        // SAFETY: slot 418 holds `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags`, whose C type `pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags>(p) })
     }
     /// This driver's `cuOccupancyMaxActiveClusters` (symbol `cuOccupancyMaxActiveClusters`).
     #[inline]
     pub fn cuOccupancyMaxActiveClusters(&self) -> Result<pfn::cuOccupancyMaxActiveClusters, LoadError> {
-        let p = self.symbol(361)?;
-        // SAFETY: slot 361 holds `cuOccupancyMaxActiveClusters`, whose C type `pfn::cuOccupancyMaxActiveClusters` mirrors.
+        let p = self.symbol(419)?;
+        // SAFETY: slot 419 holds `cuOccupancyMaxActiveClusters`, whose C type `pfn::cuOccupancyMaxActiveClusters` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxActiveClusters>(p) })
     }
     /// This driver's `cuOccupancyMaxPotentialBlockSize` (symbol `cuOccupancyMaxPotentialBlockSize`).
     #[inline]
     pub fn cuOccupancyMaxPotentialBlockSize(&self) -> Result<pfn::cuOccupancyMaxPotentialBlockSize, LoadError> {
-        let p = self.symbol(362)?;
-        // SAFETY: slot 362 holds `cuOccupancyMaxPotentialBlockSize`, whose C type `pfn::cuOccupancyMaxPotentialBlockSize` mirrors.
+        let p = self.symbol(420)?;
+        // SAFETY: slot 420 holds `cuOccupancyMaxPotentialBlockSize`, whose C type `pfn::cuOccupancyMaxPotentialBlockSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxPotentialBlockSize>(p) })
     }
     /// This driver's `cuOccupancyMaxPotentialBlockSizeWithFlags` (symbol `cuOccupancyMaxPotentialBlockSizeWithFlags`).
     #[inline]
     pub fn cuOccupancyMaxPotentialBlockSizeWithFlags(&self) -> Result<pfn::cuOccupancyMaxPotentialBlockSizeWithFlags, LoadError> {
-        let p = self.symbol(363)?;
-        // SAFETY: slot 363 holds `cuOccupancyMaxPotentialBlockSizeWithFlags`, whose C type `pfn::cuOccupancyMaxPotentialBlockSizeWithFlags` mirrors.
+        let p = self.symbol(421)?;
+        // SAFETY: slot 421 holds `cuOccupancyMaxPotentialBlockSizeWithFlags`, whose C type `pfn::cuOccupancyMaxPotentialBlockSizeWithFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxPotentialBlockSizeWithFlags>(p) })
     }
     /// This driver's `cuOccupancyMaxPotentialClusterSize` (symbol `cuOccupancyMaxPotentialClusterSize`).
     #[inline]
     pub fn cuOccupancyMaxPotentialClusterSize(&self) -> Result<pfn::cuOccupancyMaxPotentialClusterSize, LoadError> {
-        let p = self.symbol(364)?;
-        // SAFETY: slot 364 holds `cuOccupancyMaxPotentialClusterSize`, whose C type `pfn::cuOccupancyMaxPotentialClusterSize` mirrors.
+        let p = self.symbol(422)?;
+        // SAFETY: slot 422 holds `cuOccupancyMaxPotentialClusterSize`, whose C type `pfn::cuOccupancyMaxPotentialClusterSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuOccupancyMaxPotentialClusterSize>(p) })
     }
     /// This driver's `cuParamSetSize` (symbol `cuParamSetSize`).
     #[inline]
     pub fn cuParamSetSize(&self) -> Result<pfn::cuParamSetSize, LoadError> {
-        let p = self.symbol(365)?;
-        // SAFETY: slot 365 holds `cuParamSetSize`, whose C type `pfn::cuParamSetSize` mirrors.
+        let p = self.symbol(423)?;
+        // SAFETY: slot 423 holds `cuParamSetSize`, whose C type `pfn::cuParamSetSize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetSize>(p) })
     }
     /// This driver's `cuParamSetTexRef` (symbol `cuParamSetTexRef`).
     #[inline]
     pub fn cuParamSetTexRef(&self) -> Result<pfn::cuParamSetTexRef, LoadError> {
-        let p = self.symbol(366)?;
-        // SAFETY: slot 366 holds `cuParamSetTexRef`, whose C type `pfn::cuParamSetTexRef` mirrors.
+        let p = self.symbol(424)?;
+        // SAFETY: slot 424 holds `cuParamSetTexRef`, whose C type `pfn::cuParamSetTexRef` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetTexRef>(p) })
     }
     /// This driver's `cuParamSetf` (symbol `cuParamSetf`).
     #[inline]
     pub fn cuParamSetf(&self) -> Result<pfn::cuParamSetf, LoadError> {
-        let p = self.symbol(367)?;
-        // SAFETY: slot 367 holds `cuParamSetf`, whose C type `pfn::cuParamSetf` mirrors.
+        let p = self.symbol(425)?;
+        // SAFETY: slot 425 holds `cuParamSetf`, whose C type `pfn::cuParamSetf` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetf>(p) })
     }
     /// This driver's `cuParamSeti` (symbol `cuParamSeti`).
     #[inline]
     pub fn cuParamSeti(&self) -> Result<pfn::cuParamSeti, LoadError> {
-        let p = self.symbol(368)?;
-        // SAFETY: slot 368 holds `cuParamSeti`, whose C type `pfn::cuParamSeti` mirrors.
+        let p = self.symbol(426)?;
+        // SAFETY: slot 426 holds `cuParamSeti`, whose C type `pfn::cuParamSeti` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSeti>(p) })
     }
     /// This driver's `cuParamSetv` (symbol `cuParamSetv`).
     #[inline]
     pub fn cuParamSetv(&self) -> Result<pfn::cuParamSetv, LoadError> {
-        let p = self.symbol(369)?;
-        // SAFETY: slot 369 holds `cuParamSetv`, whose C type `pfn::cuParamSetv` mirrors.
+        let p = self.symbol(427)?;
+        // SAFETY: slot 427 holds `cuParamSetv`, whose C type `pfn::cuParamSetv` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuParamSetv>(p) })
     }
     /// This driver's `cuPointerGetAttribute` (symbol `cuPointerGetAttribute`).
     #[inline]
     pub fn cuPointerGetAttribute(&self) -> Result<pfn::cuPointerGetAttribute, LoadError> {
-        let p = self.symbol(370)?;
-        // SAFETY: slot 370 holds `cuPointerGetAttribute`, whose C type `pfn::cuPointerGetAttribute` mirrors.
+        let p = self.symbol(428)?;
+        // SAFETY: slot 428 holds `cuPointerGetAttribute`, whose C type `pfn::cuPointerGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuPointerGetAttribute>(p) })
     }
     /// This driver's `cuPointerGetAttributes` (symbol `cuPointerGetAttributes`).
     #[inline]
     pub fn cuPointerGetAttributes(&self) -> Result<pfn::cuPointerGetAttributes, LoadError> {
-        let p = self.symbol(371)?;
-        // SAFETY: slot 371 holds `cuPointerGetAttributes`, whose C type `pfn::cuPointerGetAttributes` mirrors.
+        let p = self.symbol(429)?;
+        // SAFETY: slot 429 holds `cuPointerGetAttributes`, whose C type `pfn::cuPointerGetAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuPointerGetAttributes>(p) })
     }
     /// This driver's `cuPointerSetAttribute` (symbol `cuPointerSetAttribute`).
     #[inline]
     pub fn cuPointerSetAttribute(&self) -> Result<pfn::cuPointerSetAttribute, LoadError> {
-        let p = self.symbol(372)?;
-        // SAFETY: slot 372 holds `cuPointerSetAttribute`, whose C type `pfn::cuPointerSetAttribute` mirrors.
+        let p = self.symbol(430)?;
+        // SAFETY: slot 430 holds `cuPointerSetAttribute`, whose C type `pfn::cuPointerSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuPointerSetAttribute>(p) })
     }
     /// This driver's `cuSignalExternalSemaphoresAsync` (symbol `cuSignalExternalSemaphoresAsync`).
     #[inline]
     pub fn cuSignalExternalSemaphoresAsync(&self) -> Result<pfn::cuSignalExternalSemaphoresAsync, LoadError> {
-        let p = self.symbol(373)?;
-        // SAFETY: slot 373 holds `cuSignalExternalSemaphoresAsync`, whose C type `pfn::cuSignalExternalSemaphoresAsync` mirrors.
+        let p = self.symbol(431)?;
+        // SAFETY: slot 431 holds `cuSignalExternalSemaphoresAsync`, whose C type `pfn::cuSignalExternalSemaphoresAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSignalExternalSemaphoresAsync>(p) })
+    }
+    /// This driver's `cuSignalExternalSemaphoresAsync_ptsz` (symbol `cuSignalExternalSemaphoresAsync_ptsz`).
+    #[inline]
+    pub fn cuSignalExternalSemaphoresAsync_ptsz(&self) -> Result<pfn::cuSignalExternalSemaphoresAsync_ptsz, LoadError> {
+        let p = self.symbol(432)?;
+        // SAFETY: slot 432 holds `cuSignalExternalSemaphoresAsync_ptsz`, whose C type `pfn::cuSignalExternalSemaphoresAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSignalExternalSemaphoresAsync_ptsz>(p) })
     }
     /// This driver's `cuStreamAddCallback` (symbol `cuStreamAddCallback`).
     #[inline]
     pub fn cuStreamAddCallback(&self) -> Result<pfn::cuStreamAddCallback, LoadError> {
-        let p = self.symbol(374)?;
-        // SAFETY: slot 374 holds `cuStreamAddCallback`, whose C type `pfn::cuStreamAddCallback` mirrors.
+        let p = self.symbol(433)?;
+        // SAFETY: slot 433 holds `cuStreamAddCallback`, whose C type `pfn::cuStreamAddCallback` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAddCallback>(p) })
+    }
+    /// This driver's `cuStreamAddCallback_ptsz` (symbol `cuStreamAddCallback_ptsz`).
+    #[inline]
+    pub fn cuStreamAddCallback_ptsz(&self) -> Result<pfn::cuStreamAddCallback_ptsz, LoadError> {
+        let p = self.symbol(434)?;
+        // SAFETY: slot 434 holds `cuStreamAddCallback_ptsz`, whose C type `pfn::cuStreamAddCallback_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAddCallback_ptsz>(p) })
     }
     /// This driver's `cuStreamAttachMemAsync` (symbol `cuStreamAttachMemAsync`).
     #[inline]
     pub fn cuStreamAttachMemAsync(&self) -> Result<pfn::cuStreamAttachMemAsync, LoadError> {
-        let p = self.symbol(375)?;
-        // SAFETY: slot 375 holds `cuStreamAttachMemAsync`, whose C type `pfn::cuStreamAttachMemAsync` mirrors.
+        let p = self.symbol(435)?;
+        // SAFETY: slot 435 holds `cuStreamAttachMemAsync`, whose C type `pfn::cuStreamAttachMemAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAttachMemAsync>(p) })
+    }
+    /// This driver's `cuStreamAttachMemAsync_ptsz` (symbol `cuStreamAttachMemAsync_ptsz`).
+    #[inline]
+    pub fn cuStreamAttachMemAsync_ptsz(&self) -> Result<pfn::cuStreamAttachMemAsync_ptsz, LoadError> {
+        let p = self.symbol(436)?;
+        // SAFETY: slot 436 holds `cuStreamAttachMemAsync_ptsz`, whose C type `pfn::cuStreamAttachMemAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamAttachMemAsync_ptsz>(p) })
     }
     /// This driver's `cuStreamBatchMemOp` (symbol `cuStreamBatchMemOp_v2`).
     #[inline]
     pub fn cuStreamBatchMemOp(&self) -> Result<pfn::cuStreamBatchMemOp, LoadError> {
-        let p = self.symbol(376)?;
-        // SAFETY: slot 376 holds `cuStreamBatchMemOp_v2`, whose C type `pfn::cuStreamBatchMemOp` mirrors.
+        let p = self.symbol(437)?;
+        // SAFETY: slot 437 holds `cuStreamBatchMemOp_v2`, whose C type `pfn::cuStreamBatchMemOp` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBatchMemOp>(p) })
+    }
+    /// This driver's `cuStreamBatchMemOp_v2_ptsz` (symbol `cuStreamBatchMemOp_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamBatchMemOp_v2_ptsz(&self) -> Result<pfn::cuStreamBatchMemOp_v2_ptsz, LoadError> {
+        let p = self.symbol(438)?;
+        // SAFETY: slot 438 holds `cuStreamBatchMemOp_v2_ptsz`, whose C type `pfn::cuStreamBatchMemOp_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBatchMemOp_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamBeginCapture` (symbol `cuStreamBeginCapture_v2`).
     #[inline]
     pub fn cuStreamBeginCapture(&self) -> Result<pfn::cuStreamBeginCapture, LoadError> {
-        let p = self.symbol(377)?;
-        // SAFETY: slot 377 holds `cuStreamBeginCapture_v2`, whose C type `pfn::cuStreamBeginCapture` mirrors.
+        let p = self.symbol(439)?;
+        // SAFETY: slot 439 holds `cuStreamBeginCapture_v2`, whose C type `pfn::cuStreamBeginCapture` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCapture>(p) })
     }
     /// This driver's `cuStreamBeginCaptureToGraph` (symbol `cuStreamBeginCaptureToGraph`).
     #[inline]
     pub fn cuStreamBeginCaptureToGraph(&self) -> Result<pfn::cuStreamBeginCaptureToGraph, LoadError> {
-        let p = self.symbol(378)?;
-        // SAFETY: slot 378 holds `cuStreamBeginCaptureToGraph`, whose C type `pfn::cuStreamBeginCaptureToGraph` mirrors.
+        let p = self.symbol(440)?;
+        // SAFETY: slot 440 holds `cuStreamBeginCaptureToGraph`, whose C type `pfn::cuStreamBeginCaptureToGraph` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCaptureToGraph>(p) })
+    }
+    /// This driver's `cuStreamBeginCaptureToGraph_ptsz` (symbol `cuStreamBeginCaptureToGraph_ptsz`).
+    #[inline]
+    pub fn cuStreamBeginCaptureToGraph_ptsz(&self) -> Result<pfn::cuStreamBeginCaptureToGraph_ptsz, LoadError> {
+        let p = self.symbol(441)?;
+        // SAFETY: slot 441 holds `cuStreamBeginCaptureToGraph_ptsz`, whose C type `pfn::cuStreamBeginCaptureToGraph_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCaptureToGraph_ptsz>(p) })
+    }
+    /// This driver's `cuStreamBeginCapture_v2_ptsz` (symbol `cuStreamBeginCapture_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamBeginCapture_v2_ptsz(&self) -> Result<pfn::cuStreamBeginCapture_v2_ptsz, LoadError> {
+        let p = self.symbol(442)?;
+        // SAFETY: slot 442 holds `cuStreamBeginCapture_v2_ptsz`, whose C type `pfn::cuStreamBeginCapture_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamBeginCapture_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamCopyAttributes` (symbol `cuStreamCopyAttributes`).
     #[inline]
     pub fn cuStreamCopyAttributes(&self) -> Result<pfn::cuStreamCopyAttributes, LoadError> {
-        let p = self.symbol(379)?;
-        // SAFETY: slot 379 holds `cuStreamCopyAttributes`, whose C type `pfn::cuStreamCopyAttributes` mirrors.
+        let p = self.symbol(443)?;
+        // SAFETY: slot 443 holds `cuStreamCopyAttributes`, whose C type `pfn::cuStreamCopyAttributes` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCopyAttributes>(p) })
+    }
+    /// This driver's `cuStreamCopyAttributes_ptsz` (symbol `cuStreamCopyAttributes_ptsz`).
+    #[inline]
+    pub fn cuStreamCopyAttributes_ptsz(&self) -> Result<pfn::cuStreamCopyAttributes_ptsz, LoadError> {
+        let p = self.symbol(444)?;
+        // SAFETY: slot 444 holds `cuStreamCopyAttributes_ptsz`, whose C type `pfn::cuStreamCopyAttributes_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCopyAttributes_ptsz>(p) })
     }
     /// This driver's `cuStreamCreate` (symbol `cuStreamCreate`).
     #[inline]
     pub fn cuStreamCreate(&self) -> Result<pfn::cuStreamCreate, LoadError> {
-        let p = self.symbol(380)?;
-        // SAFETY: slot 380 holds `cuStreamCreate`, whose C type `pfn::cuStreamCreate` mirrors.
+        let p = self.symbol(445)?;
+        // SAFETY: slot 445 holds `cuStreamCreate`, whose C type `pfn::cuStreamCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCreate>(p) })
     }
     /// This driver's `cuStreamCreateWithPriority` (symbol `cuStreamCreateWithPriority`).
     #[inline]
     pub fn cuStreamCreateWithPriority(&self) -> Result<pfn::cuStreamCreateWithPriority, LoadError> {
-        let p = self.symbol(381)?;
-        // SAFETY: slot 381 holds `cuStreamCreateWithPriority`, whose C type `pfn::cuStreamCreateWithPriority` mirrors.
+        let p = self.symbol(446)?;
+        // SAFETY: slot 446 holds `cuStreamCreateWithPriority`, whose C type `pfn::cuStreamCreateWithPriority` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamCreateWithPriority>(p) })
     }
     /// This driver's `cuStreamDestroy` (symbol `cuStreamDestroy_v2`).
     #[inline]
     pub fn cuStreamDestroy(&self) -> Result<pfn::cuStreamDestroy, LoadError> {
-        let p = self.symbol(382)?;
-        // SAFETY: slot 382 holds `cuStreamDestroy_v2`, whose C type `pfn::cuStreamDestroy` mirrors.
+        let p = self.symbol(447)?;
+        // SAFETY: slot 447 holds `cuStreamDestroy_v2`, whose C type `pfn::cuStreamDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamDestroy>(p) })
     }
     /// This driver's `cuStreamEndCapture` (symbol `cuStreamEndCapture`).
     #[inline]
     pub fn cuStreamEndCapture(&self) -> Result<pfn::cuStreamEndCapture, LoadError> {
-        let p = self.symbol(383)?;
-        // SAFETY: slot 383 holds `cuStreamEndCapture`, whose C type `pfn::cuStreamEndCapture` mirrors.
+        let p = self.symbol(448)?;
+        // SAFETY: slot 448 holds `cuStreamEndCapture`, whose C type `pfn::cuStreamEndCapture` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamEndCapture>(p) })
+    }
+    /// This driver's `cuStreamEndCapture_ptsz` (symbol `cuStreamEndCapture_ptsz`).
+    #[inline]
+    pub fn cuStreamEndCapture_ptsz(&self) -> Result<pfn::cuStreamEndCapture_ptsz, LoadError> {
+        let p = self.symbol(449)?;
+        // SAFETY: slot 449 holds `cuStreamEndCapture_ptsz`, whose C type `pfn::cuStreamEndCapture_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamEndCapture_ptsz>(p) })
     }
     /// This driver's `cuStreamGetAttribute` (symbol `cuStreamGetAttribute`).
     #[inline]
     pub fn cuStreamGetAttribute(&self) -> Result<pfn::cuStreamGetAttribute, LoadError> {
-        let p = self.symbol(384)?;
-        // SAFETY: slot 384 holds `cuStreamGetAttribute`, whose C type `pfn::cuStreamGetAttribute` mirrors.
+        let p = self.symbol(450)?;
+        // SAFETY: slot 450 holds `cuStreamGetAttribute`, whose C type `pfn::cuStreamGetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetAttribute>(p) })
+    }
+    /// This driver's `cuStreamGetAttribute_ptsz` (symbol `cuStreamGetAttribute_ptsz`).
+    #[inline]
+    pub fn cuStreamGetAttribute_ptsz(&self) -> Result<pfn::cuStreamGetAttribute_ptsz, LoadError> {
+        let p = self.symbol(451)?;
+        // SAFETY: slot 451 holds `cuStreamGetAttribute_ptsz`, whose C type `pfn::cuStreamGetAttribute_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetAttribute_ptsz>(p) })
     }
     /// This driver's `cuStreamGetCaptureInfo` (symbol `cuStreamGetCaptureInfo_v3`).
     #[inline]
     pub fn cuStreamGetCaptureInfo(&self) -> Result<pfn::cuStreamGetCaptureInfo, LoadError> {
-        let p = self.symbol(385)?;
-        // SAFETY: slot 385 holds `cuStreamGetCaptureInfo_v3`, whose C type `pfn::cuStreamGetCaptureInfo` mirrors.
+        let p = self.symbol(452)?;
+        // SAFETY: slot 452 holds `cuStreamGetCaptureInfo_v3`, whose C type `pfn::cuStreamGetCaptureInfo` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCaptureInfo>(p) })
+    }
+    /// This driver's `cuStreamGetCaptureInfo_v3_ptsz` (symbol `cuStreamGetCaptureInfo_v3_ptsz`).
+    #[inline]
+    pub fn cuStreamGetCaptureInfo_v3_ptsz(&self) -> Result<pfn::cuStreamGetCaptureInfo_v3_ptsz, LoadError> {
+        let p = self.symbol(453)?;
+        // SAFETY: slot 453 holds `cuStreamGetCaptureInfo_v3_ptsz`, whose C type `pfn::cuStreamGetCaptureInfo_v3_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCaptureInfo_v3_ptsz>(p) })
     }
     /// This driver's `cuStreamGetCtx` (symbol `cuStreamGetCtx`).
     #[inline]
     pub fn cuStreamGetCtx(&self) -> Result<pfn::cuStreamGetCtx, LoadError> {
-        let p = self.symbol(386)?;
-        // SAFETY: slot 386 holds `cuStreamGetCtx`, whose C type `pfn::cuStreamGetCtx` mirrors.
+        let p = self.symbol(454)?;
+        // SAFETY: slot 454 holds `cuStreamGetCtx`, whose C type `pfn::cuStreamGetCtx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx>(p) })
+    }
+    /// This driver's `cuStreamGetCtx_ptsz` (symbol `cuStreamGetCtx_ptsz`).
+    #[inline]
+    pub fn cuStreamGetCtx_ptsz(&self) -> Result<pfn::cuStreamGetCtx_ptsz, LoadError> {
+        let p = self.symbol(455)?;
+        // SAFETY: slot 455 holds `cuStreamGetCtx_ptsz`, whose C type `pfn::cuStreamGetCtx_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx_ptsz>(p) })
     }
     /// This driver's `cuStreamGetCtx_v2` (symbol `cuStreamGetCtx_v2`).
     #[inline]
     pub fn cuStreamGetCtx_v2(&self) -> Result<pfn::cuStreamGetCtx_v2, LoadError> {
-        let p = self.symbol(387)?;
-        // SAFETY: slot 387 holds `cuStreamGetCtx_v2`, whose C type `pfn::cuStreamGetCtx_v2` mirrors.
+        let p = self.symbol(456)?;
+        // SAFETY: slot 456 holds `cuStreamGetCtx_v2`, whose C type `pfn::cuStreamGetCtx_v2` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx_v2>(p) })
+    }
+    /// This driver's `cuStreamGetCtx_v2_ptsz` (symbol `cuStreamGetCtx_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamGetCtx_v2_ptsz(&self) -> Result<pfn::cuStreamGetCtx_v2_ptsz, LoadError> {
+        let p = self.symbol(457)?;
+        // SAFETY: slot 457 holds `cuStreamGetCtx_v2_ptsz`, whose C type `pfn::cuStreamGetCtx_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetCtx_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamGetDevice` (symbol `cuStreamGetDevice`).
     #[inline]
     pub fn cuStreamGetDevice(&self) -> Result<pfn::cuStreamGetDevice, LoadError> {
-        let p = self.symbol(388)?;
-        // SAFETY: slot 388 holds `cuStreamGetDevice`, whose C type `pfn::cuStreamGetDevice` mirrors.
+        let p = self.symbol(458)?;
+        // SAFETY: slot 458 holds `cuStreamGetDevice`, whose C type `pfn::cuStreamGetDevice` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetDevice>(p) })
+    }
+    /// This driver's `cuStreamGetDevice_ptsz` (symbol `cuStreamGetDevice_ptsz`).
+    #[inline]
+    pub fn cuStreamGetDevice_ptsz(&self) -> Result<pfn::cuStreamGetDevice_ptsz, LoadError> {
+        let p = self.symbol(459)?;
+        // SAFETY: slot 459 holds `cuStreamGetDevice_ptsz`, whose C type `pfn::cuStreamGetDevice_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetDevice_ptsz>(p) })
     }
     /// This driver's `cuStreamGetFlags` (symbol `cuStreamGetFlags`).
     #[inline]
     pub fn cuStreamGetFlags(&self) -> Result<pfn::cuStreamGetFlags, LoadError> {
-        let p = self.symbol(389)?;
-        // SAFETY: slot 389 holds `cuStreamGetFlags`, whose C type `pfn::cuStreamGetFlags` mirrors.
+        let p = self.symbol(460)?;
+        // SAFETY: slot 460 holds `cuStreamGetFlags`, whose C type `pfn::cuStreamGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetFlags>(p) })
+    }
+    /// This driver's `cuStreamGetFlags_ptsz` (symbol `cuStreamGetFlags_ptsz`).
+    #[inline]
+    pub fn cuStreamGetFlags_ptsz(&self) -> Result<pfn::cuStreamGetFlags_ptsz, LoadError> {
+        let p = self.symbol(461)?;
+        // SAFETY: slot 461 holds `cuStreamGetFlags_ptsz`, whose C type `pfn::cuStreamGetFlags_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetFlags_ptsz>(p) })
     }
     /// This driver's `cuStreamGetGreenCtx` (symbol `cuStreamGetGreenCtx`).
     #[inline]
     pub fn cuStreamGetGreenCtx(&self) -> Result<pfn::cuStreamGetGreenCtx, LoadError> {
-        let p = self.symbol(390)?;
-        // SAFETY: slot 390 holds `cuStreamGetGreenCtx`, whose C type `pfn::cuStreamGetGreenCtx` mirrors.
+        let p = self.symbol(462)?;
+        // SAFETY: slot 462 holds `cuStreamGetGreenCtx`, whose C type `pfn::cuStreamGetGreenCtx` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetGreenCtx>(p) })
     }
     /// This driver's `cuStreamGetId` (symbol `cuStreamGetId`).
     #[inline]
     pub fn cuStreamGetId(&self) -> Result<pfn::cuStreamGetId, LoadError> {
-        let p = self.symbol(391)?;
-        // SAFETY: slot 391 holds `cuStreamGetId`, whose C type `pfn::cuStreamGetId` mirrors.
+        let p = self.symbol(463)?;
+        // SAFETY: slot 463 holds `cuStreamGetId`, whose C type `pfn::cuStreamGetId` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetId>(p) })
+    }
+    /// This driver's `cuStreamGetId_ptsz` (symbol `cuStreamGetId_ptsz`).
+    #[inline]
+    pub fn cuStreamGetId_ptsz(&self) -> Result<pfn::cuStreamGetId_ptsz, LoadError> {
+        let p = self.symbol(464)?;
+        // SAFETY: slot 464 holds `cuStreamGetId_ptsz`, whose C type `pfn::cuStreamGetId_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetId_ptsz>(p) })
     }
     /// This driver's `cuStreamGetPriority` (symbol `cuStreamGetPriority`).
     #[inline]
     pub fn cuStreamGetPriority(&self) -> Result<pfn::cuStreamGetPriority, LoadError> {
-        let p = self.symbol(392)?;
-        // SAFETY: slot 392 holds `cuStreamGetPriority`, whose C type `pfn::cuStreamGetPriority` mirrors.
+        let p = self.symbol(465)?;
+        // SAFETY: slot 465 holds `cuStreamGetPriority`, whose C type `pfn::cuStreamGetPriority` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetPriority>(p) })
+    }
+    /// This driver's `cuStreamGetPriority_ptsz` (symbol `cuStreamGetPriority_ptsz`).
+    #[inline]
+    pub fn cuStreamGetPriority_ptsz(&self) -> Result<pfn::cuStreamGetPriority_ptsz, LoadError> {
+        let p = self.symbol(466)?;
+        // SAFETY: slot 466 holds `cuStreamGetPriority_ptsz`, whose C type `pfn::cuStreamGetPriority_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamGetPriority_ptsz>(p) })
     }
     /// This driver's `cuStreamIsCapturing` (symbol `cuStreamIsCapturing`).
     #[inline]
     pub fn cuStreamIsCapturing(&self) -> Result<pfn::cuStreamIsCapturing, LoadError> {
-        let p = self.symbol(393)?;
-        // SAFETY: slot 393 holds `cuStreamIsCapturing`, whose C type `pfn::cuStreamIsCapturing` mirrors.
+        let p = self.symbol(467)?;
+        // SAFETY: slot 467 holds `cuStreamIsCapturing`, whose C type `pfn::cuStreamIsCapturing` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamIsCapturing>(p) })
+    }
+    /// This driver's `cuStreamIsCapturing_ptsz` (symbol `cuStreamIsCapturing_ptsz`).
+    #[inline]
+    pub fn cuStreamIsCapturing_ptsz(&self) -> Result<pfn::cuStreamIsCapturing_ptsz, LoadError> {
+        let p = self.symbol(468)?;
+        // SAFETY: slot 468 holds `cuStreamIsCapturing_ptsz`, whose C type `pfn::cuStreamIsCapturing_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamIsCapturing_ptsz>(p) })
     }
     /// This driver's `cuStreamQuery` (symbol `cuStreamQuery`).
     #[inline]
     pub fn cuStreamQuery(&self) -> Result<pfn::cuStreamQuery, LoadError> {
-        let p = self.symbol(394)?;
-        // SAFETY: slot 394 holds `cuStreamQuery`, whose C type `pfn::cuStreamQuery` mirrors.
+        let p = self.symbol(469)?;
+        // SAFETY: slot 469 holds `cuStreamQuery`, whose C type `pfn::cuStreamQuery` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamQuery>(p) })
+    }
+    /// This driver's `cuStreamQuery_ptsz` (symbol `cuStreamQuery_ptsz`).
+    #[inline]
+    pub fn cuStreamQuery_ptsz(&self) -> Result<pfn::cuStreamQuery_ptsz, LoadError> {
+        let p = self.symbol(470)?;
+        // SAFETY: slot 470 holds `cuStreamQuery_ptsz`, whose C type `pfn::cuStreamQuery_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamQuery_ptsz>(p) })
     }
     /// This driver's `cuStreamSetAttribute` (symbol `cuStreamSetAttribute`).
     #[inline]
     pub fn cuStreamSetAttribute(&self) -> Result<pfn::cuStreamSetAttribute, LoadError> {
-        let p = self.symbol(395)?;
-        // SAFETY: slot 395 holds `cuStreamSetAttribute`, whose C type `pfn::cuStreamSetAttribute` mirrors.
+        let p = self.symbol(471)?;
+        // SAFETY: slot 471 holds `cuStreamSetAttribute`, whose C type `pfn::cuStreamSetAttribute` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSetAttribute>(p) })
+    }
+    /// This driver's `cuStreamSetAttribute_ptsz` (symbol `cuStreamSetAttribute_ptsz`).
+    #[inline]
+    pub fn cuStreamSetAttribute_ptsz(&self) -> Result<pfn::cuStreamSetAttribute_ptsz, LoadError> {
+        let p = self.symbol(472)?;
+        // SAFETY: slot 472 holds `cuStreamSetAttribute_ptsz`, whose C type `pfn::cuStreamSetAttribute_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSetAttribute_ptsz>(p) })
     }
     /// This driver's `cuStreamSynchronize` (symbol `cuStreamSynchronize`).
     #[inline]
     pub fn cuStreamSynchronize(&self) -> Result<pfn::cuStreamSynchronize, LoadError> {
-        let p = self.symbol(396)?;
-        // SAFETY: slot 396 holds `cuStreamSynchronize`, whose C type `pfn::cuStreamSynchronize` mirrors.
+        let p = self.symbol(473)?;
+        // SAFETY: slot 473 holds `cuStreamSynchronize`, whose C type `pfn::cuStreamSynchronize` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSynchronize>(p) })
+    }
+    /// This driver's `cuStreamSynchronize_ptsz` (symbol `cuStreamSynchronize_ptsz`).
+    #[inline]
+    pub fn cuStreamSynchronize_ptsz(&self) -> Result<pfn::cuStreamSynchronize_ptsz, LoadError> {
+        let p = self.symbol(474)?;
+        // SAFETY: slot 474 holds `cuStreamSynchronize_ptsz`, whose C type `pfn::cuStreamSynchronize_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamSynchronize_ptsz>(p) })
     }
     /// This driver's `cuStreamUpdateCaptureDependencies` (symbol `cuStreamUpdateCaptureDependencies_v2`).
     #[inline]
     pub fn cuStreamUpdateCaptureDependencies(&self) -> Result<pfn::cuStreamUpdateCaptureDependencies, LoadError> {
-        let p = self.symbol(397)?;
-        // SAFETY: slot 397 holds `cuStreamUpdateCaptureDependencies_v2`, whose C type `pfn::cuStreamUpdateCaptureDependencies` mirrors.
+        let p = self.symbol(475)?;
+        // SAFETY: slot 475 holds `cuStreamUpdateCaptureDependencies_v2`, whose C type `pfn::cuStreamUpdateCaptureDependencies` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamUpdateCaptureDependencies>(p) })
+    }
+    /// This driver's `cuStreamUpdateCaptureDependencies_v2_ptsz` (symbol `cuStreamUpdateCaptureDependencies_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamUpdateCaptureDependencies_v2_ptsz(&self) -> Result<pfn::cuStreamUpdateCaptureDependencies_v2_ptsz, LoadError> {
+        let p = self.symbol(476)?;
+        // SAFETY: slot 476 holds `cuStreamUpdateCaptureDependencies_v2_ptsz`, whose C type `pfn::cuStreamUpdateCaptureDependencies_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamUpdateCaptureDependencies_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamWaitEvent` (symbol `cuStreamWaitEvent`).
     #[inline]
     pub fn cuStreamWaitEvent(&self) -> Result<pfn::cuStreamWaitEvent, LoadError> {
-        let p = self.symbol(398)?;
-        // SAFETY: slot 398 holds `cuStreamWaitEvent`, whose C type `pfn::cuStreamWaitEvent` mirrors.
+        let p = self.symbol(477)?;
+        // SAFETY: slot 477 holds `cuStreamWaitEvent`, whose C type `pfn::cuStreamWaitEvent` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitEvent>(p) })
+    }
+    /// This driver's `cuStreamWaitEvent_ptsz` (symbol `cuStreamWaitEvent_ptsz`).
+    #[inline]
+    pub fn cuStreamWaitEvent_ptsz(&self) -> Result<pfn::cuStreamWaitEvent_ptsz, LoadError> {
+        let p = self.symbol(478)?;
+        // SAFETY: slot 478 holds `cuStreamWaitEvent_ptsz`, whose C type `pfn::cuStreamWaitEvent_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitEvent_ptsz>(p) })
     }
     /// This driver's `cuStreamWaitValue32` (symbol `cuStreamWaitValue32_v2`).
     #[inline]
     pub fn cuStreamWaitValue32(&self) -> Result<pfn::cuStreamWaitValue32, LoadError> {
-        let p = self.symbol(399)?;
-        // SAFETY: slot 399 holds `cuStreamWaitValue32_v2`, whose C type `pfn::cuStreamWaitValue32` mirrors.
+        let p = self.symbol(479)?;
+        // SAFETY: slot 479 holds `cuStreamWaitValue32_v2`, whose C type `pfn::cuStreamWaitValue32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue32>(p) })
+    }
+    /// This driver's `cuStreamWaitValue32_v2_ptsz` (symbol `cuStreamWaitValue32_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamWaitValue32_v2_ptsz(&self) -> Result<pfn::cuStreamWaitValue32_v2_ptsz, LoadError> {
+        let p = self.symbol(480)?;
+        // SAFETY: slot 480 holds `cuStreamWaitValue32_v2_ptsz`, whose C type `pfn::cuStreamWaitValue32_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue32_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamWaitValue64` (symbol `cuStreamWaitValue64_v2`).
     #[inline]
     pub fn cuStreamWaitValue64(&self) -> Result<pfn::cuStreamWaitValue64, LoadError> {
-        let p = self.symbol(400)?;
-        // SAFETY: slot 400 holds `cuStreamWaitValue64_v2`, whose C type `pfn::cuStreamWaitValue64` mirrors.
+        let p = self.symbol(481)?;
+        // SAFETY: slot 481 holds `cuStreamWaitValue64_v2`, whose C type `pfn::cuStreamWaitValue64` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue64>(p) })
+    }
+    /// This driver's `cuStreamWaitValue64_v2_ptsz` (symbol `cuStreamWaitValue64_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamWaitValue64_v2_ptsz(&self) -> Result<pfn::cuStreamWaitValue64_v2_ptsz, LoadError> {
+        let p = self.symbol(482)?;
+        // SAFETY: slot 482 holds `cuStreamWaitValue64_v2_ptsz`, whose C type `pfn::cuStreamWaitValue64_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWaitValue64_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamWriteValue32` (symbol `cuStreamWriteValue32_v2`).
     #[inline]
     pub fn cuStreamWriteValue32(&self) -> Result<pfn::cuStreamWriteValue32, LoadError> {
-        let p = self.symbol(401)?;
-        // SAFETY: slot 401 holds `cuStreamWriteValue32_v2`, whose C type `pfn::cuStreamWriteValue32` mirrors.
+        let p = self.symbol(483)?;
+        // SAFETY: slot 483 holds `cuStreamWriteValue32_v2`, whose C type `pfn::cuStreamWriteValue32` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue32>(p) })
+    }
+    /// This driver's `cuStreamWriteValue32_v2_ptsz` (symbol `cuStreamWriteValue32_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamWriteValue32_v2_ptsz(&self) -> Result<pfn::cuStreamWriteValue32_v2_ptsz, LoadError> {
+        let p = self.symbol(484)?;
+        // SAFETY: slot 484 holds `cuStreamWriteValue32_v2_ptsz`, whose C type `pfn::cuStreamWriteValue32_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue32_v2_ptsz>(p) })
     }
     /// This driver's `cuStreamWriteValue64` (symbol `cuStreamWriteValue64_v2`).
     #[inline]
     pub fn cuStreamWriteValue64(&self) -> Result<pfn::cuStreamWriteValue64, LoadError> {
-        let p = self.symbol(402)?;
-        // SAFETY: slot 402 holds `cuStreamWriteValue64_v2`, whose C type `pfn::cuStreamWriteValue64` mirrors.
+        let p = self.symbol(485)?;
+        // SAFETY: slot 485 holds `cuStreamWriteValue64_v2`, whose C type `pfn::cuStreamWriteValue64` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue64>(p) })
+    }
+    /// This driver's `cuStreamWriteValue64_v2_ptsz` (symbol `cuStreamWriteValue64_v2_ptsz`).
+    #[inline]
+    pub fn cuStreamWriteValue64_v2_ptsz(&self) -> Result<pfn::cuStreamWriteValue64_v2_ptsz, LoadError> {
+        let p = self.symbol(486)?;
+        // SAFETY: slot 486 holds `cuStreamWriteValue64_v2_ptsz`, whose C type `pfn::cuStreamWriteValue64_v2_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuStreamWriteValue64_v2_ptsz>(p) })
     }
     /// This driver's `cuSurfObjectCreate` (symbol `cuSurfObjectCreate`).
     #[inline]
     pub fn cuSurfObjectCreate(&self) -> Result<pfn::cuSurfObjectCreate, LoadError> {
-        let p = self.symbol(403)?;
-        // SAFETY: slot 403 holds `cuSurfObjectCreate`, whose C type `pfn::cuSurfObjectCreate` mirrors.
+        let p = self.symbol(487)?;
+        // SAFETY: slot 487 holds `cuSurfObjectCreate`, whose C type `pfn::cuSurfObjectCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfObjectCreate>(p) })
     }
     /// This driver's `cuSurfObjectDestroy` (symbol `cuSurfObjectDestroy`).
     #[inline]
     pub fn cuSurfObjectDestroy(&self) -> Result<pfn::cuSurfObjectDestroy, LoadError> {
-        let p = self.symbol(404)?;
-        // SAFETY: slot 404 holds `cuSurfObjectDestroy`, whose C type `pfn::cuSurfObjectDestroy` mirrors.
+        let p = self.symbol(488)?;
+        // SAFETY: slot 488 holds `cuSurfObjectDestroy`, whose C type `pfn::cuSurfObjectDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfObjectDestroy>(p) })
     }
     /// This driver's `cuSurfObjectGetResourceDesc` (symbol `cuSurfObjectGetResourceDesc`).
     #[inline]
     pub fn cuSurfObjectGetResourceDesc(&self) -> Result<pfn::cuSurfObjectGetResourceDesc, LoadError> {
-        let p = self.symbol(405)?;
-        // SAFETY: slot 405 holds `cuSurfObjectGetResourceDesc`, whose C type `pfn::cuSurfObjectGetResourceDesc` mirrors.
+        let p = self.symbol(489)?;
+        // SAFETY: slot 489 holds `cuSurfObjectGetResourceDesc`, whose C type `pfn::cuSurfObjectGetResourceDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfObjectGetResourceDesc>(p) })
     }
     /// This driver's `cuSurfRefGetArray` (symbol `cuSurfRefGetArray`).
     #[inline]
     pub fn cuSurfRefGetArray(&self) -> Result<pfn::cuSurfRefGetArray, LoadError> {
-        let p = self.symbol(406)?;
-        // SAFETY: slot 406 holds `cuSurfRefGetArray`, whose C type `pfn::cuSurfRefGetArray` mirrors.
+        let p = self.symbol(490)?;
+        // SAFETY: slot 490 holds `cuSurfRefGetArray`, whose C type `pfn::cuSurfRefGetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfRefGetArray>(p) })
     }
     /// This driver's `cuSurfRefSetArray` (symbol `cuSurfRefSetArray`).
     #[inline]
     pub fn cuSurfRefSetArray(&self) -> Result<pfn::cuSurfRefSetArray, LoadError> {
-        let p = self.symbol(407)?;
-        // SAFETY: slot 407 holds `cuSurfRefSetArray`, whose C type `pfn::cuSurfRefSetArray` mirrors.
+        let p = self.symbol(491)?;
+        // SAFETY: slot 491 holds `cuSurfRefSetArray`, whose C type `pfn::cuSurfRefSetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuSurfRefSetArray>(p) })
     }
     /// This driver's `cuTensorMapEncodeIm2col` (symbol `cuTensorMapEncodeIm2col`).
     #[inline]
     pub fn cuTensorMapEncodeIm2col(&self) -> Result<pfn::cuTensorMapEncodeIm2col, LoadError> {
-        let p = self.symbol(408)?;
-        // SAFETY: slot 408 holds `cuTensorMapEncodeIm2col`, whose C type `pfn::cuTensorMapEncodeIm2col` mirrors.
+        let p = self.symbol(492)?;
+        // SAFETY: slot 492 holds `cuTensorMapEncodeIm2col`, whose C type `pfn::cuTensorMapEncodeIm2col` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapEncodeIm2col>(p) })
     }
     /// This driver's `cuTensorMapEncodeIm2colWide` (symbol `cuTensorMapEncodeIm2colWide`).
     #[inline]
     pub fn cuTensorMapEncodeIm2colWide(&self) -> Result<pfn::cuTensorMapEncodeIm2colWide, LoadError> {
-        let p = self.symbol(409)?;
-        // SAFETY: slot 409 holds `cuTensorMapEncodeIm2colWide`, whose C type `pfn::cuTensorMapEncodeIm2colWide` mirrors.
+        let p = self.symbol(493)?;
+        // SAFETY: slot 493 holds `cuTensorMapEncodeIm2colWide`, whose C type `pfn::cuTensorMapEncodeIm2colWide` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapEncodeIm2colWide>(p) })
     }
     /// This driver's `cuTensorMapEncodeTiled` (symbol `cuTensorMapEncodeTiled`).
     #[inline]
     pub fn cuTensorMapEncodeTiled(&self) -> Result<pfn::cuTensorMapEncodeTiled, LoadError> {
-        let p = self.symbol(410)?;
-        // SAFETY: slot 410 holds `cuTensorMapEncodeTiled`, whose C type `pfn::cuTensorMapEncodeTiled` mirrors.
+        let p = self.symbol(494)?;
+        // SAFETY: slot 494 holds `cuTensorMapEncodeTiled`, whose C type `pfn::cuTensorMapEncodeTiled` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapEncodeTiled>(p) })
     }
     /// This driver's `cuTensorMapReplaceAddress` (symbol `cuTensorMapReplaceAddress`).
     #[inline]
     pub fn cuTensorMapReplaceAddress(&self) -> Result<pfn::cuTensorMapReplaceAddress, LoadError> {
-        let p = self.symbol(411)?;
-        // SAFETY: slot 411 holds `cuTensorMapReplaceAddress`, whose C type `pfn::cuTensorMapReplaceAddress` mirrors.
+        let p = self.symbol(495)?;
+        // SAFETY: slot 495 holds `cuTensorMapReplaceAddress`, whose C type `pfn::cuTensorMapReplaceAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTensorMapReplaceAddress>(p) })
     }
     /// This driver's `cuTexObjectCreate` (symbol `cuTexObjectCreate`).
     #[inline]
     pub fn cuTexObjectCreate(&self) -> Result<pfn::cuTexObjectCreate, LoadError> {
-        let p = self.symbol(412)?;
-        // SAFETY: slot 412 holds `cuTexObjectCreate`, whose C type `pfn::cuTexObjectCreate` mirrors.
+        let p = self.symbol(496)?;
+        // SAFETY: slot 496 holds `cuTexObjectCreate`, whose C type `pfn::cuTexObjectCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectCreate>(p) })
     }
     /// This driver's `cuTexObjectDestroy` (symbol `cuTexObjectDestroy`).
     #[inline]
     pub fn cuTexObjectDestroy(&self) -> Result<pfn::cuTexObjectDestroy, LoadError> {
-        let p = self.symbol(413)?;
-        // SAFETY: slot 413 holds `cuTexObjectDestroy`, whose C type `pfn::cuTexObjectDestroy` mirrors.
+        let p = self.symbol(497)?;
+        // SAFETY: slot 497 holds `cuTexObjectDestroy`, whose C type `pfn::cuTexObjectDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectDestroy>(p) })
     }
     /// This driver's `cuTexObjectGetResourceDesc` (symbol `cuTexObjectGetResourceDesc`).
     #[inline]
     pub fn cuTexObjectGetResourceDesc(&self) -> Result<pfn::cuTexObjectGetResourceDesc, LoadError> {
-        let p = self.symbol(414)?;
-        // SAFETY: slot 414 holds `cuTexObjectGetResourceDesc`, whose C type `pfn::cuTexObjectGetResourceDesc` mirrors.
+        let p = self.symbol(498)?;
+        // SAFETY: slot 498 holds `cuTexObjectGetResourceDesc`, whose C type `pfn::cuTexObjectGetResourceDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectGetResourceDesc>(p) })
     }
     /// This driver's `cuTexObjectGetResourceViewDesc` (symbol `cuTexObjectGetResourceViewDesc`).
     #[inline]
     pub fn cuTexObjectGetResourceViewDesc(&self) -> Result<pfn::cuTexObjectGetResourceViewDesc, LoadError> {
-        let p = self.symbol(415)?;
-        // SAFETY: slot 415 holds `cuTexObjectGetResourceViewDesc`, whose C type `pfn::cuTexObjectGetResourceViewDesc` mirrors.
+        let p = self.symbol(499)?;
+        // SAFETY: slot 499 holds `cuTexObjectGetResourceViewDesc`, whose C type `pfn::cuTexObjectGetResourceViewDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectGetResourceViewDesc>(p) })
     }
     /// This driver's `cuTexObjectGetTextureDesc` (symbol `cuTexObjectGetTextureDesc`).
     #[inline]
     pub fn cuTexObjectGetTextureDesc(&self) -> Result<pfn::cuTexObjectGetTextureDesc, LoadError> {
-        let p = self.symbol(416)?;
-        // SAFETY: slot 416 holds `cuTexObjectGetTextureDesc`, whose C type `pfn::cuTexObjectGetTextureDesc` mirrors.
+        let p = self.symbol(500)?;
+        // SAFETY: slot 500 holds `cuTexObjectGetTextureDesc`, whose C type `pfn::cuTexObjectGetTextureDesc` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexObjectGetTextureDesc>(p) })
     }
     /// This driver's `cuTexRefCreate` (symbol `cuTexRefCreate`).
     #[inline]
     pub fn cuTexRefCreate(&self) -> Result<pfn::cuTexRefCreate, LoadError> {
-        let p = self.symbol(417)?;
-        // SAFETY: slot 417 holds `cuTexRefCreate`, whose C type `pfn::cuTexRefCreate` mirrors.
+        let p = self.symbol(501)?;
+        // SAFETY: slot 501 holds `cuTexRefCreate`, whose C type `pfn::cuTexRefCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefCreate>(p) })
     }
     /// This driver's `cuTexRefDestroy` (symbol `cuTexRefDestroy`).
     #[inline]
     pub fn cuTexRefDestroy(&self) -> Result<pfn::cuTexRefDestroy, LoadError> {
-        let p = self.symbol(418)?;
-        // SAFETY: slot 418 holds `cuTexRefDestroy`, whose C type `pfn::cuTexRefDestroy` mirrors.
+        let p = self.symbol(502)?;
+        // SAFETY: slot 502 holds `cuTexRefDestroy`, whose C type `pfn::cuTexRefDestroy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefDestroy>(p) })
     }
     /// This driver's `cuTexRefGetAddress` (symbol `cuTexRefGetAddress_v2`).
     #[inline]
     pub fn cuTexRefGetAddress(&self) -> Result<pfn::cuTexRefGetAddress, LoadError> {
-        let p = self.symbol(419)?;
-        // SAFETY: slot 419 holds `cuTexRefGetAddress_v2`, whose C type `pfn::cuTexRefGetAddress` mirrors.
+        let p = self.symbol(503)?;
+        // SAFETY: slot 503 holds `cuTexRefGetAddress_v2`, whose C type `pfn::cuTexRefGetAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetAddress>(p) })
     }
     /// This driver's `cuTexRefGetAddressMode` (symbol `cuTexRefGetAddressMode`).
     #[inline]
     pub fn cuTexRefGetAddressMode(&self) -> Result<pfn::cuTexRefGetAddressMode, LoadError> {
-        let p = self.symbol(420)?;
-        // SAFETY: slot 420 holds `cuTexRefGetAddressMode`, whose C type `pfn::cuTexRefGetAddressMode` mirrors.
+        let p = self.symbol(504)?;
+        // SAFETY: slot 504 holds `cuTexRefGetAddressMode`, whose C type `pfn::cuTexRefGetAddressMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetAddressMode>(p) })
     }
     /// This driver's `cuTexRefGetArray` (symbol `cuTexRefGetArray`).
     #[inline]
     pub fn cuTexRefGetArray(&self) -> Result<pfn::cuTexRefGetArray, LoadError> {
-        let p = self.symbol(421)?;
-        // SAFETY: slot 421 holds `cuTexRefGetArray`, whose C type `pfn::cuTexRefGetArray` mirrors.
+        let p = self.symbol(505)?;
+        // SAFETY: slot 505 holds `cuTexRefGetArray`, whose C type `pfn::cuTexRefGetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetArray>(p) })
     }
     /// This driver's `cuTexRefGetBorderColor` (symbol `cuTexRefGetBorderColor`).
     #[inline]
     pub fn cuTexRefGetBorderColor(&self) -> Result<pfn::cuTexRefGetBorderColor, LoadError> {
-        let p = self.symbol(422)?;
-        // SAFETY: slot 422 holds `cuTexRefGetBorderColor`, whose C type `pfn::cuTexRefGetBorderColor` mirrors.
+        let p = self.symbol(506)?;
+        // SAFETY: slot 506 holds `cuTexRefGetBorderColor`, whose C type `pfn::cuTexRefGetBorderColor` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetBorderColor>(p) })
     }
     /// This driver's `cuTexRefGetFilterMode` (symbol `cuTexRefGetFilterMode`).
     #[inline]
     pub fn cuTexRefGetFilterMode(&self) -> Result<pfn::cuTexRefGetFilterMode, LoadError> {
-        let p = self.symbol(423)?;
-        // SAFETY: slot 423 holds `cuTexRefGetFilterMode`, whose C type `pfn::cuTexRefGetFilterMode` mirrors.
+        let p = self.symbol(507)?;
+        // SAFETY: slot 507 holds `cuTexRefGetFilterMode`, whose C type `pfn::cuTexRefGetFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetFilterMode>(p) })
     }
     /// This driver's `cuTexRefGetFlags` (symbol `cuTexRefGetFlags`).
     #[inline]
     pub fn cuTexRefGetFlags(&self) -> Result<pfn::cuTexRefGetFlags, LoadError> {
-        let p = self.symbol(424)?;
-        // SAFETY: slot 424 holds `cuTexRefGetFlags`, whose C type `pfn::cuTexRefGetFlags` mirrors.
+        let p = self.symbol(508)?;
+        // SAFETY: slot 508 holds `cuTexRefGetFlags`, whose C type `pfn::cuTexRefGetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetFlags>(p) })
     }
     /// This driver's `cuTexRefGetFormat` (symbol `cuTexRefGetFormat`).
     #[inline]
     pub fn cuTexRefGetFormat(&self) -> Result<pfn::cuTexRefGetFormat, LoadError> {
-        let p = self.symbol(425)?;
-        // SAFETY: slot 425 holds `cuTexRefGetFormat`, whose C type `pfn::cuTexRefGetFormat` mirrors.
+        let p = self.symbol(509)?;
+        // SAFETY: slot 509 holds `cuTexRefGetFormat`, whose C type `pfn::cuTexRefGetFormat` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetFormat>(p) })
     }
     /// This driver's `cuTexRefGetMaxAnisotropy` (symbol `cuTexRefGetMaxAnisotropy`).
     #[inline]
     pub fn cuTexRefGetMaxAnisotropy(&self) -> Result<pfn::cuTexRefGetMaxAnisotropy, LoadError> {
-        let p = self.symbol(426)?;
-        // SAFETY: slot 426 holds `cuTexRefGetMaxAnisotropy`, whose C type `pfn::cuTexRefGetMaxAnisotropy` mirrors.
+        let p = self.symbol(510)?;
+        // SAFETY: slot 510 holds `cuTexRefGetMaxAnisotropy`, whose C type `pfn::cuTexRefGetMaxAnisotropy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMaxAnisotropy>(p) })
     }
     /// This driver's `cuTexRefGetMipmapFilterMode` (symbol `cuTexRefGetMipmapFilterMode`).
     #[inline]
     pub fn cuTexRefGetMipmapFilterMode(&self) -> Result<pfn::cuTexRefGetMipmapFilterMode, LoadError> {
-        let p = self.symbol(427)?;
-        // SAFETY: slot 427 holds `cuTexRefGetMipmapFilterMode`, whose C type `pfn::cuTexRefGetMipmapFilterMode` mirrors.
+        let p = self.symbol(511)?;
+        // SAFETY: slot 511 holds `cuTexRefGetMipmapFilterMode`, whose C type `pfn::cuTexRefGetMipmapFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmapFilterMode>(p) })
     }
     /// This driver's `cuTexRefGetMipmapLevelBias` (symbol `cuTexRefGetMipmapLevelBias`).
     #[inline]
     pub fn cuTexRefGetMipmapLevelBias(&self) -> Result<pfn::cuTexRefGetMipmapLevelBias, LoadError> {
-        let p = self.symbol(428)?;
-        // SAFETY: slot 428 holds `cuTexRefGetMipmapLevelBias`, whose C type `pfn::cuTexRefGetMipmapLevelBias` mirrors.
+        let p = self.symbol(512)?;
+        // SAFETY: slot 512 holds `cuTexRefGetMipmapLevelBias`, whose C type `pfn::cuTexRefGetMipmapLevelBias` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmapLevelBias>(p) })
     }
     /// This driver's `cuTexRefGetMipmapLevelClamp` (symbol `cuTexRefGetMipmapLevelClamp`).
     #[inline]
     pub fn cuTexRefGetMipmapLevelClamp(&self) -> Result<pfn::cuTexRefGetMipmapLevelClamp, LoadError> {
-        let p = self.symbol(429)?;
-        // SAFETY: slot 429 holds `cuTexRefGetMipmapLevelClamp`, whose C type `pfn::cuTexRefGetMipmapLevelClamp` mirrors.
+        let p = self.symbol(513)?;
+        // SAFETY: slot 513 holds `cuTexRefGetMipmapLevelClamp`, whose C type `pfn::cuTexRefGetMipmapLevelClamp` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmapLevelClamp>(p) })
     }
     /// This driver's `cuTexRefGetMipmappedArray` (symbol `cuTexRefGetMipmappedArray`).
     #[inline]
     pub fn cuTexRefGetMipmappedArray(&self) -> Result<pfn::cuTexRefGetMipmappedArray, LoadError> {
-        let p = self.symbol(430)?;
-        // SAFETY: slot 430 holds `cuTexRefGetMipmappedArray`, whose C type `pfn::cuTexRefGetMipmappedArray` mirrors.
+        let p = self.symbol(514)?;
+        // SAFETY: slot 514 holds `cuTexRefGetMipmappedArray`, whose C type `pfn::cuTexRefGetMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefGetMipmappedArray>(p) })
     }
     /// This driver's `cuTexRefSetAddress` (symbol `cuTexRefSetAddress_v2`).
     #[inline]
     pub fn cuTexRefSetAddress(&self) -> Result<pfn::cuTexRefSetAddress, LoadError> {
-        let p = self.symbol(431)?;
-        // SAFETY: slot 431 holds `cuTexRefSetAddress_v2`, whose C type `pfn::cuTexRefSetAddress` mirrors.
+        let p = self.symbol(515)?;
+        // SAFETY: slot 515 holds `cuTexRefSetAddress_v2`, whose C type `pfn::cuTexRefSetAddress` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetAddress>(p) })
     }
     /// This driver's `cuTexRefSetAddress2D` (symbol `cuTexRefSetAddress2D_v3`).
     #[inline]
     pub fn cuTexRefSetAddress2D(&self) -> Result<pfn::cuTexRefSetAddress2D, LoadError> {
-        let p = self.symbol(432)?;
-        // SAFETY: slot 432 holds `cuTexRefSetAddress2D_v3`, whose C type `pfn::cuTexRefSetAddress2D` mirrors.
+        let p = self.symbol(516)?;
+        // SAFETY: slot 516 holds `cuTexRefSetAddress2D_v3`, whose C type `pfn::cuTexRefSetAddress2D` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetAddress2D>(p) })
     }
     /// This driver's `cuTexRefSetAddressMode` (symbol `cuTexRefSetAddressMode`).
     #[inline]
     pub fn cuTexRefSetAddressMode(&self) -> Result<pfn::cuTexRefSetAddressMode, LoadError> {
-        let p = self.symbol(433)?;
-        // SAFETY: slot 433 holds `cuTexRefSetAddressMode`, whose C type `pfn::cuTexRefSetAddressMode` mirrors.
+        let p = self.symbol(517)?;
+        // SAFETY: slot 517 holds `cuTexRefSetAddressMode`, whose C type `pfn::cuTexRefSetAddressMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetAddressMode>(p) })
     }
     /// This driver's `cuTexRefSetArray` (symbol `cuTexRefSetArray`).
     #[inline]
     pub fn cuTexRefSetArray(&self) -> Result<pfn::cuTexRefSetArray, LoadError> {
-        let p = self.symbol(434)?;
-        // SAFETY: slot 434 holds `cuTexRefSetArray`, whose C type `pfn::cuTexRefSetArray` mirrors.
+        let p = self.symbol(518)?;
+        // SAFETY: slot 518 holds `cuTexRefSetArray`, whose C type `pfn::cuTexRefSetArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetArray>(p) })
     }
     /// This driver's `cuTexRefSetBorderColor` (symbol `cuTexRefSetBorderColor`).
     #[inline]
     pub fn cuTexRefSetBorderColor(&self) -> Result<pfn::cuTexRefSetBorderColor, LoadError> {
-        let p = self.symbol(435)?;
-        // SAFETY: slot 435 holds `cuTexRefSetBorderColor`, whose C type `pfn::cuTexRefSetBorderColor` mirrors.
+        let p = self.symbol(519)?;
+        // SAFETY: slot 519 holds `cuTexRefSetBorderColor`, whose C type `pfn::cuTexRefSetBorderColor` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetBorderColor>(p) })
     }
     /// This driver's `cuTexRefSetFilterMode` (symbol `cuTexRefSetFilterMode`).
     #[inline]
     pub fn cuTexRefSetFilterMode(&self) -> Result<pfn::cuTexRefSetFilterMode, LoadError> {
-        let p = self.symbol(436)?;
-        // SAFETY: slot 436 holds `cuTexRefSetFilterMode`, whose C type `pfn::cuTexRefSetFilterMode` mirrors.
+        let p = self.symbol(520)?;
+        // SAFETY: slot 520 holds `cuTexRefSetFilterMode`, whose C type `pfn::cuTexRefSetFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetFilterMode>(p) })
     }
     /// This driver's `cuTexRefSetFlags` (symbol `cuTexRefSetFlags`).
     #[inline]
     pub fn cuTexRefSetFlags(&self) -> Result<pfn::cuTexRefSetFlags, LoadError> {
-        let p = self.symbol(437)?;
-        // SAFETY: slot 437 holds `cuTexRefSetFlags`, whose C type `pfn::cuTexRefSetFlags` mirrors.
+        let p = self.symbol(521)?;
+        // SAFETY: slot 521 holds `cuTexRefSetFlags`, whose C type `pfn::cuTexRefSetFlags` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetFlags>(p) })
     }
     /// This driver's `cuTexRefSetFormat` (symbol `cuTexRefSetFormat`).
     #[inline]
     pub fn cuTexRefSetFormat(&self) -> Result<pfn::cuTexRefSetFormat, LoadError> {
-        let p = self.symbol(438)?;
-        // SAFETY: slot 438 holds `cuTexRefSetFormat`, whose C type `pfn::cuTexRefSetFormat` mirrors.
+        let p = self.symbol(522)?;
+        // SAFETY: slot 522 holds `cuTexRefSetFormat`, whose C type `pfn::cuTexRefSetFormat` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetFormat>(p) })
     }
     /// This driver's `cuTexRefSetMaxAnisotropy` (symbol `cuTexRefSetMaxAnisotropy`).
     #[inline]
     pub fn cuTexRefSetMaxAnisotropy(&self) -> Result<pfn::cuTexRefSetMaxAnisotropy, LoadError> {
-        let p = self.symbol(439)?;
-        // SAFETY: slot 439 holds `cuTexRefSetMaxAnisotropy`, whose C type `pfn::cuTexRefSetMaxAnisotropy` mirrors.
+        let p = self.symbol(523)?;
+        // SAFETY: slot 523 holds `cuTexRefSetMaxAnisotropy`, whose C type `pfn::cuTexRefSetMaxAnisotropy` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMaxAnisotropy>(p) })
     }
     /// This driver's `cuTexRefSetMipmapFilterMode` (symbol `cuTexRefSetMipmapFilterMode`).
     #[inline]
     pub fn cuTexRefSetMipmapFilterMode(&self) -> Result<pfn::cuTexRefSetMipmapFilterMode, LoadError> {
-        let p = self.symbol(440)?;
-        // SAFETY: slot 440 holds `cuTexRefSetMipmapFilterMode`, whose C type `pfn::cuTexRefSetMipmapFilterMode` mirrors.
+        let p = self.symbol(524)?;
+        // SAFETY: slot 524 holds `cuTexRefSetMipmapFilterMode`, whose C type `pfn::cuTexRefSetMipmapFilterMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmapFilterMode>(p) })
     }
     /// This driver's `cuTexRefSetMipmapLevelBias` (symbol `cuTexRefSetMipmapLevelBias`).
     #[inline]
     pub fn cuTexRefSetMipmapLevelBias(&self) -> Result<pfn::cuTexRefSetMipmapLevelBias, LoadError> {
-        let p = self.symbol(441)?;
-        // SAFETY: slot 441 holds `cuTexRefSetMipmapLevelBias`, whose C type `pfn::cuTexRefSetMipmapLevelBias` mirrors.
+        let p = self.symbol(525)?;
+        // SAFETY: slot 525 holds `cuTexRefSetMipmapLevelBias`, whose C type `pfn::cuTexRefSetMipmapLevelBias` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmapLevelBias>(p) })
     }
     /// This driver's `cuTexRefSetMipmapLevelClamp` (symbol `cuTexRefSetMipmapLevelClamp`).
     #[inline]
     pub fn cuTexRefSetMipmapLevelClamp(&self) -> Result<pfn::cuTexRefSetMipmapLevelClamp, LoadError> {
-        let p = self.symbol(442)?;
-        // SAFETY: slot 442 holds `cuTexRefSetMipmapLevelClamp`, whose C type `pfn::cuTexRefSetMipmapLevelClamp` mirrors.
+        let p = self.symbol(526)?;
+        // SAFETY: slot 526 holds `cuTexRefSetMipmapLevelClamp`, whose C type `pfn::cuTexRefSetMipmapLevelClamp` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmapLevelClamp>(p) })
     }
     /// This driver's `cuTexRefSetMipmappedArray` (symbol `cuTexRefSetMipmappedArray`).
     #[inline]
     pub fn cuTexRefSetMipmappedArray(&self) -> Result<pfn::cuTexRefSetMipmappedArray, LoadError> {
-        let p = self.symbol(443)?;
-        // SAFETY: slot 443 holds `cuTexRefSetMipmappedArray`, whose C type `pfn::cuTexRefSetMipmappedArray` mirrors.
+        let p = self.symbol(527)?;
+        // SAFETY: slot 527 holds `cuTexRefSetMipmappedArray`, whose C type `pfn::cuTexRefSetMipmappedArray` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuTexRefSetMipmappedArray>(p) })
     }
     /// This driver's `cuThreadExchangeStreamCaptureMode` (symbol `cuThreadExchangeStreamCaptureMode`).
     #[inline]
     pub fn cuThreadExchangeStreamCaptureMode(&self) -> Result<pfn::cuThreadExchangeStreamCaptureMode, LoadError> {
-        let p = self.symbol(444)?;
-        // SAFETY: slot 444 holds `cuThreadExchangeStreamCaptureMode`, whose C type `pfn::cuThreadExchangeStreamCaptureMode` mirrors.
+        let p = self.symbol(528)?;
+        // SAFETY: slot 528 holds `cuThreadExchangeStreamCaptureMode`, whose C type `pfn::cuThreadExchangeStreamCaptureMode` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuThreadExchangeStreamCaptureMode>(p) })
     }
     /// This driver's `cuUserObjectCreate` (symbol `cuUserObjectCreate`).
     #[inline]
     pub fn cuUserObjectCreate(&self) -> Result<pfn::cuUserObjectCreate, LoadError> {
-        let p = self.symbol(445)?;
-        // SAFETY: slot 445 holds `cuUserObjectCreate`, whose C type `pfn::cuUserObjectCreate` mirrors.
+        let p = self.symbol(529)?;
+        // SAFETY: slot 529 holds `cuUserObjectCreate`, whose C type `pfn::cuUserObjectCreate` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuUserObjectCreate>(p) })
     }
     /// This driver's `cuUserObjectRelease` (symbol `cuUserObjectRelease`).
     #[inline]
     pub fn cuUserObjectRelease(&self) -> Result<pfn::cuUserObjectRelease, LoadError> {
-        let p = self.symbol(446)?;
-        // SAFETY: slot 446 holds `cuUserObjectRelease`, whose C type `pfn::cuUserObjectRelease` mirrors.
+        let p = self.symbol(530)?;
+        // SAFETY: slot 530 holds `cuUserObjectRelease`, whose C type `pfn::cuUserObjectRelease` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuUserObjectRelease>(p) })
     }
     /// This driver's `cuUserObjectRetain` (symbol `cuUserObjectRetain`).
     #[inline]
     pub fn cuUserObjectRetain(&self) -> Result<pfn::cuUserObjectRetain, LoadError> {
-        let p = self.symbol(447)?;
-        // SAFETY: slot 447 holds `cuUserObjectRetain`, whose C type `pfn::cuUserObjectRetain` mirrors.
+        let p = self.symbol(531)?;
+        // SAFETY: slot 531 holds `cuUserObjectRetain`, whose C type `pfn::cuUserObjectRetain` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuUserObjectRetain>(p) })
     }
     /// This driver's `cuWaitExternalSemaphoresAsync` (symbol `cuWaitExternalSemaphoresAsync`).
     #[inline]
     pub fn cuWaitExternalSemaphoresAsync(&self) -> Result<pfn::cuWaitExternalSemaphoresAsync, LoadError> {
-        let p = self.symbol(448)?;
-        // SAFETY: slot 448 holds `cuWaitExternalSemaphoresAsync`, whose C type `pfn::cuWaitExternalSemaphoresAsync` mirrors.
+        let p = self.symbol(532)?;
+        // SAFETY: slot 532 holds `cuWaitExternalSemaphoresAsync`, whose C type `pfn::cuWaitExternalSemaphoresAsync` mirrors.
         Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuWaitExternalSemaphoresAsync>(p) })
+    }
+    /// This driver's `cuWaitExternalSemaphoresAsync_ptsz` (symbol `cuWaitExternalSemaphoresAsync_ptsz`).
+    #[inline]
+    pub fn cuWaitExternalSemaphoresAsync_ptsz(&self) -> Result<pfn::cuWaitExternalSemaphoresAsync_ptsz, LoadError> {
+        let p = self.symbol(533)?;
+        // SAFETY: slot 533 holds `cuWaitExternalSemaphoresAsync_ptsz`, whose C type `pfn::cuWaitExternalSemaphoresAsync_ptsz` mirrors.
+        Ok(unsafe { core::mem::transmute::<*mut c_void, pfn::cuWaitExternalSemaphoresAsync_ptsz>(p) })
     }
 }
 
@@ -9041,6 +10486,36 @@ pub unsafe fn cuEventRecordWithFlags(hEvent: CUevent, hStream: CUstream, flags: 
     }
 }
 
+/// `cuEventRecordWithFlags_ptsz` from the process-wide driver (symbol `cuEventRecordWithFlags_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuEventRecordWithFlags_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuEventRecordWithFlags_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuEventRecordWithFlags_ptsz(hEvent: CUevent, hStream: CUstream, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuEventRecordWithFlags_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuEventRecordWithFlags_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hEvent, hStream, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuEventRecord_ptsz` from the process-wide driver (symbol `cuEventRecord_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuEventRecord_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuEventRecord_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuEventRecord_ptsz(hEvent: CUevent, hStream: CUstream) -> CUresult {
+    match fns::cuEventRecord_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuEventRecord_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hEvent, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuEventSynchronize` from the process-wide driver (symbol `cuEventSynchronize`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuEventSynchronize`]
 /// gives the reason.
@@ -10121,6 +11596,21 @@ pub unsafe fn cuGraphInstantiateWithParams(phGraphExec: *mut CUgraphExec, hGraph
     }
 }
 
+/// `cuGraphInstantiateWithParams_ptsz` from the process-wide driver (symbol `cuGraphInstantiateWithParams_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphInstantiateWithParams_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuGraphInstantiateWithParams_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuGraphInstantiateWithParams_ptsz(phGraphExec: *mut CUgraphExec, hGraph: CUgraph, instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult {
+    match fns::cuGraphInstantiateWithParams_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuGraphInstantiateWithParams_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(phGraphExec, hGraph, instantiateParams) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuGraphKernelNodeCopyAttributes` from the process-wide driver (symbol `cuGraphKernelNodeCopyAttributes`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphKernelNodeCopyAttributes`]
 /// gives the reason.
@@ -10206,6 +11696,21 @@ pub unsafe fn cuGraphKernelNodeSetParams(hNode: CUgraphNode, nodeParams: *const 
 pub unsafe fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
     match fns::cuGraphLaunch() {
         // SAFETY: the caller upholds the C contract of `cuGraphLaunch`.
+        Ok(driver_fn) => unsafe { driver_fn(hGraphExec, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuGraphLaunch_ptsz` from the process-wide driver (symbol `cuGraphLaunch_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphLaunch_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuGraphLaunch_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuGraphLaunch_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
+    match fns::cuGraphLaunch_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuGraphLaunch_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hGraphExec, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -10466,6 +11971,21 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
     }
 }
 
+/// `cuGraphUpload_ptsz` from the process-wide driver (symbol `cuGraphUpload_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphUpload_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuGraphUpload_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuGraphUpload_ptsz(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
+    match fns::cuGraphUpload_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuGraphUpload_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hGraphExec, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuGraphicsMapResources` from the process-wide driver (symbol `cuGraphicsMapResources`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphicsMapResources`]
 /// gives the reason.
@@ -10476,6 +11996,21 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
 pub unsafe fn cuGraphicsMapResources(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult {
     match fns::cuGraphicsMapResources() {
         // SAFETY: the caller upholds the C contract of `cuGraphicsMapResources`.
+        Ok(driver_fn) => unsafe { driver_fn(count, resources, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuGraphicsMapResources_ptsz` from the process-wide driver (symbol `cuGraphicsMapResources_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphicsMapResources_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuGraphicsMapResources_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuGraphicsMapResources_ptsz(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult {
+    match fns::cuGraphicsMapResources_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuGraphicsMapResources_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(count, resources, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -10551,6 +12086,21 @@ pub unsafe fn cuGraphicsSubResourceGetMappedArray(pArray: *mut CUarray, resource
 pub unsafe fn cuGraphicsUnmapResources(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult {
     match fns::cuGraphicsUnmapResources() {
         // SAFETY: the caller upholds the C contract of `cuGraphicsUnmapResources`.
+        Ok(driver_fn) => unsafe { driver_fn(count, resources, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuGraphicsUnmapResources_ptsz` from the process-wide driver (symbol `cuGraphicsUnmapResources_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuGraphicsUnmapResources_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuGraphicsUnmapResources_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuGraphicsUnmapResources_ptsz(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult {
+    match fns::cuGraphicsUnmapResources_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuGraphicsUnmapResources_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(count, resources, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -10946,6 +12496,21 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: *mut CUDA_L
     }
 }
 
+/// `cuLaunchCooperativeKernel_ptsz` from the process-wide driver (symbol `cuLaunchCooperativeKernel_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuLaunchCooperativeKernel_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuLaunchCooperativeKernel_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gridDimX: ::core::ffi::c_uint, gridDimY: ::core::ffi::c_uint, gridDimZ: ::core::ffi::c_uint, blockDimX: ::core::ffi::c_uint, blockDimY: ::core::ffi::c_uint, blockDimZ: ::core::ffi::c_uint, sharedMemBytes: ::core::ffi::c_uint, hStream: CUstream, kernelParams: *mut * mut::core::ffi::c_void) -> CUresult {
+    match fns::cuLaunchCooperativeKernel_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuLaunchCooperativeKernel_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuLaunchGrid` from the process-wide driver (symbol `cuLaunchGrid`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuLaunchGrid`]
 /// gives the reason.
@@ -10991,6 +12556,21 @@ pub unsafe fn cuLaunchHostFunc(hStream: CUstream, fn_: CUhostFn, userData: * mut
     }
 }
 
+/// `cuLaunchHostFunc_ptsz` from the process-wide driver (symbol `cuLaunchHostFunc_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuLaunchHostFunc_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuLaunchHostFunc_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuLaunchHostFunc_ptsz(hStream: CUstream, fn_: CUhostFn, userData: * mut::core::ffi::c_void) -> CUresult {
+    match fns::cuLaunchHostFunc_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuLaunchHostFunc_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, fn_, userData) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuLaunchKernel` from the process-wide driver (symbol `cuLaunchKernel`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuLaunchKernel`]
 /// gives the reason.
@@ -11017,6 +12597,36 @@ pub unsafe fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, ker
     match fns::cuLaunchKernelEx() {
         // SAFETY: the caller upholds the C contract of `cuLaunchKernelEx`.
         Ok(driver_fn) => unsafe { driver_fn(config, f, kernelParams, extra) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuLaunchKernelEx_ptsz` from the process-wide driver (symbol `cuLaunchKernelEx_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuLaunchKernelEx_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuLaunchKernelEx_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, kernelParams: *mut * mut::core::ffi::c_void, extra: *mut * mut::core::ffi::c_void) -> CUresult {
+    match fns::cuLaunchKernelEx_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuLaunchKernelEx_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(config, f, kernelParams, extra) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuLaunchKernel_ptsz` from the process-wide driver (symbol `cuLaunchKernel_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuLaunchKernel_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuLaunchKernel_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuLaunchKernel_ptsz(f: CUfunction, gridDimX: ::core::ffi::c_uint, gridDimY: ::core::ffi::c_uint, gridDimZ: ::core::ffi::c_uint, blockDimX: ::core::ffi::c_uint, blockDimY: ::core::ffi::c_uint, blockDimZ: ::core::ffi::c_uint, sharedMemBytes: ::core::ffi::c_uint, hStream: CUstream, kernelParams: *mut * mut::core::ffi::c_void, extra: *mut * mut::core::ffi::c_void) -> CUresult {
+    match fns::cuLaunchKernel_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuLaunchKernel_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) },
         Err(e) => e.to_cuda_result(),
     }
 }
@@ -11396,6 +13006,21 @@ pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, hStream: 
     }
 }
 
+/// `cuMemAllocAsync_ptsz` from the process-wide driver (symbol `cuMemAllocAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemAllocAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemAllocAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemAllocAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemAllocAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dptr, bytesize, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemAllocFromPoolAsync` from the process-wide driver (symbol `cuMemAllocFromPoolAsync`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemAllocFromPoolAsync`]
 /// gives the reason.
@@ -11406,6 +13031,21 @@ pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, hStream: 
 pub unsafe fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, hStream: CUstream) -> CUresult {
     match fns::cuMemAllocFromPoolAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemAllocFromPoolAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(dptr, bytesize, pool, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemAllocFromPoolAsync_ptsz` from the process-wide driver (symbol `cuMemAllocFromPoolAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemAllocFromPoolAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemAllocFromPoolAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, hStream: CUstream) -> CUresult {
+    match fns::cuMemAllocFromPoolAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemAllocFromPoolAsync_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(dptr, bytesize, pool, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -11471,6 +13111,21 @@ pub unsafe fn cuMemBatchDecompressAsync(paramsArray: *mut CUmemDecompressParams,
     }
 }
 
+/// `cuMemBatchDecompressAsync_ptsz` from the process-wide driver (symbol `cuMemBatchDecompressAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemBatchDecompressAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemBatchDecompressAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemBatchDecompressAsync_ptsz(paramsArray: *mut CUmemDecompressParams, count: usize, flags: ::core::ffi::c_uint, errorIndex: *mut usize, stream: CUstream) -> CUresult {
+    match fns::cuMemBatchDecompressAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemBatchDecompressAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(paramsArray, count, flags, errorIndex, stream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemCreate` from the process-wide driver (symbol `cuMemCreate`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemCreate`]
 /// gives the reason.
@@ -11501,6 +13156,21 @@ pub unsafe fn cuMemDiscardAndPrefetchBatchAsync(dptrs: *mut CUdeviceptr, sizes: 
     }
 }
 
+/// `cuMemDiscardAndPrefetchBatchAsync_ptsz` from the process-wide driver (symbol `cuMemDiscardAndPrefetchBatchAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemDiscardAndPrefetchBatchAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemDiscardAndPrefetchBatchAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemDiscardAndPrefetchBatchAsync_ptsz(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
+    match fns::cuMemDiscardAndPrefetchBatchAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemDiscardAndPrefetchBatchAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemDiscardBatchAsync` from the process-wide driver (symbol `cuMemDiscardBatchAsync`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemDiscardBatchAsync`]
 /// gives the reason.
@@ -11511,6 +13181,21 @@ pub unsafe fn cuMemDiscardAndPrefetchBatchAsync(dptrs: *mut CUdeviceptr, sizes: 
 pub unsafe fn cuMemDiscardBatchAsync(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
     match fns::cuMemDiscardBatchAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemDiscardBatchAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(dptrs, sizes, count, flags, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemDiscardBatchAsync_ptsz` from the process-wide driver (symbol `cuMemDiscardBatchAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemDiscardBatchAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemDiscardBatchAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemDiscardBatchAsync_ptsz(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
+    match fns::cuMemDiscardBatchAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemDiscardBatchAsync_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(dptrs, sizes, count, flags, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -11556,6 +13241,21 @@ pub unsafe fn cuMemFree(dptr: CUdeviceptr) -> CUresult {
 pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
     match fns::cuMemFreeAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemFreeAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(dptr, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemFreeAsync_ptsz` from the process-wide driver (symbol `cuMemFreeAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemFreeAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemFreeAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
+    match fns::cuMemFreeAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemFreeAsync_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(dptr, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -11816,6 +13516,21 @@ pub unsafe fn cuMemMapArrayAsync(mapInfoList: *mut CUarrayMapInfo, count: ::core
     }
 }
 
+/// `cuMemMapArrayAsync_ptsz` from the process-wide driver (symbol `cuMemMapArrayAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemMapArrayAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemMapArrayAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemMapArrayAsync_ptsz(mapInfoList: *mut CUarrayMapInfo, count: ::core::ffi::c_uint, hStream: CUstream) -> CUresult {
+    match fns::cuMemMapArrayAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemMapArrayAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(mapInfoList, count, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemPoolCreate` from the process-wide driver (symbol `cuMemPoolCreate`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemPoolCreate`]
 /// gives the reason.
@@ -11996,6 +13711,21 @@ pub unsafe fn cuMemPrefetchAsync(devPtr: CUdeviceptr, count: usize, location: CU
     }
 }
 
+/// `cuMemPrefetchAsync_v2_ptsz` from the process-wide driver (symbol `cuMemPrefetchAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemPrefetchAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemPrefetchAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemPrefetchAsync_v2_ptsz(devPtr: CUdeviceptr, count: usize, location: CUmemLocation, flags: ::core::ffi::c_uint, hStream: CUstream) -> CUresult {
+    match fns::cuMemPrefetchAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemPrefetchAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(devPtr, count, location, flags, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemPrefetchBatchAsync` from the process-wide driver (symbol `cuMemPrefetchBatchAsync`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemPrefetchBatchAsync`]
 /// gives the reason.
@@ -12006,6 +13736,21 @@ pub unsafe fn cuMemPrefetchAsync(devPtr: CUdeviceptr, count: usize, location: CU
 pub unsafe fn cuMemPrefetchBatchAsync(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
     match fns::cuMemPrefetchBatchAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemPrefetchBatchAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemPrefetchBatchAsync_ptsz` from the process-wide driver (symbol `cuMemPrefetchBatchAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemPrefetchBatchAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemPrefetchBatchAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemPrefetchBatchAsync_ptsz(dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, prefetchLocs: *mut CUmemLocation, prefetchLocIdxs: *mut usize, numPrefetchLocs: usize, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
+    match fns::cuMemPrefetchBatchAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemPrefetchBatchAsync_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -12161,6 +13906,21 @@ pub unsafe fn cuMemcpy2DAsync(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream) ->
     }
 }
 
+/// `cuMemcpy2DAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpy2DAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy2DAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy2DAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy2DAsync_v2_ptsz(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpy2DAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy2DAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpy2DUnaligned` from the process-wide driver (symbol `cuMemcpy2DUnaligned_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy2DUnaligned`]
 /// gives the reason.
@@ -12171,6 +13931,36 @@ pub unsafe fn cuMemcpy2DAsync(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream) ->
 pub unsafe fn cuMemcpy2DUnaligned(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
     match fns::cuMemcpy2DUnaligned() {
         // SAFETY: the caller upholds the C contract of `cuMemcpy2DUnaligned`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpy2DUnaligned_v2_ptds` from the process-wide driver (symbol `cuMemcpy2DUnaligned_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy2DUnaligned_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy2DUnaligned_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy2DUnaligned_v2_ptds(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
+    match fns::cuMemcpy2DUnaligned_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy2DUnaligned_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpy2D_v2_ptds` from the process-wide driver (symbol `cuMemcpy2D_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy2D_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy2D_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy2D_v2_ptds(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
+    match fns::cuMemcpy2D_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy2D_v2_ptds`.
         Ok(driver_fn) => unsafe { driver_fn(pCopy) },
         Err(e) => e.to_cuda_result(),
     }
@@ -12206,6 +13996,21 @@ pub unsafe fn cuMemcpy3DAsync(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream) ->
     }
 }
 
+/// `cuMemcpy3DAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpy3DAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy3DAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy3DAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy3DAsync_v2_ptsz(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpy3DAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy3DAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpy3DBatchAsync` from the process-wide driver (symbol `cuMemcpy3DBatchAsync_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy3DBatchAsync`]
 /// gives the reason.
@@ -12216,6 +14021,21 @@ pub unsafe fn cuMemcpy3DAsync(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream) ->
 pub unsafe fn cuMemcpy3DBatchAsync(numOps: usize, opList: *mut CUDA_MEMCPY3D_BATCH_OP, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
     match fns::cuMemcpy3DBatchAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemcpy3DBatchAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(numOps, opList, flags, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpy3DBatchAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpy3DBatchAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy3DBatchAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy3DBatchAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy3DBatchAsync_v2_ptsz(numOps: usize, opList: *mut CUDA_MEMCPY3D_BATCH_OP, flags: ::core::ffi::c_ulonglong, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpy3DBatchAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy3DBatchAsync_v2_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(numOps, opList, flags, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -12251,6 +14071,51 @@ pub unsafe fn cuMemcpy3DPeerAsync(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUs
     }
 }
 
+/// `cuMemcpy3DPeerAsync_ptsz` from the process-wide driver (symbol `cuMemcpy3DPeerAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy3DPeerAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy3DPeerAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy3DPeerAsync_ptsz(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpy3DPeerAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy3DPeerAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpy3DPeer_ptds` from the process-wide driver (symbol `cuMemcpy3DPeer_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy3DPeer_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy3DPeer_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy3DPeer_ptds(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
+    match fns::cuMemcpy3DPeer_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy3DPeer_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpy3D_v2_ptds` from the process-wide driver (symbol `cuMemcpy3D_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy3D_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy3D_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy3D_v2_ptds(pCopy: *const CUDA_MEMCPY3D) -> CUresult {
+    match fns::cuMemcpy3D_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy3D_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(pCopy) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpyAsync` from the process-wide driver (symbol `cuMemcpyAsync`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAsync`]
 /// gives the reason.
@@ -12261,6 +14126,21 @@ pub unsafe fn cuMemcpy3DPeerAsync(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUs
 pub unsafe fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult {
     match fns::cuMemcpyAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemcpyAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(dst, src, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyAsync_ptsz` from the process-wide driver (symbol `cuMemcpyAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyAsync_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(dst, src, ByteCount, hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -12281,6 +14161,21 @@ pub unsafe fn cuMemcpyAtoA(dstArray: CUarray, dstOffset: usize, srcArray: CUarra
     }
 }
 
+/// `cuMemcpyAtoA_v2_ptds` from the process-wide driver (symbol `cuMemcpyAtoA_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAtoA_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyAtoA_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyAtoA_v2_ptds(dstArray: CUarray, dstOffset: usize, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyAtoA_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyAtoA_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstArray, dstOffset, srcArray, srcOffset, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpyAtoD` from the process-wide driver (symbol `cuMemcpyAtoD_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAtoD`]
 /// gives the reason.
@@ -12291,6 +14186,21 @@ pub unsafe fn cuMemcpyAtoA(dstArray: CUarray, dstOffset: usize, srcArray: CUarra
 pub unsafe fn cuMemcpyAtoD(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
     match fns::cuMemcpyAtoD() {
         // SAFETY: the caller upholds the C contract of `cuMemcpyAtoD`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcArray, srcOffset, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyAtoD_v2_ptds` from the process-wide driver (symbol `cuMemcpyAtoD_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAtoD_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyAtoD_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyAtoD_v2_ptds(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyAtoD_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyAtoD_v2_ptds`.
         Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcArray, srcOffset, ByteCount) },
         Err(e) => e.to_cuda_result(),
     }
@@ -12326,6 +14236,36 @@ pub unsafe fn cuMemcpyAtoHAsync(dstHost: * mut::core::ffi::c_void, srcArray: CUa
     }
 }
 
+/// `cuMemcpyAtoHAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpyAtoHAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAtoHAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyAtoHAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyAtoHAsync_v2_ptsz(dstHost: * mut::core::ffi::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyAtoHAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyAtoHAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstHost, srcArray, srcOffset, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyAtoH_v2_ptds` from the process-wide driver (symbol `cuMemcpyAtoH_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyAtoH_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyAtoH_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyAtoH_v2_ptds(dstHost: * mut::core::ffi::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyAtoH_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyAtoH_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstHost, srcArray, srcOffset, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpyBatchAsync` from the process-wide driver (symbol `cuMemcpyBatchAsync_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyBatchAsync`]
 /// gives the reason.
@@ -12341,6 +14281,21 @@ pub unsafe fn cuMemcpyBatchAsync(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr,
     }
 }
 
+/// `cuMemcpyBatchAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpyBatchAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyBatchAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyBatchAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyBatchAsync_v2_ptsz(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr, sizes: *mut usize, count: usize, attrs: *mut CUmemcpyAttributes, attrsIdxs: *mut usize, numAttrs: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyBatchAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyBatchAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpyDtoA` from the process-wide driver (symbol `cuMemcpyDtoA_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoA`]
 /// gives the reason.
@@ -12351,6 +14306,21 @@ pub unsafe fn cuMemcpyBatchAsync(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr,
 pub unsafe fn cuMemcpyDtoA(dstArray: CUarray, dstOffset: usize, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
     match fns::cuMemcpyDtoA() {
         // SAFETY: the caller upholds the C contract of `cuMemcpyDtoA`.
+        Ok(driver_fn) => unsafe { driver_fn(dstArray, dstOffset, srcDevice, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyDtoA_v2_ptds` from the process-wide driver (symbol `cuMemcpyDtoA_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoA_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyDtoA_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyDtoA_v2_ptds(dstArray: CUarray, dstOffset: usize, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyDtoA_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyDtoA_v2_ptds`.
         Ok(driver_fn) => unsafe { driver_fn(dstArray, dstOffset, srcDevice, ByteCount) },
         Err(e) => e.to_cuda_result(),
     }
@@ -12386,6 +14356,36 @@ pub unsafe fn cuMemcpyDtoDAsync(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, 
     }
 }
 
+/// `cuMemcpyDtoDAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpyDtoDAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoDAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyDtoDAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyDtoDAsync_v2_ptsz(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyDtoDAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyDtoDAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcDevice, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyDtoD_v2_ptds` from the process-wide driver (symbol `cuMemcpyDtoD_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoD_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyDtoD_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyDtoD_v2_ptds(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyDtoD_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyDtoD_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcDevice, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpyDtoH` from the process-wide driver (symbol `cuMemcpyDtoH_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoH`]
 /// gives the reason.
@@ -12412,6 +14412,36 @@ pub unsafe fn cuMemcpyDtoHAsync(dstHost: * mut::core::ffi::c_void, srcDevice: CU
     match fns::cuMemcpyDtoHAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemcpyDtoHAsync`.
         Ok(driver_fn) => unsafe { driver_fn(dstHost, srcDevice, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyDtoHAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpyDtoHAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoHAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyDtoHAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyDtoHAsync_v2_ptsz(dstHost: * mut::core::ffi::c_void, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyDtoHAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyDtoHAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstHost, srcDevice, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyDtoH_v2_ptds` from the process-wide driver (symbol `cuMemcpyDtoH_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyDtoH_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyDtoH_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyDtoH_v2_ptds(dstHost: * mut::core::ffi::c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyDtoH_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyDtoH_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstHost, srcDevice, ByteCount) },
         Err(e) => e.to_cuda_result(),
     }
 }
@@ -12446,6 +14476,36 @@ pub unsafe fn cuMemcpyHtoAAsync(dstArray: CUarray, dstOffset: usize, srcHost: * 
     }
 }
 
+/// `cuMemcpyHtoAAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpyHtoAAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyHtoAAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyHtoAAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyHtoAAsync_v2_ptsz(dstArray: CUarray, dstOffset: usize, srcHost: * const::core::ffi::c_void, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyHtoAAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyHtoAAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstArray, dstOffset, srcHost, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyHtoA_v2_ptds` from the process-wide driver (symbol `cuMemcpyHtoA_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyHtoA_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyHtoA_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyHtoA_v2_ptds(dstArray: CUarray, dstOffset: usize, srcHost: * const::core::ffi::c_void, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyHtoA_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyHtoA_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstArray, dstOffset, srcHost, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemcpyHtoD` from the process-wide driver (symbol `cuMemcpyHtoD_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyHtoD`]
 /// gives the reason.
@@ -12472,6 +14532,36 @@ pub unsafe fn cuMemcpyHtoDAsync(dstDevice: CUdeviceptr, srcHost: * const::core::
     match fns::cuMemcpyHtoDAsync() {
         // SAFETY: the caller upholds the C contract of `cuMemcpyHtoDAsync`.
         Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcHost, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyHtoDAsync_v2_ptsz` from the process-wide driver (symbol `cuMemcpyHtoDAsync_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyHtoDAsync_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyHtoDAsync_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyHtoDAsync_v2_ptsz(dstDevice: CUdeviceptr, srcHost: * const::core::ffi::c_void, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyHtoDAsync_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyHtoDAsync_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcHost, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyHtoD_v2_ptds` from the process-wide driver (symbol `cuMemcpyHtoD_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyHtoD_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyHtoD_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyHtoD_v2_ptds(dstDevice: CUdeviceptr, srcHost: * const::core::ffi::c_void, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyHtoD_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyHtoD_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, srcHost, ByteCount) },
         Err(e) => e.to_cuda_result(),
     }
 }
@@ -12506,6 +14596,51 @@ pub unsafe fn cuMemcpyPeerAsync(dstDevice: CUdeviceptr, dstContext: CUcontext, s
     }
 }
 
+/// `cuMemcpyPeerAsync_ptsz` from the process-wide driver (symbol `cuMemcpyPeerAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyPeerAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyPeerAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyPeerAsync_ptsz(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDevice: CUdeviceptr, srcContext: CUcontext, ByteCount: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemcpyPeerAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyPeerAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpyPeer_ptds` from the process-wide driver (symbol `cuMemcpyPeer_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpyPeer_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpyPeer_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpyPeer_ptds(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDevice: CUdeviceptr, srcContext: CUcontext, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpyPeer_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpyPeer_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstContext, srcDevice, srcContext, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemcpy_ptds` from the process-wide driver (symbol `cuMemcpy_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemcpy_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemcpy_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize) -> CUresult {
+    match fns::cuMemcpy_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemcpy_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dst, src, ByteCount) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemsetD16` from the process-wide driver (symbol `cuMemsetD16_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD16`]
 /// gives the reason.
@@ -12532,6 +14667,36 @@ pub unsafe fn cuMemsetD16Async(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort
     match fns::cuMemsetD16Async() {
         // SAFETY: the caller upholds the C contract of `cuMemsetD16Async`.
         Ok(driver_fn) => unsafe { driver_fn(dstDevice, us, N, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD16Async_ptsz` from the process-wide driver (symbol `cuMemsetD16Async_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD16Async_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD16Async_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD16Async_ptsz(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort, N: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemsetD16Async_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD16Async_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, us, N, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD16_v2_ptds` from the process-wide driver (symbol `cuMemsetD16_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD16_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD16_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD16_v2_ptds(dstDevice: CUdeviceptr, us: ::core::ffi::c_ushort, N: usize) -> CUresult {
+    match fns::cuMemsetD16_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD16_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, us, N) },
         Err(e) => e.to_cuda_result(),
     }
 }
@@ -12566,6 +14731,36 @@ pub unsafe fn cuMemsetD2D16Async(dstDevice: CUdeviceptr, dstPitch: usize, us: ::
     }
 }
 
+/// `cuMemsetD2D16Async_ptsz` from the process-wide driver (symbol `cuMemsetD2D16Async_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D16Async_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD2D16Async_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD2D16Async_ptsz(dstDevice: CUdeviceptr, dstPitch: usize, us: ::core::ffi::c_ushort, Width: usize, Height: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemsetD2D16Async_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD2D16Async_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, us, Width, Height, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD2D16_v2_ptds` from the process-wide driver (symbol `cuMemsetD2D16_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D16_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD2D16_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD2D16_v2_ptds(dstDevice: CUdeviceptr, dstPitch: usize, us: ::core::ffi::c_ushort, Width: usize, Height: usize) -> CUresult {
+    match fns::cuMemsetD2D16_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD2D16_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, us, Width, Height) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemsetD2D32` from the process-wide driver (symbol `cuMemsetD2D32_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D32`]
 /// gives the reason.
@@ -12592,6 +14787,36 @@ pub unsafe fn cuMemsetD2D32Async(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::
     match fns::cuMemsetD2D32Async() {
         // SAFETY: the caller upholds the C contract of `cuMemsetD2D32Async`.
         Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, ui, Width, Height, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD2D32Async_ptsz` from the process-wide driver (symbol `cuMemsetD2D32Async_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D32Async_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD2D32Async_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD2D32Async_ptsz(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::core::ffi::c_uint, Width: usize, Height: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemsetD2D32Async_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD2D32Async_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, ui, Width, Height, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD2D32_v2_ptds` from the process-wide driver (symbol `cuMemsetD2D32_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D32_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD2D32_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD2D32_v2_ptds(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::core::ffi::c_uint, Width: usize, Height: usize) -> CUresult {
+    match fns::cuMemsetD2D32_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD2D32_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, ui, Width, Height) },
         Err(e) => e.to_cuda_result(),
     }
 }
@@ -12626,6 +14851,36 @@ pub unsafe fn cuMemsetD2D8Async(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::c
     }
 }
 
+/// `cuMemsetD2D8Async_ptsz` from the process-wide driver (symbol `cuMemsetD2D8Async_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D8Async_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD2D8Async_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD2D8Async_ptsz(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::core::ffi::c_uchar, Width: usize, Height: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemsetD2D8Async_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD2D8Async_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, uc, Width, Height, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD2D8_v2_ptds` from the process-wide driver (symbol `cuMemsetD2D8_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD2D8_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD2D8_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD2D8_v2_ptds(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::core::ffi::c_uchar, Width: usize, Height: usize) -> CUresult {
+    match fns::cuMemsetD2D8_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD2D8_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, dstPitch, uc, Width, Height) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemsetD32` from the process-wide driver (symbol `cuMemsetD32_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD32`]
 /// gives the reason.
@@ -12656,6 +14911,36 @@ pub unsafe fn cuMemsetD32Async(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, 
     }
 }
 
+/// `cuMemsetD32Async_ptsz` from the process-wide driver (symbol `cuMemsetD32Async_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD32Async_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD32Async_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD32Async_ptsz(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, N: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemsetD32Async_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD32Async_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, ui, N, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD32_v2_ptds` from the process-wide driver (symbol `cuMemsetD32_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD32_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD32_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD32_v2_ptds(dstDevice: CUdeviceptr, ui: ::core::ffi::c_uint, N: usize) -> CUresult {
+    match fns::cuMemsetD32_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD32_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, ui, N) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuMemsetD8` from the process-wide driver (symbol `cuMemsetD8_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD8`]
 /// gives the reason.
@@ -12682,6 +14967,36 @@ pub unsafe fn cuMemsetD8Async(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, 
     match fns::cuMemsetD8Async() {
         // SAFETY: the caller upholds the C contract of `cuMemsetD8Async`.
         Ok(driver_fn) => unsafe { driver_fn(dstDevice, uc, N, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD8Async_ptsz` from the process-wide driver (symbol `cuMemsetD8Async_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD8Async_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD8Async_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD8Async_ptsz(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, N: usize, hStream: CUstream) -> CUresult {
+    match fns::cuMemsetD8Async_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD8Async_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, uc, N, hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuMemsetD8_v2_ptds` from the process-wide driver (symbol `cuMemsetD8_v2_ptds`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuMemsetD8_v2_ptds`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuMemsetD8_v2_ptds`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuMemsetD8_v2_ptds(dstDevice: CUdeviceptr, uc: ::core::ffi::c_uchar, N: usize) -> CUresult {
+    match fns::cuMemsetD8_v2_ptds() {
+        // SAFETY: the caller upholds the C contract of `cuMemsetD8_v2_ptds`.
+        Ok(driver_fn) => unsafe { driver_fn(dstDevice, uc, N) },
         Err(e) => e.to_cuda_result(),
     }
 }
@@ -13271,6 +15586,21 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(extSemArray: *const CUexternalSema
     }
 }
 
+/// `cuSignalExternalSemaphoresAsync_ptsz` from the process-wide driver (symbol `cuSignalExternalSemaphoresAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuSignalExternalSemaphoresAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuSignalExternalSemaphoresAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuSignalExternalSemaphoresAsync_ptsz(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult {
+    match fns::cuSignalExternalSemaphoresAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuSignalExternalSemaphoresAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(extSemArray, paramsArray, numExtSems, stream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamAddCallback` from the process-wide driver (symbol `cuStreamAddCallback`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamAddCallback`]
 /// gives the reason.
@@ -13281,6 +15611,21 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(extSemArray: *const CUexternalSema
 pub unsafe fn cuStreamAddCallback(hStream: CUstream, callback: CUstreamCallback, userData: * mut::core::ffi::c_void, flags: ::core::ffi::c_uint) -> CUresult {
     match fns::cuStreamAddCallback() {
         // SAFETY: the caller upholds the C contract of `cuStreamAddCallback`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, callback, userData, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamAddCallback_ptsz` from the process-wide driver (symbol `cuStreamAddCallback_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamAddCallback_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamAddCallback_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamAddCallback_ptsz(hStream: CUstream, callback: CUstreamCallback, userData: * mut::core::ffi::c_void, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamAddCallback_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamAddCallback_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream, callback, userData, flags) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13301,6 +15646,21 @@ pub unsafe fn cuStreamAttachMemAsync(hStream: CUstream, dptr: CUdeviceptr, lengt
     }
 }
 
+/// `cuStreamAttachMemAsync_ptsz` from the process-wide driver (symbol `cuStreamAttachMemAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamAttachMemAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamAttachMemAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamAttachMemAsync_ptsz(hStream: CUstream, dptr: CUdeviceptr, length: usize, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamAttachMemAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamAttachMemAsync_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, dptr, length, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamBatchMemOp` from the process-wide driver (symbol `cuStreamBatchMemOp_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamBatchMemOp`]
 /// gives the reason.
@@ -13311,6 +15671,21 @@ pub unsafe fn cuStreamAttachMemAsync(hStream: CUstream, dptr: CUdeviceptr, lengt
 pub unsafe fn cuStreamBatchMemOp(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult {
     match fns::cuStreamBatchMemOp() {
         // SAFETY: the caller upholds the C contract of `cuStreamBatchMemOp`.
+        Ok(driver_fn) => unsafe { driver_fn(stream, count, paramArray, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamBatchMemOp_v2_ptsz` from the process-wide driver (symbol `cuStreamBatchMemOp_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamBatchMemOp_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamBatchMemOp_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamBatchMemOp_v2_ptsz(stream: CUstream, count: ::core::ffi::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamBatchMemOp_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamBatchMemOp_v2_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(stream, count, paramArray, flags) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13346,6 +15721,36 @@ pub unsafe fn cuStreamBeginCaptureToGraph(hStream: CUstream, hGraph: CUgraph, de
     }
 }
 
+/// `cuStreamBeginCaptureToGraph_ptsz` from the process-wide driver (symbol `cuStreamBeginCaptureToGraph_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamBeginCaptureToGraph_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamBeginCaptureToGraph_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamBeginCaptureToGraph_ptsz(hStream: CUstream, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, mode: CUstreamCaptureMode) -> CUresult {
+    match fns::cuStreamBeginCaptureToGraph_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamBeginCaptureToGraph_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, hGraph, dependencies, dependencyData, numDependencies, mode) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamBeginCapture_v2_ptsz` from the process-wide driver (symbol `cuStreamBeginCapture_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamBeginCapture_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamBeginCapture_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamBeginCapture_v2_ptsz(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
+    match fns::cuStreamBeginCapture_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamBeginCapture_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, mode) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamCopyAttributes` from the process-wide driver (symbol `cuStreamCopyAttributes`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamCopyAttributes`]
 /// gives the reason.
@@ -13356,6 +15761,21 @@ pub unsafe fn cuStreamBeginCaptureToGraph(hStream: CUstream, hGraph: CUgraph, de
 pub unsafe fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
     match fns::cuStreamCopyAttributes() {
         // SAFETY: the caller upholds the C contract of `cuStreamCopyAttributes`.
+        Ok(driver_fn) => unsafe { driver_fn(dst, src) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamCopyAttributes_ptsz` from the process-wide driver (symbol `cuStreamCopyAttributes_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamCopyAttributes_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamCopyAttributes_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamCopyAttributes_ptsz(dst: CUstream, src: CUstream) -> CUresult {
+    match fns::cuStreamCopyAttributes_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamCopyAttributes_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(dst, src) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13421,6 +15841,21 @@ pub unsafe fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CU
     }
 }
 
+/// `cuStreamEndCapture_ptsz` from the process-wide driver (symbol `cuStreamEndCapture_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamEndCapture_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamEndCapture_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamEndCapture_ptsz(hStream: CUstream, phGraph: *mut CUgraph) -> CUresult {
+    match fns::cuStreamEndCapture_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamEndCapture_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, phGraph) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamGetAttribute` from the process-wide driver (symbol `cuStreamGetAttribute`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetAttribute`]
 /// gives the reason.
@@ -13431,6 +15866,21 @@ pub unsafe fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CU
 pub unsafe fn cuStreamGetAttribute(hStream: CUstream, attr: CUstreamAttrID, value_out: *mut CUstreamAttrValue) -> CUresult {
     match fns::cuStreamGetAttribute() {
         // SAFETY: the caller upholds the C contract of `cuStreamGetAttribute`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, attr, value_out) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamGetAttribute_ptsz` from the process-wide driver (symbol `cuStreamGetAttribute_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetAttribute_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetAttribute_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetAttribute_ptsz(hStream: CUstream, attr: CUstreamAttrID, value_out: *mut CUstreamAttrValue) -> CUresult {
+    match fns::cuStreamGetAttribute_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetAttribute_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream, attr, value_out) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13451,6 +15901,21 @@ pub unsafe fn cuStreamGetCaptureInfo(hStream: CUstream, captureStatus_out: *mut 
     }
 }
 
+/// `cuStreamGetCaptureInfo_v3_ptsz` from the process-wide driver (symbol `cuStreamGetCaptureInfo_v3_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetCaptureInfo_v3_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetCaptureInfo_v3_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetCaptureInfo_v3_ptsz(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, edgeData_out: *mut *const CUgraphEdgeData, numDependencies_out: *mut usize) -> CUresult {
+    match fns::cuStreamGetCaptureInfo_v3_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetCaptureInfo_v3_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamGetCtx` from the process-wide driver (symbol `cuStreamGetCtx`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetCtx`]
 /// gives the reason.
@@ -13461,6 +15926,21 @@ pub unsafe fn cuStreamGetCaptureInfo(hStream: CUstream, captureStatus_out: *mut 
 pub unsafe fn cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext) -> CUresult {
     match fns::cuStreamGetCtx() {
         // SAFETY: the caller upholds the C contract of `cuStreamGetCtx`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, pctx) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamGetCtx_ptsz` from the process-wide driver (symbol `cuStreamGetCtx_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetCtx_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetCtx_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetCtx_ptsz(hStream: CUstream, pctx: *mut CUcontext) -> CUresult {
+    match fns::cuStreamGetCtx_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetCtx_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream, pctx) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13481,6 +15961,21 @@ pub unsafe fn cuStreamGetCtx_v2(hStream: CUstream, pCtx: *mut CUcontext, pGreenC
     }
 }
 
+/// `cuStreamGetCtx_v2_ptsz` from the process-wide driver (symbol `cuStreamGetCtx_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetCtx_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetCtx_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetCtx_v2_ptsz(hStream: CUstream, pCtx: *mut CUcontext, pGreenCtx: *mut CUgreenCtx) -> CUresult {
+    match fns::cuStreamGetCtx_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetCtx_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, pCtx, pGreenCtx) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamGetDevice` from the process-wide driver (symbol `cuStreamGetDevice`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetDevice`]
 /// gives the reason.
@@ -13496,6 +15991,21 @@ pub unsafe fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUr
     }
 }
 
+/// `cuStreamGetDevice_ptsz` from the process-wide driver (symbol `cuStreamGetDevice_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetDevice_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetDevice_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetDevice_ptsz(hStream: CUstream, device: *mut CUdevice) -> CUresult {
+    match fns::cuStreamGetDevice_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetDevice_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, device) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamGetFlags` from the process-wide driver (symbol `cuStreamGetFlags`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetFlags`]
 /// gives the reason.
@@ -13506,6 +16016,21 @@ pub unsafe fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUr
 pub unsafe fn cuStreamGetFlags(hStream: CUstream, flags: * mut::core::ffi::c_uint) -> CUresult {
     match fns::cuStreamGetFlags() {
         // SAFETY: the caller upholds the C contract of `cuStreamGetFlags`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamGetFlags_ptsz` from the process-wide driver (symbol `cuStreamGetFlags_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetFlags_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetFlags_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetFlags_ptsz(hStream: CUstream, flags: * mut::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamGetFlags_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetFlags_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream, flags) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13541,6 +16066,21 @@ pub unsafe fn cuStreamGetId(hStream: CUstream, streamId: * mut::core::ffi::c_ulo
     }
 }
 
+/// `cuStreamGetId_ptsz` from the process-wide driver (symbol `cuStreamGetId_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetId_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetId_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetId_ptsz(hStream: CUstream, streamId: * mut::core::ffi::c_ulonglong) -> CUresult {
+    match fns::cuStreamGetId_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetId_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, streamId) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamGetPriority` from the process-wide driver (symbol `cuStreamGetPriority`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetPriority`]
 /// gives the reason.
@@ -13551,6 +16091,21 @@ pub unsafe fn cuStreamGetId(hStream: CUstream, streamId: * mut::core::ffi::c_ulo
 pub unsafe fn cuStreamGetPriority(hStream: CUstream, priority: * mut::core::ffi::c_int) -> CUresult {
     match fns::cuStreamGetPriority() {
         // SAFETY: the caller upholds the C contract of `cuStreamGetPriority`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, priority) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamGetPriority_ptsz` from the process-wide driver (symbol `cuStreamGetPriority_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamGetPriority_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamGetPriority_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamGetPriority_ptsz(hStream: CUstream, priority: * mut::core::ffi::c_int) -> CUresult {
+    match fns::cuStreamGetPriority_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamGetPriority_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream, priority) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13571,6 +16126,21 @@ pub unsafe fn cuStreamIsCapturing(hStream: CUstream, captureStatus: *mut CUstrea
     }
 }
 
+/// `cuStreamIsCapturing_ptsz` from the process-wide driver (symbol `cuStreamIsCapturing_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamIsCapturing_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamIsCapturing_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamIsCapturing_ptsz(hStream: CUstream, captureStatus: *mut CUstreamCaptureStatus) -> CUresult {
+    match fns::cuStreamIsCapturing_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamIsCapturing_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, captureStatus) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamQuery` from the process-wide driver (symbol `cuStreamQuery`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamQuery`]
 /// gives the reason.
@@ -13581,6 +16151,21 @@ pub unsafe fn cuStreamIsCapturing(hStream: CUstream, captureStatus: *mut CUstrea
 pub unsafe fn cuStreamQuery(hStream: CUstream) -> CUresult {
     match fns::cuStreamQuery() {
         // SAFETY: the caller upholds the C contract of `cuStreamQuery`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamQuery_ptsz` from the process-wide driver (symbol `cuStreamQuery_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamQuery_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamQuery_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamQuery_ptsz(hStream: CUstream) -> CUresult {
+    match fns::cuStreamQuery_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamQuery_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13601,6 +16186,21 @@ pub unsafe fn cuStreamSetAttribute(hStream: CUstream, attr: CUstreamAttrID, valu
     }
 }
 
+/// `cuStreamSetAttribute_ptsz` from the process-wide driver (symbol `cuStreamSetAttribute_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamSetAttribute_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamSetAttribute_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamSetAttribute_ptsz(hStream: CUstream, attr: CUstreamAttrID, value: *const CUstreamAttrValue) -> CUresult {
+    match fns::cuStreamSetAttribute_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamSetAttribute_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, attr, value) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamSynchronize` from the process-wide driver (symbol `cuStreamSynchronize`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamSynchronize`]
 /// gives the reason.
@@ -13611,6 +16211,21 @@ pub unsafe fn cuStreamSetAttribute(hStream: CUstream, attr: CUstreamAttrID, valu
 pub unsafe fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
     match fns::cuStreamSynchronize() {
         // SAFETY: the caller upholds the C contract of `cuStreamSynchronize`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamSynchronize_ptsz` from the process-wide driver (symbol `cuStreamSynchronize_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamSynchronize_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamSynchronize_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamSynchronize_ptsz(hStream: CUstream) -> CUresult {
+    match fns::cuStreamSynchronize_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamSynchronize_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13631,6 +16246,21 @@ pub unsafe fn cuStreamUpdateCaptureDependencies(hStream: CUstream, dependencies:
     }
 }
 
+/// `cuStreamUpdateCaptureDependencies_v2_ptsz` from the process-wide driver (symbol `cuStreamUpdateCaptureDependencies_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamUpdateCaptureDependencies_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamUpdateCaptureDependencies_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamUpdateCaptureDependencies_v2_ptsz(hStream: CUstream, dependencies: *mut CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamUpdateCaptureDependencies_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamUpdateCaptureDependencies_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, dependencies, dependencyData, numDependencies, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamWaitEvent` from the process-wide driver (symbol `cuStreamWaitEvent`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWaitEvent`]
 /// gives the reason.
@@ -13641,6 +16271,21 @@ pub unsafe fn cuStreamUpdateCaptureDependencies(hStream: CUstream, dependencies:
 pub unsafe fn cuStreamWaitEvent(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint) -> CUresult {
     match fns::cuStreamWaitEvent() {
         // SAFETY: the caller upholds the C contract of `cuStreamWaitEvent`.
+        Ok(driver_fn) => unsafe { driver_fn(hStream, hEvent, Flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamWaitEvent_ptsz` from the process-wide driver (symbol `cuStreamWaitEvent_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWaitEvent_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamWaitEvent_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamWaitEvent_ptsz(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamWaitEvent_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamWaitEvent_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(hStream, hEvent, Flags) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13661,6 +16306,21 @@ pub unsafe fn cuStreamWaitValue32(stream: CUstream, addr: CUdeviceptr, value: cu
     }
 }
 
+/// `cuStreamWaitValue32_v2_ptsz` from the process-wide driver (symbol `cuStreamWaitValue32_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWaitValue32_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamWaitValue32_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamWaitValue32_v2_ptsz(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamWaitValue32_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamWaitValue32_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(stream, addr, value, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamWaitValue64` from the process-wide driver (symbol `cuStreamWaitValue64_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWaitValue64`]
 /// gives the reason.
@@ -13671,6 +16331,21 @@ pub unsafe fn cuStreamWaitValue32(stream: CUstream, addr: CUdeviceptr, value: cu
 pub unsafe fn cuStreamWaitValue64(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult {
     match fns::cuStreamWaitValue64() {
         // SAFETY: the caller upholds the C contract of `cuStreamWaitValue64`.
+        Ok(driver_fn) => unsafe { driver_fn(stream, addr, value, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamWaitValue64_v2_ptsz` from the process-wide driver (symbol `cuStreamWaitValue64_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWaitValue64_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamWaitValue64_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamWaitValue64_v2_ptsz(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamWaitValue64_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamWaitValue64_v2_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(stream, addr, value, flags) },
         Err(e) => e.to_cuda_result(),
     }
@@ -13691,6 +16366,21 @@ pub unsafe fn cuStreamWriteValue32(stream: CUstream, addr: CUdeviceptr, value: c
     }
 }
 
+/// `cuStreamWriteValue32_v2_ptsz` from the process-wide driver (symbol `cuStreamWriteValue32_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWriteValue32_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamWriteValue32_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamWriteValue32_v2_ptsz(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamWriteValue32_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamWriteValue32_v2_ptsz`.
+        Ok(driver_fn) => unsafe { driver_fn(stream, addr, value, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
 /// `cuStreamWriteValue64` from the process-wide driver (symbol `cuStreamWriteValue64_v2`). If the driver or the symbol
 /// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWriteValue64`]
 /// gives the reason.
@@ -13701,6 +16391,21 @@ pub unsafe fn cuStreamWriteValue32(stream: CUstream, addr: CUdeviceptr, value: c
 pub unsafe fn cuStreamWriteValue64(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult {
     match fns::cuStreamWriteValue64() {
         // SAFETY: the caller upholds the C contract of `cuStreamWriteValue64`.
+        Ok(driver_fn) => unsafe { driver_fn(stream, addr, value, flags) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuStreamWriteValue64_v2_ptsz` from the process-wide driver (symbol `cuStreamWriteValue64_v2_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuStreamWriteValue64_v2_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuStreamWriteValue64_v2_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuStreamWriteValue64_v2_ptsz(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::core::ffi::c_uint) -> CUresult {
+    match fns::cuStreamWriteValue64_v2_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuStreamWriteValue64_v2_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(stream, addr, value, flags) },
         Err(e) => e.to_cuda_result(),
     }
@@ -14391,6 +17096,21 @@ pub unsafe fn cuUserObjectRetain(object: CUuserObject, count: ::core::ffi::c_uin
 pub unsafe fn cuWaitExternalSemaphoresAsync(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult {
     match fns::cuWaitExternalSemaphoresAsync() {
         // SAFETY: the caller upholds the C contract of `cuWaitExternalSemaphoresAsync`.
+        Ok(driver_fn) => unsafe { driver_fn(extSemArray, paramsArray, numExtSems, stream) },
+        Err(e) => e.to_cuda_result(),
+    }
+}
+
+/// `cuWaitExternalSemaphoresAsync_ptsz` from the process-wide driver (symbol `cuWaitExternalSemaphoresAsync_ptsz`). If the driver or the symbol
+/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::cuWaitExternalSemaphoresAsync_ptsz`]
+/// gives the reason.
+///
+/// # Safety
+/// The C contract of `cuWaitExternalSemaphoresAsync_ptsz`: see the CUDA driver API documentation.
+#[inline]
+pub unsafe fn cuWaitExternalSemaphoresAsync_ptsz(extSemArray: *const CUexternalSemaphore, paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, numExtSems: ::core::ffi::c_uint, stream: CUstream) -> CUresult {
+    match fns::cuWaitExternalSemaphoresAsync_ptsz() {
+        // SAFETY: the caller upholds the C contract of `cuWaitExternalSemaphoresAsync_ptsz`.
         Ok(driver_fn) => unsafe { driver_fn(extSemArray, paramsArray, numExtSems, stream) },
         Err(e) => e.to_cuda_result(),
     }
