@@ -296,6 +296,12 @@ impl Drop for PooledStream<'_> {
     }
 }
 
+impl crate::stream::KnownContext for PooledStream<'_> {
+    fn known_context(&self) -> Option<Context> {
+        self.pool._keep.clone()
+    }
+}
+
 forward_stream_ops!(PooledStream<'_>);
 
 impl PooledStream<'_> {

@@ -312,7 +312,17 @@ impl<'a> Stream<'a> {
 
     /// Records a new event with the given options.
     pub fn record_event_with(self, options: EventOptions) -> Result<Event> {
-        let event = Event::create_in(self.ctx, None, options)?;
+        self.record_event_in(None, options)
+    }
+
+    /// Records a new event that keeps `known` (the stream's context, when the caller has it)
+    /// alive; with `None` the context is looked up and retained if it is a primary one.
+    pub(crate) fn record_event_in(
+        self,
+        known: Option<Context>,
+        options: EventOptions,
+    ) -> Result<Event> {
+        let event = Event::create_in(self.ctx, known, options)?;
         self.record(&event)?;
         Ok(event)
     }
@@ -646,6 +656,17 @@ impl Drop for OwnedStream {
     }
 }
 
+/// The context an owner of a stream already holds, so events it records need no lookup.
+pub(crate) trait KnownContext {
+    fn known_context(&self) -> Option<Context>;
+}
+
+impl KnownContext for OwnedStream {
+    fn known_context(&self) -> Option<Context> {
+        Some(self.ctx.clone())
+    }
+}
+
 /// Forwards the operations of [`Stream`] to a type that implements [`AsStream`], so owned
 /// streams (and pool leases) offer them without repeating their bodies.
 macro_rules! forward_stream_ops {
@@ -669,7 +690,7 @@ macro_rules! forward_stream_ops {
             /// See [`Stream::record_event`].
             #[inline(always)]
             pub fn record_event(&self) -> $crate::Result<$crate::Event> {
-                $crate::AsStream::as_stream(self).record_event()
+                self.record_event_with($crate::EventOptions::new())
             }
             /// See [`Stream::record_event_with`].
             #[inline(always)]
@@ -677,7 +698,9 @@ macro_rules! forward_stream_ops {
                 &self,
                 options: $crate::EventOptions,
             ) -> $crate::Result<$crate::Event> {
-                $crate::AsStream::as_stream(self).record_event_with(options)
+                // The owner knows its context: no lookup to retain it for the event.
+                $crate::AsStream::as_stream(self)
+                    .record_event_in($crate::stream::KnownContext::known_context(self), options)
             }
             /// See [`Stream::record`].
             #[inline(always)]
