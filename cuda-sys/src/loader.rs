@@ -532,10 +532,15 @@ impl Driver {
 
     /// Whether the driver has the binding `name` (resolving it if needed).
     pub fn has(&self, name: &str) -> bool {
-        SYMBOLS
-            .iter()
-            .position(|s| s.name == name)
-            .is_some_and(|i| self.symbol(i).is_ok())
+        self.address(name).is_some_and(|r| r.is_ok())
+    }
+
+    /// The address of the binding `name`, resolving it if needed, as its typed accessor would
+    /// (`driver.address("cuInit")` is `driver.cuInit()` as a pointer); `None` if the bindings
+    /// have no such name. Cast it only to the binding's [`pfn`](crate::pfn) type.
+    pub fn address(&self, name: &str) -> Option<Result<*mut c_void, LoadError>> {
+        let index = SYMBOLS.iter().position(|s| s.name == name)?;
+        Some(self.symbol(index))
     }
 
     /// The pointer in slot `index`, resolving it on first use.

@@ -1,4 +1,4 @@
-//! `cuda-stream` on a CUDA 11.8 driver: the old flavour of the mock, which lacks `cuStreamGetId`
+//! `cuda-stream` on a CUDA 11.4 driver: the old flavour of the mock, which lacks `cuStreamGetId`
 //! (12.0), `cuStreamGetDevice` (12.8) and `cuEventElapsedTime_v2` (12.8). A missing function is
 //! `Error::Unsupported` naming it and the versions involved; `Stream::device` does without.
 //!
@@ -6,7 +6,7 @@
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use cuda_mock_driver::{MockDriver, old_mock_driver_path};
+use cuda_mock_driver::{FLAVOURS, MockDriver};
 use cuda_stream::ffi::LoadError;
 use cuda_stream::{AsStream, Context, Device, Error, EventOptions, Stream, driver_version};
 
@@ -17,7 +17,11 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     static MOCK: OnceLock<MockDriver> = OnceLock::new();
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MOCK.get_or_init(|| {
-        let path = old_mock_driver_path();
+        let path = FLAVOURS
+            .iter()
+            .find(|f| f.package == "cuda-mock-driver-11-4-noproc")
+            .unwrap()
+            .path();
         let driver = cuda_sys::Driver::open(&path).expect("the old mock library opens");
         cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
         MockDriver::open(&path).expect("the mock's control functions resolve")
@@ -26,7 +30,7 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     (guard, m)
 }
 
-/// Checks that `err` is `Unsupported` for `call` on CUDA 11.8, and that its message and source
+/// Checks that `err` is `Unsupported` for `call` on CUDA 11.4, and that its message and source
 /// say what is missing and which version introduced it.
 fn assert_unsupported(err: &Error, call: &str, since: u32, introduced: &str) {
     match err {
@@ -36,9 +40,9 @@ fn assert_unsupported(err: &Error, call: &str, since: u32, introduced: &str) {
             source,
         } => {
             assert_eq!(*c, call);
-            assert_eq!(*driver_version, Some(11080));
+            assert_eq!(*driver_version, Some(11040));
             assert!(
-                matches!(source, LoadError::MissingSymbol { name, since: s, driver_version: Some(11080), .. }
+                matches!(source, LoadError::MissingSymbol { name, since: s, driver_version: Some(11040), .. }
                     if *name == call && *s == since),
                 "{source:?}"
             );
@@ -49,7 +53,7 @@ fn assert_unsupported(err: &Error, call: &str, since: u32, introduced: &str) {
     assert!(err.is_unsupported());
     let shown = err.to_string();
     assert!(
-        shown.contains(call) && shown.contains("CUDA 11.8"),
+        shown.contains(call) && shown.contains("CUDA 11.4"),
         "{shown}"
     );
     let source = std::error::Error::source(err)
@@ -64,7 +68,7 @@ fn assert_unsupported(err: &Error, call: &str, since: u32, introduced: &str) {
 #[test]
 fn the_driver_is_the_old_one() {
     let (_lock, _m) = mock();
-    assert_eq!(driver_version().unwrap(), 11080);
+    assert_eq!(driver_version().unwrap(), 11040);
 }
 
 #[test]
@@ -131,7 +135,7 @@ fn elapsed_time_is_unsupported_and_names_cuda_12_8() {
 }
 
 #[test]
-fn everything_else_works_on_cuda_11_8() {
+fn everything_else_works_on_cuda_11_4() {
     let (_lock, m) = mock();
     let base = (m.live_streams(), m.live_events(), m.live_primary_retains());
     // On a thread of its own, joined, so the `wait_stream` event it caches is destroyed here.
