@@ -121,7 +121,7 @@ pub use owned::{OwnedStream, StreamOptions};
 pub use pool::{PooledStream, StreamPool};
 pub use priority::PriorityRange;
 pub use scope::Scope;
-pub use stream::{AsStream, Stream};
+pub use stream::{AsStream, Enqueue, Stream};
 
 static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
 static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);

@@ -51,6 +51,31 @@ impl<T: AsStream + ?Sized> AsStream for &T {
     }
 }
 
+/// Where work can be enqueued: every stream and owner of one (anything [`AsStream`]), and, while
+/// a graph is being captured, the capture's view of its stream, which offers no blocking or
+/// polling operation. Operations that only enqueue work (kernel launches, memset, memcpy) take
+/// `&impl Enqueue`, so they work the same on a stream and inside a capture. Sealed: only this
+/// crate's types implement it, so a raw handle cannot be passed off as a live stream.
+pub trait Enqueue: sealed::Sealed {
+    /// The raw stream handle work is enqueued on, and its context.
+    fn enqueue_handle(&self) -> (ffi::CUstream, ffi::CUcontext);
+}
+
+pub(crate) mod sealed {
+    /// Keeps [`Enqueue`](super::Enqueue) to this crate's types.
+    pub trait Sealed {}
+}
+
+impl<T: AsStream + ?Sized> sealed::Sealed for T {}
+
+impl<T: AsStream + ?Sized> Enqueue for T {
+    #[inline(always)]
+    fn enqueue_handle(&self) -> (ffi::CUstream, ffi::CUcontext) {
+        let s = self.as_stream();
+        (s.raw, s.ctx)
+    }
+}
+
 impl fmt::Debug for Stream<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Stream");
