@@ -47,9 +47,8 @@ rm -f "$out/.cargo-tests.json"
 echo "== building the example, the benchmark and the interop library"
 cargo build --release -p cuda-stream --example streams
 cp target/release/examples/streams "$out/bin/streams"
-if cargo build --release -p cuda-stream-tests --bin cuda-stream-bench 2>/dev/null; then
-    cp target/release/cuda-stream-bench "$out/bin/"
-fi
+cargo build --release -p cuda-stream-bench
+cp target/release/cuda-stream-bench "$out/bin/"
 if [ -d tests/interop ]; then
     cargo build --release -p cuda-stream-interop
     cp target/release/libcuda_stream_interop.so "$out/lib/"
