@@ -47,3 +47,12 @@ pub(crate) fn must<T>(r: cuda_stream::Result<T>, what: &str) -> T {
         Err(e) => fail(what, &chain(&e)),
     }
 }
+
+/// Checks a cudarc call's result.
+#[inline(always)]
+pub(crate) fn must_cudarc<T>(r: Result<T, cudarc::driver::DriverError>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => fail(what, &e),
+    }
+}

@@ -1,24 +1,26 @@
 //! `cuda-stream-bench`: times each `cuda-stream` operation against the raw driver call it wraps,
-//! in one process, on the same context and streams, and prints a Markdown table for
-//! `BENCHMARKS.md`.
+//! and against cudarc's equivalent, in one process, on the same context, and prints Markdown
+//! tables for `BENCHMARKS.md` (and, with `--json FILE`, the same results as JSON).
 //!
 //! ```sh
 //! cargo run --release -p cuda-stream-bench            # full run
 //! cargo run --release -p cuda-stream-bench -- --quick # smoke test
 //! ```
 //!
-//! Method ([`method`]): for every operation the raw body (the driver's function pointers, resolved
-//! once before timing, so the raw column is the floor a C program pays) and the safe body (the
-//! `cuda-stream` call) are each run for many iterations per repetition; repetitions alternate
-//! raw-first and safe-first; the median ns/op of each side is reported, and the median of the
-//! repetitions' own safe/raw ratios (each from two batches run back to back, so drift cancels).
-//! Work that an operation enqueues is drained (untimed) between batches.
+//! Method (`method.rs`): for every operation the raw body (the driver's function pointers,
+//! resolved once before timing, so the raw column is the floor a C program pays), the safe body
+//! (the `cuda-stream` call) and, where cudarc has one, cudarc's body are each run for many
+//! iterations per repetition; repetitions change which side goes first; the median ns/op of each
+//! side is reported, and the median and spread of the repetitions' own ratios to raw (each from
+//! batches run back to back, so drift cancels). Work that an operation enqueues is drained
+//! (untimed) between batches.
 //!
-//! The rows live in [`rows`], one module per group; the "first use" table comes from child
-//! processes ([`first_use`]).
+//! The rows live in `rows/`, one module per group; the cudarc column in `cudarc_column.rs`; the
+//! "first use" table comes from child processes (`first_use.rs`).
 //!
 //! Without a CUDA driver it prints `no CUDA driver found: <error>` and exits with status 2.
 
+mod cudarc_column;
 mod executor;
 mod fail;
 mod first_use;
@@ -37,29 +39,54 @@ use crate::method::Config;
 use crate::report::Machine;
 
 fn usage() -> &'static str {
-    "usage: cuda-stream-bench [--quick]\n\
-     Times cuda-stream operations against the raw CUDA driver calls on GPU 0 and prints\n\
-     Markdown tables. --quick runs few iterations (a smoke test; numbers are not meaningful)."
+    "usage: cuda-stream-bench [--quick] [--no-cudarc] [--json FILE]\n\
+     Times cuda-stream operations against the raw CUDA driver calls (and cudarc's) on GPU 0 and\n\
+     prints Markdown tables.\n  \
+       --quick       few iterations: a smoke test, the numbers are not meaningful\n  \
+       --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
+       --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)"
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+struct Args {
+    cfg: Config,
+    json: Option<String>,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut cfg = Config::full();
+    let mut cudarc = true;
+    let mut json = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => cfg = Config::quick(),
+            "--no-cudarc" => cudarc = false,
+            "--json" => json = Some(args.next().ok_or("--json needs a file name")?),
+            "-h" | "--help" => return Ok(None),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    cfg.cudarc = cudarc;
+    Ok(Some(Args { cfg, json }))
 }
 
 fn main() -> ExitCode {
     if first_use::is_child() {
         return first_use::child_main();
     }
-    let mut cfg = Config::full();
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--quick" => cfg = Config::quick(),
-            "-h" | "--help" => {
-                println!("{}", usage());
-                return ExitCode::SUCCESS;
-            }
-            other => {
-                eprintln!("unknown argument {other:?}\n{}", usage());
-                return ExitCode::from(64);
-            }
+    let Args { cfg, json } = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{}", usage());
+            return ExitCode::SUCCESS;
         }
-    }
+        Err(e) => {
+            eprintln!("{e}\n{}", usage());
+            return ExitCode::from(64);
+        }
+    };
 
     // Only the library is loaded here (no cuInit, no context), so the first-use children run
     // first, on an idle GPU, and work even where the compute mode allows one context per GPU.
@@ -80,6 +107,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build; build with --release for meaningful numbers");
+    }
+    let (rows, cudarc) = match rows::run(&cfg, &ctx) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cuda-stream-bench: {}", chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     let machine = Machine {
         gpu: ctx
             .device()
@@ -87,21 +125,41 @@ fn main() -> ExitCode {
             .unwrap_or_else(|e| format!("<name unavailable: {e}>")),
         driver_version: cuda_stream::driver_version().unwrap_or(0),
         kernel_module: report::kernel_module_version(),
-    };
-
-    if cfg!(debug_assertions) {
-        eprintln!("warning: a debug build; build with --release for meaningful numbers");
-    }
-    let rows = match rows::run(&cfg, &ctx) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cuda-stream-bench: {}", chain(&e));
-            return ExitCode::FAILURE;
-        }
+        cudarc,
     };
 
     report::print_header(&cfg, &machine);
     report::print_rows(&rows);
     first_use::print(&cfg, &first);
+    if let Some(path) = json {
+        let text = report::json(&cfg, &machine, &rows, &first);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("cuda-stream-bench: writing {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<Args>, String> {
+        parse_args(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments() {
+        let a = parse(&[]).unwrap().unwrap();
+        assert!(!a.cfg.quick && a.cfg.cudarc && a.json.is_none());
+        let a = parse(&["--json", "out.json", "--quick", "--no-cudarc"])
+            .unwrap()
+            .unwrap();
+        assert!(a.cfg.quick && !a.cfg.cudarc);
+        assert_eq!(a.json.as_deref(), Some("out.json"));
+        assert!(parse(&["--help"]).unwrap().is_none());
+        assert!(parse(&["--json"]).unwrap_err().contains("file name"));
+        assert!(parse(&["--fast"]).unwrap_err().contains("--fast"));
+    }
 }

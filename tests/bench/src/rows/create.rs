@@ -7,10 +7,13 @@ use cuda_stream::{Error, Event, EventOptions, OwnedStream, StreamOptions};
 use cuda_sys as sys;
 
 use super::Fixture;
-use crate::fail::{must, ok};
+use crate::fail::{must, must_cudarc, ok};
 use crate::method::case;
 use crate::raw::Raw;
 use crate::report::{Rows, Target};
+
+/// Why the diagnostic rows have no cudarc column.
+const OWN_DIAGNOSTIC: &str = "a diagnostic of cuda-stream's own event creation";
 
 pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let (cfg, ctx) = (fx.cfg, fx.ctx);
@@ -46,6 +49,12 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             );
             drop(black_box(s));
         })
+        .peer(fx.cudarc().map(|c| {
+            move || {
+                let s = must_cudarc(c.ctx.new_stream(), "CudaContext::new_stream");
+                drop(black_box(s));
+            }
+        }))
         .run(cfg),
     );
 
@@ -64,6 +73,12 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             let ev = must(Event::new(ctx, EventOptions::new()), "Event::new");
             drop(black_box(ev));
         })
+        .peer(fx.cudarc().map(|c| {
+            move || {
+                let ev = must_cudarc(c.ctx.new_event(None), "CudaContext::new_event");
+                drop(black_box(ev));
+            }
+        }))
         .run(cfg),
     );
 
@@ -80,6 +95,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             );
             drop(black_box(ev));
         })
+        .no_peer(OWN_DIAGNOSTIC)
         .run(cfg),
     );
     rows.add(
@@ -96,6 +112,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
             || drop(black_box(ctx.clone())),
         )
+        .no_peer(OWN_DIAGNOSTIC)
         .run(cfg),
     );
     Ok(())

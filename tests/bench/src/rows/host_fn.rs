@@ -24,6 +24,9 @@ pub(super) unsafe extern "C" fn raw_host_fn(_user_data: *mut c_void) {
     HOST_CALLS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Why the host-function rows have no cudarc column.
+const NO_CUDARC: &str = "cudarc's safe API has no host functions (only the unsafe result::stream::launch_host_function)";
+
 pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let cfg = fx.cfg;
     let Raw {
@@ -47,6 +50,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 must(s1.synchronize(), "Stream::synchronize");
             },
         )
+        .no_peer(NO_CUDARC)
         .run(cfg),
     );
 
@@ -74,6 +78,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             must(s1.synchronize(), "Stream::synchronize");
         })
         .per_iter(n)
+        .no_peer(NO_CUDARC)
         .run(cfg),
     );
 
@@ -97,6 +102,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             must(s1.synchronize(), "Stream::synchronize");
         })
         .per_iter(n)
+        .no_peer(NO_CUDARC)
         .run(cfg),
     );
 

@@ -10,7 +10,8 @@ use cuda_stream::{AsStream, Error, Event, Stream};
 use cuda_sys as sys;
 
 use super::Fixture;
-use crate::fail::{fail, must, ok};
+use crate::cudarc_column::Cudarc;
+use crate::fail::{fail, must, must_cudarc, ok};
 use crate::method::case;
 use crate::raw::Raw;
 use crate::report::{Rows, Target};
@@ -91,6 +92,28 @@ fn bench_safe_wait_stream(waiter: Stream<'_>, other: Stream<'_>) -> cuda_stream:
     waiter.wait_stream(other)
 }
 
+#[inline(never)]
+fn bench_cudarc_record(c: &Cudarc) -> Result<(), cudarc::driver::DriverError> {
+    c.event.record(&c.s1)
+}
+
+#[inline(never)]
+fn bench_cudarc_wait_event(c: &Cudarc) -> Result<(), cudarc::driver::DriverError> {
+    c.s1.wait(&c.event)
+}
+
+#[inline(never)]
+fn bench_cudarc_synchronize(c: &Cudarc) -> Result<(), cudarc::driver::DriverError> {
+    c.s1.synchronize()
+}
+
+/// cudarc's `join` is its `wait_stream`: it records a new event on `other`, waits on it and
+/// destroys it.
+#[inline(never)]
+fn bench_cudarc_join(c: &Cudarc) -> Result<(), cudarc::driver::DriverError> {
+    c.s1.join(&c.s2)
+}
+
 pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let cfg = fx.cfg;
     let Raw {
@@ -124,6 +147,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 }
             },
         )
+        .no_peer("cudarc's CudaStream has no query (only CudaEvent::is_complete)")
         .run(cfg),
     );
 
@@ -142,12 +166,20 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
             || must(bench_safe_record(black_box(v1), event), "Stream::record"),
         )
+        .peer(
+            fx.cudarc().map(|c| {
+                move || must_cudarc(bench_cudarc_record(black_box(c)), "CudaEvent::record")
+            }),
+        )
         .settle(settle)
         .run(cfg),
     );
 
     // Wait on an event (recorded once on the other stream).
     must(fx.s2.record(event), "Stream::record");
+    if let Some(c) = fx.cudarc() {
+        must_cudarc(c.event.record(&c.s2), "CudaEvent::record");
+    }
     fx.settle();
     rows.add(
         "wait_event",
@@ -166,6 +198,9 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 )
             },
         )
+        .peer(fx.cudarc().map(|c| {
+            move || must_cudarc(bench_cudarc_wait_event(black_box(c)), "CudaStream::wait")
+        }))
         .settle(settle)
         .run(cfg),
     );
@@ -184,6 +219,14 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
             || must(bench_safe_synchronize(black_box(v1)), "Stream::synchronize"),
         )
+        .peer(fx.cudarc().map(|c| {
+            move || {
+                must_cudarc(
+                    bench_cudarc_synchronize(black_box(c)),
+                    "CudaStream::synchronize",
+                )
+            }
+        }))
         .run(cfg),
     );
 
@@ -202,6 +245,10 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 let r = bench_safe_wait_stream(black_box(v1), black_box(v2));
                 must(r, "Stream::wait_stream");
             },
+        )
+        .peer(
+            fx.cudarc()
+                .map(|c| move || must_cudarc(bench_cudarc_join(black_box(c)), "CudaStream::join")),
         )
         .settle(settle)
         .run(cfg),

@@ -10,7 +10,7 @@ use super::Fixture;
 use super::host_fn::raw_host_round_trip;
 use super::hot_path::bench_raw_wait_stream;
 use crate::executor::{block_on, current_thread_waker};
-use crate::fail::{must, ok};
+use crate::fail::{must, must_cudarc, ok};
 use crate::method::case;
 use crate::raw::Raw;
 use crate::report::{Rows, Target};
@@ -49,6 +49,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             || drop(black_box(must(pool.acquire(), "StreamPool::acquire"))),
         )
         .safe_iters(cfg.fast)
+        .no_peer("cudarc has no stream pool")
         .run(cfg),
     );
 
@@ -63,6 +64,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             || raw_host_round_trip(fx),
             || must(block_on(s1.completed(), &waker), "Stream::completed"),
         )
+        .no_peer("cudarc has no completion future")
         .run(cfg),
     );
 
@@ -96,6 +98,17 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 must(r, "Stream::scope");
             },
         )
+        // cudarc's fork/join: `fork` creates a stream and makes it wait on the parent; `join`
+        // records a new event on the fork and makes the parent wait on it.
+        .peer(fx.cudarc().map(|c| {
+            move || {
+                let a = must_cudarc(c.s1.fork(), "CudaStream::fork");
+                let b = must_cudarc(c.s1.fork(), "CudaStream::fork");
+                must_cudarc(c.s1.join(&a), "CudaStream::join");
+                must_cudarc(c.s1.join(&b), "CudaStream::join");
+                drop(black_box((a, b)));
+            }
+        }))
         .settle(|| {
             // The parent waits for the forks after the join, so draining it drains them.
             fx.settle();
