@@ -28,6 +28,8 @@ mod method;
 mod raw;
 mod report;
 mod rows;
+#[cfg(test)]
+mod scripts;
 
 use std::process::ExitCode;
 

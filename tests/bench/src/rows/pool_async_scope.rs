@@ -49,7 +49,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             || drop(black_box(must(pool.acquire(), "StreamPool::acquire"))),
         )
         .safe_iters(cfg.fast)
-        .no_peer("cudarc has no stream pool")
+        .no_peer("no stream pool")
         .run(cfg),
     );
 
@@ -64,7 +64,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             || raw_host_round_trip(fx),
             || must(block_on(s1.completed(), &waker), "Stream::completed"),
         )
-        .no_peer("cudarc has no completion future")
+        .no_peer("no completion future (nothing awaits a stream without blocking a thread)")
         .run(cfg),
     );
 
