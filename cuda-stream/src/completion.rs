@@ -1,5 +1,6 @@
 //! `Future`s that resolve when GPU work completes, woken from a host function: std only, no
-//! runtime, any executor.
+//! runtime, any executor. Adds `completed` to streams, their owners and events, and keeps the
+//! notifier streams that event completions wait on.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,8 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::ffi;
+use crate::owned::{OwnedStream, StreamOptions};
+use crate::pool::PooledStream;
 use crate::stream::{AsStream, Stream};
 
 #[derive(Default)]
@@ -103,7 +108,7 @@ impl Future for Completion {
         // Report a panic of a host function that ran before this one on the stream.
         if let Some((raw, ctx)) = self.stream {
             let view = Stream::from_parts(raw as _, ctx as _);
-            crate::host::report_panic(view)?;
+            crate::panics::report(view.raw(), view.context_raw())?;
         }
         Poll::Ready(Ok(()))
     }
@@ -131,7 +136,7 @@ impl Event {
     /// event's context that waits for the event; futures of one context resolve in the order
     /// their `completed` calls were made.
     pub fn completed(&self) -> Completion {
-        match crate::pool::notifier(self.context_raw()) {
+        match notifier(self.context_raw()) {
             Ok(notifier) => {
                 let s = notifier.as_stream();
                 match s.wait_event(self) {
@@ -149,5 +154,75 @@ impl Event {
                 stream: None,
             },
         }
+    }
+}
+
+impl OwnedStream {
+    /// See [`Stream::completed`].
+    pub fn completed(&self) -> Completion {
+        self.as_stream().completed()
+    }
+}
+
+impl PooledStream<'_> {
+    /// See [`Stream::completed`].
+    pub fn completed(&self) -> Completion {
+        self.as_stream().completed()
+    }
+}
+
+/// A stream used only to wait for events and run completion host functions: shared per primary
+/// context for the life of the process, or temporary (destroyed right after use; the driver
+/// finishes its pending work first) for other contexts.
+struct Notifier {
+    raw: ffi::CUstream,
+    ctx: ffi::CUcontext,
+    temporary: bool,
+}
+
+impl AsStream for Notifier {
+    fn as_stream(&self) -> Stream<'_> {
+        Stream::from_parts(self.raw, self.ctx)
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        if self.temporary {
+            if let Ok(f) = ffi::fns::cuStreamDestroy() {
+                // SAFETY: created by `notifier` for this value alone; destroyed once.
+                let _ = unsafe { f(self.raw) };
+                crate::panics::forget(self.raw);
+            }
+        }
+    }
+}
+
+fn notifier(ctx: ffi::CUcontext) -> Result<Notifier> {
+    static SHARED: Mutex<Vec<(usize, usize, Context)>> = Mutex::new(Vec::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, raw, _)) = shared.iter().find(|(c, _, _)| *c == ctx as usize) {
+        return Ok(Notifier {
+            raw: *raw as ffi::CUstream,
+            ctx,
+            temporary: false,
+        });
+    }
+    let keep = Context::retain_if_primary(ctx)?;
+    let raw = crate::owned::create_raw(ctx, keep.as_ref(), StreamOptions::new())?;
+    match keep {
+        Some(keep) => {
+            shared.push((ctx as usize, raw as usize, keep));
+            Ok(Notifier {
+                raw,
+                ctx,
+                temporary: false,
+            })
+        }
+        None => Ok(Notifier {
+            raw,
+            ctx,
+            temporary: true,
+        }),
     }
 }

@@ -1,121 +1,24 @@
-//! Devices, their primary contexts, and making a context current for one call.
+//! Contexts: a retained primary context ([`Context`]), making a context current for one call
+//! (`bind`), and the context's stream-priority range.
 
-use std::ffi::c_char;
 use std::fmt;
 use std::ptr;
 use std::sync::{Arc, OnceLock};
 
+use crate::device::{Device, init};
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
-use crate::stream::{PriorityRange, Stream};
-
-/// Initialises the driver once per process (`cuInit(0)`); later calls return the first outcome.
-pub fn init() -> Result<()> {
-    static INIT: OnceLock<Result<()>> = OnceLock::new();
-    INIT.get_or_init(|| {
-        let f = driver_fn!(cuInit);
-        // SAFETY: cuInit takes a flags word, which must be 0.
-        check(unsafe { f(0) }, "cuInit")
-    })
-    .clone()
-}
-
-/// The driver's version (`1000 * major + 10 * minor`, e.g. 13000 for CUDA 13.0).
-pub fn driver_version() -> Result<i32> {
-    let f = driver_fn!(cuDriverGetVersion);
-    let mut v = 0;
-    // SAFETY: `v` is a valid out-pointer.
-    check(unsafe { f(&mut v) }, "cuDriverGetVersion")?;
-    Ok(v)
-}
-
-/// A CUDA device, by ordinal.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Device {
-    raw: ffi::CUdevice,
-}
-
-impl fmt::Debug for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Device({})", self.raw)
-    }
-}
+use crate::priority::PriorityRange;
 
 impl Device {
-    /// How many CUDA devices the driver sees.
-    pub fn count() -> Result<usize> {
-        init()?;
-        let f = driver_fn!(cuDeviceGetCount);
-        let mut n = 0;
-        // SAFETY: `n` is a valid out-pointer.
-        check(unsafe { f(&mut n) }, "cuDeviceGetCount")?;
-        Ok(n.max(0) as usize)
-    }
-
-    /// The device with this ordinal.
-    pub fn new(ordinal: usize) -> Result<Device> {
-        let count = Device::count()?;
-        if ordinal >= count {
-            return Err(Error::NoSuchDevice { ordinal, count });
-        }
-        let f = driver_fn!(cuDeviceGet);
-        let mut raw = 0;
-        // SAFETY: `raw` is a valid out-pointer; the ordinal is in range.
-        check(unsafe { f(&mut raw, ordinal as i32) }, "cuDeviceGet")?;
-        Ok(Device { raw })
-    }
-
-    /// Wraps a raw `CUdevice` the driver handed out.
-    pub fn from_raw(raw: ffi::CUdevice) -> Device {
-        Device { raw }
-    }
-
-    /// The raw `CUdevice` (its ordinal).
-    pub fn raw(self) -> ffi::CUdevice {
-        self.raw
-    }
-
-    /// The device's ordinal.
-    pub fn ordinal(self) -> usize {
-        self.raw.max(0) as usize
-    }
-
-    /// The device's name, such as `NVIDIA H100 80GB HBM3`.
-    pub fn name(self) -> Result<String> {
-        let f = driver_fn!(cuDeviceGetName);
-        let mut buf = [0 as c_char; 256];
-        check(
-            // SAFETY: the buffer is writable for its full length, which is passed.
-            unsafe { f(buf.as_mut_ptr(), buf.len() as i32, self.raw) },
-            "cuDeviceGetName",
-        )?;
-        let bytes: Vec<u8> = buf
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    /// A device attribute (`cuDeviceGetAttribute`).
-    pub fn attribute(self, attribute: ffi::CUdevice_attribute) -> Result<i32> {
-        let f = driver_fn!(cuDeviceGetAttribute);
-        let mut v = 0;
-        check(
-            // SAFETY: `v` is a valid out-pointer.
-            unsafe { f(&mut v, attribute, self.raw) },
-            "cuDeviceGetAttribute",
-        )?;
-        Ok(v)
-    }
-
     /// Retains the device's primary context (the one the CUDA runtime, PyTorch and CuPy use).
     pub fn primary_context(self) -> Result<Context> {
         init()?;
         let f = driver_fn!(cuDevicePrimaryCtxRetain);
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
-        check(unsafe { f(&mut raw, self.raw) }, "cuDevicePrimaryCtxRetain")?;
+        let rc = unsafe { f(&mut raw, self.raw()) };
+        check(rc, "cuDevicePrimaryCtxRetain")?;
         if raw.is_null() {
             return Err(Error::NullHandle { what: "context" });
         }
@@ -124,6 +27,20 @@ impl Device {
             device: self,
             range: OnceLock::new(),
         })))
+    }
+}
+
+impl PriorityRange {
+    /// `priority` if in range, else [`Error::InvalidPriority`] stating the range.
+    pub fn check(self, priority: i32) -> Result<i32> {
+        if self.contains(priority) {
+            Ok(priority)
+        } else {
+            Err(Error::InvalidPriority {
+                priority,
+                range: self,
+            })
+        }
     }
 }
 
@@ -148,7 +65,7 @@ impl Drop for ContextInner {
     fn drop(&mut self) {
         if let Ok(f) = ffi::fns::cuDevicePrimaryCtxRelease() {
             // SAFETY: this value holds one retain of the device's primary context.
-            let _ = unsafe { f(self.device.raw) };
+            let _ = unsafe { f(self.device.raw()) };
         }
     }
 }
@@ -198,7 +115,7 @@ impl Context {
         let state = driver_fn!(cuDevicePrimaryCtxGetState);
         let (mut flags, mut active) = (0u32, 0i32);
         // SAFETY: both are valid out-pointers; the device came from the driver.
-        let rc = unsafe { state(device.raw, &mut flags, &mut active) };
+        let rc = unsafe { state(device.raw(), &mut flags, &mut active) };
         check(rc, "cuDevicePrimaryCtxGetState")?;
         if active == 0 {
             return Ok(None);
@@ -234,24 +151,6 @@ impl Context {
         let f = driver_fn!(cuCtxSynchronize);
         // SAFETY: no arguments; the context is current.
         check(unsafe { f() }, "cuCtxSynchronize")
-    }
-
-    /// The context's legacy default stream (`CU_STREAM_LEGACY`, 0x1): it synchronises with every
-    /// blocking stream of the context. Operations on it make this context current for their
-    /// duration, since the driver resolves the value through the current context.
-    pub fn legacy_stream(&self) -> Stream<'_> {
-        Stream::special(1, self.0.raw)
-    }
-
-    /// The context's per-thread default stream (`CU_STREAM_PER_THREAD`, 0x2): one per host thread,
-    /// not synchronising with other streams.
-    pub fn per_thread_stream(&self) -> Stream<'_> {
-        Stream::special(2, self.0.raw)
-    }
-
-    /// The null stream (0x0), which the driver API treats as the legacy default stream.
-    pub fn null_stream(&self) -> Stream<'_> {
-        Stream::special(0, self.0.raw)
     }
 
     /// Makes this context current on the calling thread for as long as the guard lives, then

@@ -1,13 +1,14 @@
-//! The per-thread current stream (CuPy's `with stream:`, `torch.cuda.stream(s)`).
+//! The per-thread current stream (CuPy's `with stream:`, `torch.cuda.stream(s)`): the guard, the
+//! lookup, and `make_current` on streams and their owners.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::context::Context;
 use crate::ffi;
-use crate::stream::Stream;
+use crate::owned::OwnedStream;
+use crate::pool::PooledStream;
+use crate::stream::{AsStream, Stream};
 
 struct Entry {
     token: u64,
@@ -18,19 +19,6 @@ struct Entry {
 
 thread_local! {
     static STACK: RefCell<(u64, Vec<Entry>)> = const { RefCell::new((0, Vec::new())) };
-}
-
-/// Streams named by a live guard, process-wide, so that dropping an `OwnedStream` whose guard
-/// was leaked (`mem::forget`) keeps the handle valid instead of leaving a dangling current stream.
-static INSTALLED_COUNT: AtomicUsize = AtomicUsize::new(0);
-static INSTALLED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-pub(crate) fn is_installed(raw: ffi::CUstream) -> bool {
-    if INSTALLED_COUNT.load(Ordering::Acquire) == 0 {
-        return false;
-    }
-    let list = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-    list.contains(&(raw as usize))
 }
 
 /// While alive, makes a stream the current stream of its context on this thread; dropping it
@@ -67,7 +55,7 @@ impl std::fmt::Debug for CurrentStreamGuard<'_> {
 }
 
 impl<'a> CurrentStreamGuard<'a> {
-    pub(crate) fn install(stream: Stream<'a>, keep: Option<Context>) -> CurrentStreamGuard<'a> {
+    fn install(stream: Stream<'a>, keep: Option<Context>) -> CurrentStreamGuard<'a> {
         // Keep the context alive while the entry exists (a primary one can be retained).
         let keep = keep.or_else(|| {
             Context::retain_if_primary(stream.context_raw())
@@ -75,11 +63,7 @@ impl<'a> CurrentStreamGuard<'a> {
                 .flatten()
         });
         let raw = stream.raw();
-        {
-            let mut list = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-            list.push(raw as usize);
-            INSTALLED_COUNT.fetch_add(1, Ordering::Release);
-        }
+        crate::installed::add(raw);
         let token = STACK.with(|s| {
             let mut s = s.borrow_mut();
             s.0 += 1;
@@ -110,11 +94,7 @@ impl Drop for CurrentStreamGuard<'_> {
                 }
             }
         });
-        let mut list = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = list.iter().position(|&r| r == self.raw as usize) {
-            list.swap_remove(i);
-            INSTALLED_COUNT.fetch_sub(1, Ordering::Release);
-        }
+        crate::installed::remove(self.raw);
     }
 }
 
@@ -143,4 +123,27 @@ pub fn current_stream<R>(ctx: &Context, f: impl FnOnce(Stream<'_>) -> R) -> R {
 /// The raw handle of [`current_stream`], for passing to C libraries that take a `cudaStream_t`.
 pub fn current_stream_raw(ctx: &Context) -> ffi::CUstream {
     current_stream(ctx, |s| s.raw())
+}
+
+impl<'a> Stream<'a> {
+    /// Makes this stream the calling thread's current stream for its context until the guard is
+    /// dropped (CuPy's `with stream:`, `torch.cuda.stream(s)`); see [`current_stream`].
+    pub fn make_current(self) -> CurrentStreamGuard<'a> {
+        CurrentStreamGuard::install(self, None)
+    }
+}
+
+impl OwnedStream {
+    /// Makes this stream the calling thread's current stream for its context until the guard is
+    /// dropped; see [`Stream::make_current`].
+    pub fn make_current(&self) -> CurrentStreamGuard<'_> {
+        CurrentStreamGuard::install(self.as_stream(), Some(self.context().clone()))
+    }
+}
+
+impl PooledStream<'_> {
+    /// Makes this stream the calling thread's current stream; see [`Stream::make_current`].
+    pub fn make_current(&self) -> CurrentStreamGuard<'_> {
+        self.as_stream().make_current()
+    }
 }

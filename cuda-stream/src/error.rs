@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::ffi;
-use crate::stream::PriorityRange;
+use crate::priority::PriorityRange;
 
 /// What can go wrong in `cuda-stream`.
 #[derive(Debug, Clone, thiserror::Error)]

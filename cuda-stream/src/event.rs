@@ -355,3 +355,10 @@ impl IpcEventHandle {
         })
     }
 }
+
+impl Context {
+    /// Creates an event with `options` in this context.
+    pub fn new_event(&self, options: EventOptions) -> Result<Event> {
+        Event::new(self, options)
+    }
+}

@@ -1,82 +1,71 @@
-//! Host functions and callbacks (closures run by the driver), the record of their panics, and
-//! the per-thread event cache behind `wait_stream`.
+//! Host functions and stream callbacks: closures the driver runs on its own thread once a
+//! stream's earlier work has completed. Adds `launch_host_func` and `add_callback` to [`Stream`]
+//! and to the owners that lend one.
 
-use std::any::Any;
-use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::context::{Context, bind};
+use crate::context::bind;
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
-use crate::stream::Stream;
+use crate::owned::OwnedStream;
+use crate::pool::PooledStream;
+use crate::stream::{AsStream, Stream};
 
-/// How many caught panics wait in `PANICS` to be reported: the fast path checks only this.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
-/// `(stream, context, message)` of each caught panic not yet reported.
-static PANICS: Mutex<Vec<(usize, usize, String)>> = Mutex::new(Vec::new());
-
-fn message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
-}
-
-/// Stores a caught panic for the stream, on the driver's thread; never unwinds.
-fn record_panic(stream: usize, ctx: usize, payload: Box<dyn Any + Send>) {
-    let msg = message(&*payload);
-    // The payload's own destructor could panic: contain it too.
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        std::mem::forget(again);
-    }
-    let mut list = PANICS.lock().unwrap_or_else(|e| e.into_inner());
-    list.push((stream, ctx, msg));
-    PENDING.fetch_add(1, Ordering::Release);
-}
-
-/// Returns the oldest unreported panic of `stream`'s host functions as an error.
-#[inline(always)]
-pub(crate) fn report_panic(stream: Stream<'_>) -> Result<()> {
-    if PENDING.load(Ordering::Acquire) == 0 {
-        return Ok(());
-    }
-    report_panic_slow(stream)
-}
-
-#[cold]
-#[inline(never)]
-fn report_panic_slow(stream: Stream<'_>) -> Result<()> {
-    let key = (stream.raw() as usize, stream.context_raw() as usize);
-    let mut list = PANICS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = list
-        .iter()
-        .position(|(s, c, _)| *s == key.0 && (*c == 0 || *c == key.1))
+impl Stream<'_> {
+    /// Runs `f` on a driver thread once the work enqueued so far has completed
+    /// (`cuLaunchHostFunc`). Work enqueued after it waits for it to return. `f` must not call
+    /// CUDA. If enqueueing fails, `f` is dropped here and the error returned. A panic in `f` is
+    /// caught on the driver's thread (it never unwinds into the driver) and reported by a later
+    /// [`Stream::synchronize`], [`Stream::query`] or `launch_host_func` on this stream as
+    /// [`Error::HostFnPanicked`].
+    #[inline]
+    pub fn launch_host_func<F>(self, f: F) -> Result<()>
+    where
+        F: FnOnce() + Send + 'static,
     {
-        let (s, _, message) = list.remove(i);
-        PENDING.fetch_sub(1, Ordering::Release);
-        return Err(Error::HostFnPanicked { stream: s, message });
+        launch(self, f)
     }
-    Ok(())
+
+    /// Runs `f` once the work enqueued so far has completed, passing the stream's status: `Ok`,
+    /// or the error that put the stream (context) in a failed state (`cuStreamAddCallback`).
+    /// Prefer [`Stream::launch_host_func`], which NVIDIA recommends; this exists for callers that
+    /// want the status.
+    pub fn add_callback<F>(self, f: F) -> Result<()>
+    where
+        F: FnOnce(Result<()>) + Send + 'static,
+    {
+        add_callback(self, f)
+    }
 }
 
-/// Drops the unreported panics of a stream that is being destroyed, so that a later stream that
-/// gets the same handle value does not inherit them.
-pub(crate) fn forget_panics(raw: ffi::CUstream) {
-    if PENDING.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let mut list = PANICS.lock().unwrap_or_else(|e| e.into_inner());
-    let before = list.len();
-    list.retain(|(s, _, _)| *s != raw as usize);
-    PENDING.fetch_sub(before - list.len(), Ordering::Release);
+/// Forwards the host-function operations to an owner that lends a [`Stream`].
+macro_rules! forward_host_ops {
+    ($ty:ty) => {
+        impl $ty {
+            /// See [`Stream::launch_host_func`].
+            #[inline(always)]
+            pub fn launch_host_func<F>(&self, f: F) -> Result<()>
+            where
+                F: FnOnce() + Send + 'static,
+            {
+                self.as_stream().launch_host_func(f)
+            }
+            /// See [`Stream::add_callback`].
+            #[inline(always)]
+            pub fn add_callback<F>(&self, f: F) -> Result<()>
+            where
+                F: FnOnce(Result<()>) + Send + 'static,
+            {
+                self.as_stream().add_callback(f)
+            }
+        }
+    };
 }
+
+forward_host_ops!(OwnedStream);
+forward_host_ops!(PooledStream<'_>);
 
 struct HostCall<F> {
     f: F,
@@ -90,7 +79,7 @@ unsafe extern "C" fn host_trampoline<F: FnOnce() + Send + 'static>(user_data: *m
     let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
     let HostCall { f, stream, ctx } = *call;
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-        record_panic(stream, ctx, payload);
+        crate::panics::record(stream, ctx, payload);
     }
 }
 
@@ -102,12 +91,12 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
     let f = unsafe { ptr::read(ptr::NonNull::<F>::dangling().as_ptr()) };
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         // Only the stream travels in `user_data`; 0 matches any context.
-        record_panic(user_data as usize, 0, payload);
+        crate::panics::record(user_data as usize, 0, payload);
     }
 }
 
-pub(crate) fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
-    report_panic(stream)?;
+fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
+    crate::panics::report(stream.raw(), stream.context_raw())?;
     let launch = driver_fn!(cuLaunchHostFunc);
     // Default streams go the boxed way, which records their context for panic reports.
     if std::mem::size_of::<F>() == 0 && !stream.is_default() {
@@ -161,15 +150,12 @@ unsafe extern "C" fn callback_trampoline<F: FnOnce(Result<()>) + Send + 'static>
     let HostCall { f, stream, ctx } = *call;
     let status = check(status, "cuStreamAddCallback");
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(status))) {
-        record_panic(stream, ctx, payload);
+        crate::panics::record(stream, ctx, payload);
     }
 }
 
-pub(crate) fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(
-    stream: Stream<'_>,
-    f: F,
-) -> Result<()> {
-    report_panic(stream)?;
+fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
+    crate::panics::report(stream.raw(), stream.context_raw())?;
     let add = driver_fn!(cuStreamAddCallback);
     let _bound = if stream.is_default() {
         Some(bind(stream.context_raw())?)
@@ -189,96 +175,4 @@ pub(crate) fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(
         return Err(Error::driver("cuStreamAddCallback", rc));
     }
     Ok(())
-}
-
-/// One event per (thread, context) for `wait_stream`: recording it and waiting on it right away
-/// is all `wait_stream` needs, and reuse is safe because a wait captures the event's state at the
-/// time of the call. Entries hold a retain of the (primary) context so the event cannot outlive
-/// it; for other contexts a temporary event is used.
-pub(crate) struct WaitEvents;
-
-struct CachedEvent {
-    ctx: ffi::CUcontext,
-    event: ffi::CUevent,
-    _keep: Context,
-}
-
-impl Drop for CachedEvent {
-    fn drop(&mut self) {
-        if let Ok(f) = ffi::fns::cuEventDestroy() {
-            // SAFETY: the cache created this event and destroys it once; `_keep` still holds the
-            // context (fields drop after this body).
-            let _ = unsafe { f(self.event) };
-        }
-    }
-}
-
-thread_local! {
-    static CACHE: RefCell<Vec<CachedEvent>> = const { RefCell::new(Vec::new()) };
-}
-
-pub(crate) static WAIT_EVENTS: WaitEvents = WaitEvents;
-
-fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
-    let _bound = bind(ctx)?;
-    let f = driver_fn!(cuEventCreate);
-    let mut ev = ptr::null_mut();
-    check(
-        // SAFETY: `ev` is a valid out-pointer; the context is current.
-        unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
-        "cuEventCreate",
-    )?;
-    Ok(ev)
-}
-
-impl WaitEvents {
-    /// Runs `f` with this thread's cached event for `ctx`.
-    #[inline]
-    pub(crate) fn with_event(
-        &self,
-        ctx: ffi::CUcontext,
-        f: impl FnOnce(ffi::CUevent) -> Result<()>,
-    ) -> Result<()> {
-        let cached = CACHE
-            .try_with(|c| {
-                let c = c.try_borrow().ok()?;
-                c.iter().find(|e| e.ctx == ctx).map(|e| e.event)
-            })
-            .ok()
-            .flatten();
-        match cached {
-            Some(ev) => f(ev),
-            None => self.slow(ctx, f),
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn slow(&self, ctx: ffi::CUcontext, f: impl FnOnce(ffi::CUevent) -> Result<()>) -> Result<()> {
-        if let Some(keep) = Context::retain_if_primary(ctx)? {
-            let event = create_plain_event(ctx)?;
-            let entry = CachedEvent {
-                ctx,
-                event,
-                _keep: keep,
-            };
-            let stored = CACHE.try_with(|c| match c.try_borrow_mut() {
-                Ok(mut c) => {
-                    c.push(entry);
-                    None
-                }
-                Err(_) => Some(entry),
-            });
-            if let Ok(None) = stored {
-                return f(event);
-            }
-            // Thread teardown: fall through to a temporary event (the entry drops here).
-        }
-        let event = create_plain_event(ctx)?;
-        let r = f(event);
-        let destroy = driver_fn!(cuEventDestroy);
-        // SAFETY: created above, destroyed once; a pending wait keeps its own reference.
-        let _ = unsafe { destroy(event) };
-        r
-    }
 }

@@ -64,47 +64,64 @@
 //! [`CurrentStreamGuard`] is neither. Resetting a device's primary context
 //! (`cuDevicePrimaryCtxReset`) while objects of this crate exist invalidates their handles, as it
 //! does for every CUDA library.
+//! # Layout
+//!
+//! The modules form layers whose imports only point down (the test `tests/layers.rs` fails on a
+//! circle). From the bottom:
+//!
+//! - **Values and errors**: `priority` ([`PriorityRange`]), `error` ([`Error`], and the one
+//!   chokepoint that turns a `CUresult` into a `Result`).
+//! - **Driver objects**: `device` ([`Device`], [`init`]), `context` ([`Context`], and making a
+//!   context current for one call), `event` ([`Event`]).
+//! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
+//!   (panics caught in host functions, reported later), `installed` (streams named by a live
+//!   current-stream guard, which must not be destroyed), `wait_events` (the per-thread event
+//!   cache behind `wait_stream`).
+//! - **The view**: `stream` ([`Stream`], [`AsStream`], the core operations written once, and
+//!   the default streams).
+//! - **Owners**: `owned` ([`OwnedStream`], [`StreamOptions`]), `pool` ([`StreamPool`]).
+//! - **Conveniences**: `host` (host functions), `current` (the current-stream guard),
+//!   `completion` (futures), `scope` (fork/join). Each adds its own `impl Stream` block and
+//!   forwards it to the owners.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 /// The raw driver API this crate is built on, re-exported for raw handles and types.
 pub use ffi;
 
-mod completion;
-mod context;
-mod current;
+// Bottom to top; see the table above.
 mod error;
+mod priority;
+
+mod context;
+mod device;
 mod event;
-mod host;
-mod pool;
-mod scope;
+
+mod installed;
+mod panics;
+mod wait_events;
+
 mod stream;
 
+mod owned;
+mod pool;
+
+mod completion;
+mod current;
+mod host;
+mod scope;
+
 pub use completion::Completion;
-pub use context::{Context, ContextBinding, Device, current_context_raw, driver_version, init};
+pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
+pub use device::{Device, driver_version, init};
 pub use error::{DriverCode, Error, Result};
 pub use event::{Event, EventOptions, IpcEventHandle};
+pub use owned::{OwnedStream, StreamOptions};
 pub use pool::{PooledStream, StreamPool};
+pub use priority::PriorityRange;
 pub use scope::Scope;
-pub use stream::{AsStream, OwnedStream, PriorityRange, Stream, StreamOptions};
-
-impl Context {
-    /// Creates a non-blocking stream of default priority in this context.
-    pub fn new_stream(&self) -> Result<OwnedStream> {
-        OwnedStream::new(self, StreamOptions::new())
-    }
-
-    /// Creates a stream with `options` in this context.
-    pub fn new_stream_with(&self, options: StreamOptions) -> Result<OwnedStream> {
-        OwnedStream::new(self, options)
-    }
-
-    /// Creates an event with `options` in this context.
-    pub fn new_event(&self, options: EventOptions) -> Result<Event> {
-        Event::new(self, options)
-    }
-}
+pub use stream::{AsStream, Enqueue, Stream};
 
 static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
 static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);

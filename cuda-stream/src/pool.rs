@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::stream::{AsStream, Stream, StreamOptions, forward_stream_ops};
+use crate::owned::StreamOptions;
+use crate::stream::{AsStream, KnownContext, Stream, forward_stream_ops};
 
 /// Streams of one context and one set of options, created on demand and leased exclusively.
 ///
@@ -228,7 +229,7 @@ impl PoolInner {
             }
             *created += 1;
         }
-        let made = crate::stream::create_raw(self.ctx, self._keep.as_ref(), self.options)
+        let made = crate::owned::create_raw(self.ctx, self._keep.as_ref(), self.options)
             .map(|raw| raw as usize);
         if made.is_err() {
             *self.created.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
@@ -248,14 +249,14 @@ impl Drop for PoolInner {
         if let Ok(f) = ffi::fns::cuStreamDestroy() {
             for raw in free {
                 let raw = raw as ffi::CUstream;
-                if crate::current::is_installed(raw) {
+                if crate::installed::contains(raw) {
                     // A leaked `CurrentStreamGuard` still names it: keep the handle valid.
                     continue;
                 }
                 // SAFETY: the pool created these streams; no lease exists (leases borrow the
                 // pool), so each is destroyed exactly once.
                 let _ = unsafe { f(raw) };
-                crate::host::forget_panics(raw);
+                crate::panics::forget(raw);
             }
         }
     }
@@ -296,100 +297,13 @@ impl Drop for PooledStream<'_> {
     }
 }
 
-impl crate::stream::KnownContext for PooledStream<'_> {
+impl KnownContext for PooledStream<'_> {
     fn known_context(&self) -> Option<Context> {
         self.pool._keep.clone()
     }
 }
 
 forward_stream_ops!(PooledStream<'_>);
-
-impl PooledStream<'_> {
-    /// Makes this stream the calling thread's current stream; see [`Stream::make_current`].
-    pub fn make_current(&self) -> crate::CurrentStreamGuard<'_> {
-        self.as_stream().make_current()
-    }
-}
-
-/// The process-wide pools used by [`Stream::scope`]: one per (context, priority), kept for the
-/// life of the process (each holds a retain of its primary context). For a context that is
-/// not primary, a pool of the caller's own.
-pub(crate) fn shared_pool(ctx: ffi::CUcontext, priority: i32) -> Result<Arc<StreamPool>> {
-    static POOLS: Mutex<Vec<(usize, i32, Arc<StreamPool>)>> = Mutex::new(Vec::new());
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, _, p)) = pools
-        .iter()
-        .find(|(c, p, _)| *c == ctx as usize && *p == priority)
-    {
-        return Ok(p.clone());
-    }
-    let options = StreamOptions::new().priority(priority);
-    match Context::retain_if_primary(ctx)? {
-        Some(keep) => {
-            let pool = Arc::new(StreamPool::build(ctx, Some(keep), options, None));
-            pools.push((ctx as usize, priority, pool.clone()));
-            Ok(pool)
-        }
-        // A context this crate cannot retain may be destroyed at any time: no caching.
-        None => Ok(Arc::new(StreamPool::build(ctx, None, options, None))),
-    }
-}
-
-/// A stream used only to wait for events and run completion host functions: shared per primary
-/// context for the life of the process, or temporary (destroyed right after use; the driver
-/// finishes its pending work first) for other contexts.
-pub(crate) struct Notifier {
-    raw: ffi::CUstream,
-    ctx: ffi::CUcontext,
-    temporary: bool,
-}
-
-impl AsStream for Notifier {
-    fn as_stream(&self) -> Stream<'_> {
-        Stream::from_parts(self.raw, self.ctx)
-    }
-}
-
-impl Drop for Notifier {
-    fn drop(&mut self) {
-        if self.temporary {
-            if let Ok(f) = ffi::fns::cuStreamDestroy() {
-                // SAFETY: created by `notifier` for this value alone; destroyed once.
-                let _ = unsafe { f(self.raw) };
-                crate::host::forget_panics(self.raw);
-            }
-        }
-    }
-}
-
-pub(crate) fn notifier(ctx: ffi::CUcontext) -> Result<Notifier> {
-    static SHARED: Mutex<Vec<(usize, usize, Context)>> = Mutex::new(Vec::new());
-    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, raw, _)) = shared.iter().find(|(c, _, _)| *c == ctx as usize) {
-        return Ok(Notifier {
-            raw: *raw as ffi::CUstream,
-            ctx,
-            temporary: false,
-        });
-    }
-    let keep = Context::retain_if_primary(ctx)?;
-    let raw = crate::stream::create_raw(ctx, keep.as_ref(), StreamOptions::new())?;
-    match keep {
-        Some(keep) => {
-            shared.push((ctx as usize, raw as usize, keep));
-            Ok(Notifier {
-                raw,
-                ctx,
-                temporary: false,
-            })
-        }
-        None => Ok(Notifier {
-            raw,
-            ctx,
-            temporary: true,
-        }),
-    }
-}
 
 #[cfg(test)]
 mod tests {

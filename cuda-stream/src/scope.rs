@@ -3,10 +3,13 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use crate::context::Context;
 use crate::error::Result;
-use crate::pool::StreamPool;
+use crate::ffi;
+use crate::owned::{OwnedStream, StreamOptions};
+use crate::pool::{PooledStream, StreamPool};
 use crate::stream::{AsStream, Stream};
 
 /// A fork/join scope over a parent stream; see [`Stream::scope`].
@@ -90,7 +93,7 @@ impl<'env> Stream<'env> {
         f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
     ) -> Result<R> {
         let priority = self.priority()?;
-        let pool = crate::pool::shared_pool(self.context_raw(), priority)?;
+        let pool = shared_pool(self.context_raw(), priority)?;
         let scope = Scope {
             parent: self,
             pool,
@@ -108,5 +111,47 @@ impl<'env> Stream<'env> {
         let value = result?;
         joined?;
         Ok(value)
+    }
+}
+
+/// Forwards [`Stream::scope`] to an owner that lends a [`Stream`].
+macro_rules! forward_scope {
+    ($ty:ty) => {
+        impl $ty {
+            /// See [`Stream::scope`].
+            pub fn scope<'env, R>(
+                &'env self,
+                f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+            ) -> Result<R> {
+                self.as_stream().scope(f)
+            }
+        }
+    };
+}
+
+forward_scope!(OwnedStream);
+forward_scope!(PooledStream<'_>);
+
+/// The process-wide pools used by [`Stream::scope`]: one per (context, priority), kept for the
+/// life of the process (each holds a retain of its primary context). For a context that is
+/// not primary, a pool of the caller's own.
+fn shared_pool(ctx: ffi::CUcontext, priority: i32) -> Result<Arc<StreamPool>> {
+    static POOLS: Mutex<Vec<(usize, i32, Arc<StreamPool>)>> = Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, p)) = pools
+        .iter()
+        .find(|(c, p, _)| *c == ctx as usize && *p == priority)
+    {
+        return Ok(p.clone());
+    }
+    let options = StreamOptions::new().priority(priority);
+    match Context::retain_if_primary(ctx)? {
+        Some(keep) => {
+            let pool = Arc::new(StreamPool::build(ctx, Some(keep), options, None));
+            pools.push((ctx as usize, priority, pool.clone()));
+            Ok(pool)
+        }
+        // A context this crate cannot retain may be destroyed at any time: no caching.
+        None => Ok(Arc::new(StreamPool::build(ctx, None, options, None))),
     }
 }

@@ -1,118 +1,26 @@
-//! Owned and borrowed streams, and every stream operation (written once, on [`Stream`]).
+//! The borrowed stream view [`Stream`] and its core operations (written once, here): query,
+//! synchronize, events, waits and getters. Owners (`owned.rs`, `pool.rs`) lend it; conveniences
+//! (host functions, the current-stream guard, completion futures, scopes) add their own
+//! `impl Stream` blocks from above.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
 use std::ptr;
 
-use crate::context::{Bound, Context, Device, bind};
+use crate::context::{Bound, Context, bind};
+use crate::device::Device;
 use crate::error::{Error, Result, check, driver_fn};
 use crate::event::{Event, EventOptions};
 use crate::ffi;
 
-/// The priorities a context's streams may have. CUDA counts down: `greatest` is numerically the
-/// smallest (for example -5) and `least` the largest (usually 0, the default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PriorityRange {
-    least: i32,
-    greatest: i32,
-}
-
-impl fmt::Display for PriorityRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}, {}] (greatest to least)", self.greatest, self.least)
-    }
-}
-
-impl PriorityRange {
-    /// A range from its two ends, as `cuCtxGetStreamPriorityRange` reports them.
-    pub fn new(least: i32, greatest: i32) -> PriorityRange {
-        PriorityRange { least, greatest }
-    }
-    /// The lowest priority (numerically largest; the default priority).
-    pub fn least(self) -> i32 {
-        self.least
-    }
-    /// The highest priority (numerically smallest).
-    pub fn greatest(self) -> i32 {
-        self.greatest
-    }
-    /// Whether `priority` is in the range.
-    pub fn contains(self, priority: i32) -> bool {
-        (self.greatest..=self.least).contains(&priority)
-    }
-    /// The nearest priority in the range.
-    pub fn clamp(self, priority: i32) -> i32 {
-        priority.clamp(self.greatest, self.least)
-    }
-    /// `priority` if in range, else [`Error::InvalidPriority`] stating the range.
-    pub fn check(self, priority: i32) -> Result<i32> {
-        if self.contains(priority) {
-            Ok(priority)
-        } else {
-            Err(Error::InvalidPriority {
-                priority,
-                range: self,
-            })
-        }
-    }
-}
-
-/// How to create a stream.
-///
-/// Streams are **non-blocking by default** (`CU_STREAM_NON_BLOCKING`), as in cuda.core: a blocking
-/// stream implicitly waits for, and is waited on by, the legacy default stream, which silently
-/// serialises it with every library that enqueues on stream 0 (PyTorch's and CuPy's default).
-/// Ask for `blocking(true)` to get the legacy behaviour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct StreamOptions {
-    blocking: bool,
-    priority: Option<i32>,
-    clamp: bool,
-}
-
-impl StreamOptions {
-    /// Non-blocking, default priority.
-    pub fn new() -> StreamOptions {
-        StreamOptions::default()
-    }
-    /// Whether the stream synchronises with the legacy default stream.
-    pub fn blocking(mut self, blocking: bool) -> StreamOptions {
-        self.blocking = blocking;
-        self
-    }
-    /// The priority; creation fails with [`Error::InvalidPriority`] if it is out of range.
-    pub fn priority(mut self, priority: i32) -> StreamOptions {
-        self.priority = Some(priority);
-        self.clamp = false;
-        self
-    }
-    /// The priority, clamped into the context's range on purpose.
-    pub fn priority_clamped(mut self, priority: i32) -> StreamOptions {
-        self.priority = Some(priority);
-        self.clamp = true;
-        self
-    }
-    /// The flags word passed to the driver.
-    pub fn flags(self) -> u32 {
-        if self.blocking {
-            ffi::CUstream_flags::CU_STREAM_DEFAULT.0
-        } else {
-            ffi::CUstream_flags::CU_STREAM_NON_BLOCKING.0
-        }
-    }
-    pub(crate) fn requested_priority(self) -> Option<i32> {
-        self.priority
-    }
-}
-
 /// A borrowed view of a stream: the handle, its context, and a lifetime that stops it outliving
 /// whatever owns the stream. `Copy`, two pointers wide, `Send + Sync`.
 ///
-/// Every stream operation lives here; [`OwnedStream`] and anything else that implements
-/// [`AsStream`] hands one out. Borrowing a foreign handle (PyTorch, CuPy, cuda.core, cudarc, C
-/// code) is [`Stream::borrow_raw`].
+/// The core stream operations live here; [`OwnedStream`](crate::OwnedStream) and anything else
+/// that implements [`AsStream`] hands one out, and the conveniences (host functions, completion,
+/// scopes, the current-stream guard) add theirs from their own modules. Borrowing a foreign
+/// handle (PyTorch, CuPy, cuda.core, cudarc, C code) is [`Stream::borrow_raw`].
 #[derive(Clone, Copy)]
 pub struct Stream<'a> {
     raw: ffi::CUstream,
@@ -140,6 +48,31 @@ impl AsStream for Stream<'_> {
 impl<T: AsStream + ?Sized> AsStream for &T {
     fn as_stream(&self) -> Stream<'_> {
         (**self).as_stream()
+    }
+}
+
+/// Where work can be enqueued: every stream and owner of one (anything [`AsStream`]), and, while
+/// a graph is being captured, the capture's view of its stream, which offers no blocking or
+/// polling operation. Operations that only enqueue work (kernel launches, memset, memcpy) take
+/// `&impl Enqueue`, so they work the same on a stream and inside a capture. Sealed: only this
+/// crate's types implement it, so a raw handle cannot be passed off as a live stream.
+pub trait Enqueue: sealed::Sealed {
+    /// The raw stream handle work is enqueued on, and its context.
+    fn enqueue_handle(&self) -> (ffi::CUstream, ffi::CUcontext);
+}
+
+pub(crate) mod sealed {
+    /// Keeps [`Enqueue`](super::Enqueue) to this crate's types.
+    pub trait Sealed {}
+}
+
+impl<T: AsStream + ?Sized> sealed::Sealed for T {}
+
+impl<T: AsStream + ?Sized> Enqueue for T {
+    #[inline(always)]
+    fn enqueue_handle(&self) -> (ffi::CUstream, ffi::CUcontext) {
+        let s = self.as_stream();
+        (s.raw, s.ctx)
     }
 }
 
@@ -286,7 +219,7 @@ impl<'a> Stream<'a> {
         let rc = unsafe { f(self.raw) };
         match rc {
             ffi::CUresult::CUDA_SUCCESS => {
-                crate::host::report_panic(self)?;
+                crate::panics::report(self.raw, self.ctx)?;
                 Ok(true)
             }
             ffi::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
@@ -302,7 +235,7 @@ impl<'a> Stream<'a> {
         let _bound = self.bind_if_default()?;
         // SAFETY: `self.raw` is live for 'a.
         check(unsafe { f(self.raw) }, "cuStreamSynchronize")?;
-        crate::host::report_panic(self)
+        crate::panics::report(self.raw, self.ctx)
     }
 
     /// Records a new event (timing disabled) capturing the work enqueued so far.
@@ -372,7 +305,7 @@ impl<'a> Stream<'a> {
         if other.key() == self.key() {
             return Ok(());
         }
-        crate::host::WAIT_EVENTS.with_event(other.ctx, |event| {
+        crate::wait_events::WAIT_EVENTS.with_event(other.ctx, |event| {
             let record = driver_fn!(cuEventRecord);
             let wait = driver_fn!(cuStreamWaitEvent);
             {
@@ -386,31 +319,6 @@ impl<'a> Stream<'a> {
             // later cannot change what this stream waits for.
             check(unsafe { wait(self.raw, event, 0) }, "cuStreamWaitEvent")
         })
-    }
-
-    /// Runs `f` on a driver thread once the work enqueued so far has completed
-    /// (`cuLaunchHostFunc`). Work enqueued after it waits for it to return. `f` must not call
-    /// CUDA. If enqueueing fails, `f` is dropped here and the error returned. A panic in `f` is
-    /// caught on the driver's thread (it never unwinds into the driver) and reported by a later
-    /// [`Stream::synchronize`], [`Stream::query`] or `launch_host_func` on this stream as
-    /// [`Error::HostFnPanicked`].
-    #[inline]
-    pub fn launch_host_func<F>(self, f: F) -> Result<()>
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        crate::host::launch(self, f)
-    }
-
-    /// Runs `f` once the work enqueued so far has completed, passing the stream's status: `Ok`,
-    /// or the error that put the stream (context) in a failed state (`cuStreamAddCallback`).
-    /// Prefer [`Stream::launch_host_func`], which NVIDIA recommends; this exists for callers that
-    /// want the status.
-    pub fn add_callback<F>(self, f: F) -> Result<()>
-    where
-        F: FnOnce(Result<()>) + Send + 'static,
-    {
-        crate::host::add_callback(self, f)
     }
 
     /// The device the stream's work runs on (`cuStreamGetDevice` on CUDA 12.8 and later, else
@@ -466,193 +374,26 @@ impl<'a> Stream<'a> {
         check(unsafe { f(self.raw, &mut id) }, "cuStreamGetId")?;
         Ok(id)
     }
-
-    /// Makes this stream the calling thread's current stream for its context until the guard is
-    /// dropped (CuPy's `with stream:`, `torch.cuda.stream(s)`); see [`crate::current_stream`].
-    pub fn make_current(self) -> crate::CurrentStreamGuard<'a> {
-        crate::current::CurrentStreamGuard::install(self, None)
-    }
 }
 
-/// A stream this value created and destroys on `Drop` (`cuStreamDestroy`).
-///
-/// ```no_run
-/// use cuda_stream::{Context, OwnedStream, StreamOptions};
-///
-/// let ctx = Context::primary(0)?;
-/// let stream = OwnedStream::new(&ctx, StreamOptions::new().priority(ctx.priority_range()?.greatest()))?;
-/// stream.launch_host_func(|| println!("ran on the driver's thread"))?;
-/// stream.synchronize()?;
-/// # Ok::<(), cuda_stream::Error>(())
-/// ```
-pub struct OwnedStream {
-    raw: ffi::CUstream,
-    ctx: Context,
-}
-
-static_assertions::assert_not_impl_any!(OwnedStream: Clone, Copy);
-
-impl fmt::Debug for OwnedStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedStream")
-            .field("raw", &self.raw)
-            .field("ctx", &self.ctx.raw())
-            .finish()
-    }
-}
-
-impl PartialEq for OwnedStream {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_stream() == other.as_stream()
-    }
-}
-impl Eq for OwnedStream {}
-impl Hash for OwnedStream {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_stream().hash(state)
-    }
-}
-impl PartialOrd for OwnedStream {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for OwnedStream {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.as_stream().cmp(&other.as_stream())
-    }
-}
-
-// SAFETY: the handle is a driver object usable from any thread; it is destroyed exactly once.
-unsafe impl Send for OwnedStream {}
-// SAFETY: every operation through `&OwnedStream` is a thread-safe driver call.
-unsafe impl Sync for OwnedStream {}
-
-impl AsStream for OwnedStream {
-    #[inline(always)]
-    fn as_stream(&self) -> Stream<'_> {
-        Stream::from_parts(self.raw, self.ctx.raw())
-    }
-}
-
-impl OwnedStream {
-    /// Creates a stream in `ctx` (`cuStreamCreateWithPriority`), making `ctx` current for the
-    /// call only.
-    pub fn new(ctx: &Context, options: StreamOptions) -> Result<OwnedStream> {
-        let raw = create_raw(ctx.raw(), Some(ctx), options)?;
-        Ok(OwnedStream {
-            raw,
-            ctx: ctx.clone(),
-        })
+/// The default streams, bound to their context (they are valid no longer than it).
+impl Context {
+    /// The context's legacy default stream (`CU_STREAM_LEGACY`, 0x1): it synchronises with every
+    /// blocking stream of the context. Operations on it make this context current for their
+    /// duration, since the driver resolves the value through the current context.
+    pub fn legacy_stream(&self) -> Stream<'_> {
+        Stream::special(1, self.raw())
     }
 
-    /// Takes ownership of a stream handle: it will be destroyed when the value drops.
-    ///
-    /// # Safety
-    /// `raw` must be a live stream of `ctx` that nothing else destroys or uses after this
-    /// value is dropped.
-    pub unsafe fn from_raw(raw: ffi::CUstream, ctx: &Context) -> Result<OwnedStream> {
-        if is_special(raw) {
-            return Err(Error::SpecialHandle {
-                handle: raw as usize,
-            });
-        }
-        Ok(OwnedStream {
-            raw,
-            ctx: ctx.clone(),
-        })
+    /// The context's per-thread default stream (`CU_STREAM_PER_THREAD`, 0x2): one per host thread,
+    /// not synchronising with other streams.
+    pub fn per_thread_stream(&self) -> Stream<'_> {
+        Stream::special(2, self.raw())
     }
 
-    /// Makes this stream the calling thread's current stream for its context until the guard is
-    /// dropped; see [`Stream::make_current`].
-    pub fn make_current(&self) -> crate::CurrentStreamGuard<'_> {
-        crate::current::CurrentStreamGuard::install(self.as_stream(), Some(self.ctx.clone()))
-    }
-
-    /// The context the stream belongs to.
-    pub fn context(&self) -> &Context {
-        &self.ctx
-    }
-
-    /// Hands the handle over without destroying it. The stream stays valid only while its
-    /// context is retained by someone (release the primary context last).
-    pub fn into_raw(self) -> ffi::CUstream {
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the context clone is dropped here.
-        let _ctx = unsafe { ptr::read(&this.ctx) };
-        this.raw
-    }
-
-    /// Destroys the stream, returning the driver's error if `cuStreamDestroy` fails. Work already
-    /// enqueued still completes, as the driver guarantees.
-    pub fn close(self) -> Result<()> {
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the context clone is dropped after the
-        // destroy below.
-        let _ctx = unsafe { ptr::read(&this.ctx) };
-        destroy(this.raw)
-    }
-}
-
-/// Creates a stream in `ctx` with `options`, making `ctx` current for the call only. A requested
-/// priority is checked against the context's range (or clamped, when the options say so);
-/// `known` is the context's `Context`, whose cached range saves a driver call.
-pub(crate) fn create_raw(
-    ctx: ffi::CUcontext,
-    known: Option<&Context>,
-    options: StreamOptions,
-) -> Result<ffi::CUstream> {
-    let _bound = bind(ctx)?;
-    let priority = match options.requested_priority() {
-        None => None,
-        Some(p) => {
-            let range = match known {
-                Some(c) => c.priority_range()?,
-                None => crate::context::priority_range_current()?,
-            };
-            Some(if options.clamp {
-                range.clamp(p)
-            } else {
-                range.check(p)?
-            })
-        }
-    };
-    let mut raw = ptr::null_mut();
-    match priority {
-        None => {
-            let f = driver_fn!(cuStreamCreate);
-            // SAFETY: `raw` is a valid out-pointer; the context is current.
-            let rc = unsafe { f(&mut raw, options.flags()) };
-            check(rc, "cuStreamCreate")?;
-        }
-        Some(p) => {
-            let f = driver_fn!(cuStreamCreateWithPriority);
-            // SAFETY: as above; the priority is in the context's range.
-            let rc = unsafe { f(&mut raw, options.flags(), p) };
-            check(rc, "cuStreamCreateWithPriority")?;
-        }
-    }
-    if raw.is_null() {
-        return Err(Error::NullHandle { what: "stream" });
-    }
-    Ok(raw)
-}
-
-fn destroy(raw: ffi::CUstream) -> Result<()> {
-    if crate::current::is_installed(raw) {
-        // A leaked `CurrentStreamGuard` still names this stream: keep the handle valid.
-        return Ok(());
-    }
-    let f = driver_fn!(cuStreamDestroy);
-    // SAFETY: the caller owns `raw` and never uses it again.
-    check(unsafe { f(raw) }, "cuStreamDestroy")?;
-    crate::host::forget_panics(raw);
-    Ok(())
-}
-
-impl Drop for OwnedStream {
-    fn drop(&mut self) {
-        let _ = destroy(self.raw);
+    /// The null stream (0x0), which the driver API treats as the legacy default stream.
+    pub fn null_stream(&self) -> Stream<'_> {
+        Stream::special(0, self.raw())
     }
 }
 
@@ -661,14 +402,9 @@ pub(crate) trait KnownContext {
     fn known_context(&self) -> Option<Context>;
 }
 
-impl KnownContext for OwnedStream {
-    fn known_context(&self) -> Option<Context> {
-        Some(self.ctx.clone())
-    }
-}
-
-/// Forwards the operations of [`Stream`] to a type that implements [`AsStream`], so owned
-/// streams (and pool leases) offer them without repeating their bodies.
+/// Forwards the core operations of [`Stream`] to a type that implements [`AsStream`], so owned
+/// streams and pool leases offer them without repeating their bodies. The conveniences above
+/// (host functions, completion, scope, the current-stream guard) forward their own.
 macro_rules! forward_stream_ops {
     ($ty:ty) => {
         impl $ty {
@@ -717,22 +453,6 @@ macro_rules! forward_stream_ops {
             pub fn wait_stream(&self, other: impl $crate::AsStream) -> $crate::Result<()> {
                 $crate::AsStream::as_stream(self).wait_stream(other)
             }
-            /// See [`Stream::launch_host_func`].
-            #[inline(always)]
-            pub fn launch_host_func<F>(&self, f: F) -> $crate::Result<()>
-            where
-                F: FnOnce() + Send + 'static,
-            {
-                $crate::AsStream::as_stream(self).launch_host_func(f)
-            }
-            /// See [`Stream::add_callback`].
-            #[inline(always)]
-            pub fn add_callback<F>(&self, f: F) -> $crate::Result<()>
-            where
-                F: FnOnce($crate::Result<()>) + Send + 'static,
-            {
-                $crate::AsStream::as_stream(self).add_callback(f)
-            }
             /// See [`Stream::device`].
             pub fn device(&self) -> $crate::Result<$crate::Device> {
                 $crate::AsStream::as_stream(self).device()
@@ -753,20 +473,7 @@ macro_rules! forward_stream_ops {
             pub fn id(&self) -> $crate::Result<u64> {
                 $crate::AsStream::as_stream(self).id()
             }
-            /// See [`Stream::completed`].
-            pub fn completed(&self) -> $crate::Completion {
-                $crate::AsStream::as_stream(self).completed()
-            }
-            /// See [`Stream::scope`].
-            pub fn scope<'env, R>(
-                &'env self,
-                f: impl for<'scope> FnOnce(&'scope $crate::Scope<'scope, 'env>) -> $crate::Result<R>,
-            ) -> $crate::Result<R> {
-                $crate::AsStream::as_stream(self).scope(f)
-            }
         }
     };
 }
 pub(crate) use forward_stream_ops;
-
-forward_stream_ops!(OwnedStream);
