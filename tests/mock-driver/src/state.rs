@@ -57,18 +57,20 @@ pub(crate) fn canonical(name: &str) -> Option<&'static str> {
     implemented(symbol).map(|(symbol, _)| symbol)
 }
 
-/// `cuGetProcAddress`'s search: of the ABIs of the function `base` that this flavour exports
-/// (its per-thread variants, if `per_thread` and it has any), the newest no newer than `version`.
+/// `cuGetProcAddress`'s search, as the driver does it: of the ABIs of the function `base` that
+/// this flavour's CUDA version has (its per-thread variants, if `per_thread` and it has any), the
+/// newest no newer than `version`. Where the mock does not implement that ABI the answer is "not
+/// found", never an older ABI in its place.
 pub(crate) fn proc_address(
     base: &str,
     version: c_int,
     per_thread: bool,
 ) -> Result<usize, CUdriverProcAddressQueryResult> {
-    let abis = |pt: bool| -> Vec<(u32, usize)> {
+    let abis = |pt: bool| -> Vec<&'static SymbolInfo> {
         SymbolInfo::all()
             .iter()
             .filter(|s| s.base.to_str() == Ok(base) && s.per_thread == pt)
-            .filter_map(|s| Some((s.since, implemented(s.symbol.to_str().ok()?)?.1)))
+            .filter(|s| s.symbol.to_str().is_ok_and(exported))
             .collect()
     };
     let mut found = if per_thread { abis(true) } else { Vec::new() };
@@ -78,12 +80,18 @@ pub(crate) fn proc_address(
     if found.is_empty() {
         return Err(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     }
-    found
+    let newest = found
         .into_iter()
-        .filter(|(since, _)| i64::from(*since) <= i64::from(version))
-        .max_by_key(|(since, _)| *since)
+        .filter(|s| i64::from(s.since) <= i64::from(version))
+        .max_by_key(|s| s.since)
+        .ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)?;
+    newest
+        .symbol
+        .to_str()
+        .ok()
+        .and_then(implemented)
         .map(|(_, address)| address)
-        .ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+        .ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
 }
 
 /// A `CUresult` given as a number or as its enumerator name (`CUDA_ERROR_OUT_OF_MEMORY`).
@@ -767,5 +775,12 @@ mod tests {
         // No per-thread variant: the legacy one.
         let init = implemented("cuInit").unwrap().1;
         assert_eq!(proc_address("cuInit", 13000, true), Ok(init));
+        // The 13.0 ABI of cuCtxGetDevice is not implemented: not found, not the 2.0 one.
+        assert_eq!(
+            proc_address("cuCtxGetDevice", 13000, false),
+            Err(S::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
+        );
+        let get_device = implemented("cuCtxGetDevice").unwrap().1;
+        assert_eq!(proc_address("cuCtxGetDevice", 12080, false), Ok(get_device));
     }
 }
