@@ -70,7 +70,8 @@
 //! circle). From the bottom:
 //!
 //! - **Values and errors**: `priority` ([`PriorityRange`]), `error` ([`Error`], and the one
-//!   chokepoint that turns a `CUresult` into a `Result`).
+//!   chokepoint that turns a `CUresult` into a `Result`), `abi` (the newest of a driver
+//!   function's ABIs that the driver has, chosen once).
 //! - **Driver objects**: `device` ([`Device`], [`init`]), `context` ([`Context`], and making a
 //!   context current for one call), `event` ([`Event`]).
 //! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
@@ -90,6 +91,7 @@
 pub use ffi;
 
 // Bottom to top; see the table above.
+mod abi;
 mod error;
 mod priority;
 

@@ -552,7 +552,8 @@ impl FlavourRun {
 }
 
 /// Runs the running test executable again once per flavour, all at once, each child with
-/// [`FLAVOUR_VAR`] naming its flavour, the environment `env` and the libtest arguments `args`
+/// [`FLAVOUR_VAR`] naming its flavour, `CUDA_SYS_LIBCUDA` its library (so that the process-wide
+/// driver loads it, as it would libcuda), the environment `env` and the libtest arguments `args`
 /// (such as `["--test-threads=1", "--nocapture", "--skip", "the_runner"]`); returns their outcomes
 /// in the order of `flavours`. The mock's state is per process, so one flavour per process.
 pub fn run_in_each_flavour(
@@ -567,6 +568,7 @@ pub fn run_in_each_flavour(
             let mut cmd = std::process::Command::new(&exe);
             cmd.args(args)
                 .env(FLAVOUR_VAR, f.key())
+                .env("CUDA_SYS_LIBCUDA", f.path())
                 .envs(env.iter().copied())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped());

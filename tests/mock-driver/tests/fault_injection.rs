@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
-use cuda_mock_driver::{Flavour, MockDriver, report};
+use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, report, run_in_each_flavour};
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
     AsStream, Context, Device, Error, Event, EventOptions, OwnedStream, Result, Stream,
@@ -55,8 +55,9 @@ const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 /// The floor on fault cases: the table discovers about a thousand; a few hundred fewer means
 /// operations stopped calling the driver (or the table lost rows), which must not pass silently.
 const MIN_FAULT_CASES: usize = 600;
-/// The floor on the table's size (6 stream kinds x 20 stream operations, plus 33 others).
-const MIN_OPERATIONS: usize = 150;
+/// The floor on the table's size (6 stream kinds x 19 stream operations, plus 33 others; from
+/// CUDA 12.0, `id` on each kind too).
+const MIN_OPERATIONS: usize = 147;
 
 /// Every driver function the mock exports, by the name C code writes (the name `cuda-stream`'s
 /// errors use: `cuStreamDestroy` for the symbol `cuStreamDestroy_v2`, and whichever ABI of it is
@@ -948,6 +949,45 @@ fn every_listed_function_is_one_the_mock_exports() {
     }
     m.reset();
     assert!(m.configure("version=13000"));
+}
+
+/// Runs this whole file again against every other flavour, one child process each, and prints
+/// each one's `fault cases (...)` line; fails with the output of every flavour that failed.
+#[test]
+fn the_fault_suite_passes_on_every_driver_flavour() {
+    if Flavour::from_env().is_some() {
+        return; // a child: the other tests are the suite
+    }
+    let others: Vec<&'static Flavour> = FLAVOURS.iter().filter(|f| *f != Flavour::full()).collect();
+    let runs = run_in_each_flavour(
+        &others,
+        &[
+            "--test-threads=1",
+            "--nocapture",
+            "--skip",
+            "the_fault_suite_passes_on_every_driver_flavour",
+        ],
+        &[],
+    );
+    let mut failed = Vec::new();
+    for r in &runs {
+        let lines = r.lines_containing("fault cases (");
+        match lines.as_slice() {
+            [line] => report(line),
+            _ => report(&format!("fault cases ({}): none reported", r.flavour.name)),
+        }
+        if !r.status.success() || lines.len() != 1 {
+            failed.push(r.failure_report());
+        }
+    }
+    assert_eq!(runs.len(), FLAVOURS.len() - 1);
+    assert!(
+        failed.is_empty(),
+        "the fault suite failed on {} of {} flavours:\n{}",
+        failed.len(),
+        runs.len(),
+        failed.join("\n")
+    );
 }
 
 #[test]
