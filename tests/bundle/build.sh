@@ -14,7 +14,7 @@ mkdir -p "$out/tests" "$out/bin" "$out/lib" "$out/bench"
 
 echo "== building test binaries (release)"
 cargo test --release --workspace --exclude ui-tests --exclude build-support \
-    --exclude cuda-mock-driver --exclude cuda-mock-driver-old --no-run \
+    --exclude 'cuda-mock-driver*' --no-run \
     --message-format=json 2>/dev/null >"$out/.cargo-tests.json"
 python3 - "$out" <<'PY'
 import json, os, shutil, sys

@@ -12,15 +12,24 @@
 # binaries after SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit;
 # SANITIZER_TOOLS picks the tools (default "memcheck racecheck synccheck");
 # SANITIZER_PER_BINARY_S bounds each binary (default 120); SANITIZER_ONLY="query pool" limits the
-# binaries.
+# binaries. `--abi 12000` (or `--abi 12.0`) runs every test binary a second time with
+# CUDA_SYS_ABI_VERSION set to that version, so cuda-sys resolves only the ABIs of that CUDA
+# version and cuda-stream takes its fallbacks on the real driver (`elapsed_since` through the
+# original cuEventElapsedTime, ...); it prints its own PASS/FAIL lines and libtest counts,
+# prefixed `abi 12000`. `--abi-only 12000` runs just that pass.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=0
 bench_quick=()
 sanitize=1
 tests=1
+abi=""
+next_is_abi=0
 for a in "$@"; do
+    if [ $next_is_abi -eq 1 ]; then abi=$a; next_is_abi=0; continue; fi
     case "$a" in
+        --abi) next_is_abi=1 ;;
+        --abi-only) next_is_abi=1; tests=0; sanitize=0 ;;
         --bench) bench=1 ;;
         --bench-only) bench=1; tests=0; sanitize=0 ;;
         --bench-quick) bench=1; bench_quick=(--quick) ;;
@@ -29,6 +38,7 @@ for a in "$@"; do
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
+if [ $next_is_abi -eq 1 ]; then echo "--abi needs a CUDA version (12000 or 12.0)" >&2; exit 2; fi
 budget=${SANITIZER_BUDGET_S:-480}
 per_binary=${SANITIZER_PER_BINARY_S:-120}
 only=${SANITIZER_ONLY:-}
@@ -67,6 +77,26 @@ for t in "$here"/tests/*; do
     record "$name" $st
     if [ $st -ne 0 ]; then tail -n 40 "$log_dir/$name.log"; fi
 done
+
+abi_passed=0
+abi_failed=0
+if [ -n "$abi" ]; then
+    echo "== the test binaries again, with CUDA_SYS_ABI_VERSION=$abi (the ABIs of CUDA $abi only)"
+    for t in "$here"/tests/*; do
+        name=$(basename "$t")
+        CUDA_SYS_ABI_VERSION=$abi "$t" --test-threads=4 --nocapture >"$log_dir/abi-$abi-$name.log" 2>&1
+        st=$?
+        while read -r p f; do
+            abi_passed=$((abi_passed + p)); abi_failed=$((abi_failed + f))
+        done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/abi-$abi-$name.log")
+        # What resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+        grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
+            "$log_dir/abi-$abi-$name.log" | sed "s/^/abi $abi: /"
+        record "abi $abi $name" $st
+        if [ $st -ne 0 ]; then tail -n 40 "$log_dir/abi-$abi-$name.log"; fi
+    done
+    echo "abi $abi: libtest $abi_passed tests passed, $abi_failed failed"
+fi
 
 if [ $tests -eq 1 ]; then
     "$here/bin/streams" >"$log_dir/example.log" 2>&1
@@ -157,6 +187,9 @@ fi
 echo
 echo "== summary (${gpu:-unknown GPU})"
 echo "libtest: $tests_passed tests passed, $tests_failed failed"
+if [ -n "$abi" ]; then
+    echo "libtest with CUDA_SYS_ABI_VERSION=$abi: $abi_passed tests passed, $abi_failed failed"
+fi
 echo "sanitizer errors: $sanitizer_errors"
 for f in "${failed[@]}"; do echo "failed: $f"; done
 echo "$pass passed, $fail failed"
