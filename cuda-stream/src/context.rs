@@ -75,13 +75,15 @@ unsafe impl Send for ContextInner {}
 // SAFETY: as above; the interior state is a `OnceLock` and atomics.
 unsafe impl Sync for ContextInner {}
 
-/// `cuDevicePrimaryCtxRelease` of device `device`, ignoring the answer (a drop or a deferred
-/// release has nobody to report it to).
-fn release_primary(device: usize) {
-    if let Ok(f) = ffi::fns::cuDevicePrimaryCtxRelease() {
-        // SAFETY: the caller gives up one retain of the device's primary context that it holds.
-        let _ = unsafe { f(device as ffi::CUdevice) };
-    }
+/// `cuDevicePrimaryCtxRelease` of device `device` (a drop ignores the answer; a deferred
+/// release counts a failure).
+fn release_primary(device: usize) -> Result<()> {
+    let f = driver_fn!(cuDevicePrimaryCtxRelease);
+    // SAFETY: the caller gives up one retain of the device's primary context that it holds.
+    check(
+        unsafe { f(device as ffi::CUdevice) },
+        "cuDevicePrimaryCtxRelease",
+    )
 }
 
 impl Drop for ContextInner {
@@ -103,9 +105,9 @@ impl Drop for ContextInner {
         }
         deferred::drain_if_pending();
         for e in spare {
-            spare_events::destroy(e);
+            let _ = spare_events::destroy(e);
         }
-        release_primary(device);
+        let _ = release_primary(device);
     }
 }
 

@@ -41,24 +41,28 @@
 //! its `Drop` do what `owned.rs` does for streams:
 //!
 //! ```ignore
-//! fn destroy_graph_exec(raw: usize) {          // the destroy, ignoring the result
-//!     if let Ok(f) = ffi::fns::cuGraphExecDestroy() {
-//!         // SAFETY: queued once by the owner, which never uses the handle again.
-//!         let _ = unsafe { f(raw as ffi::CUgraphExec) };
-//!     }
+//! /// `cuGraphExecDestroy`, in the form a deferred destroy takes (a refusal is counted).
+//! fn destroy_graph_exec(raw: usize) -> Result<()> {
+//!     let f = driver_fn!(cuGraphExecDestroy);
+//!     // SAFETY: handed over once by its owner, which never uses the handle again.
+//!     check(unsafe { f(raw as ffi::CUgraphExec) }, "cuGraphExecDestroy")
 //! }
 //!
 //! impl Drop for GraphExec {
 //!     fn drop(&mut self) {
-//!         if crate::deferred::in_host_fn() {
-//!             crate::deferred::defer([Deferred::new(self.raw as usize, destroy_graph_exec)]);
+//!         if deferred::in_host_fn() {
+//!             deferred::defer([Deferred::new(self.raw as usize, destroy_graph_exec)]);
 //!         } else {
-//!             crate::deferred::drain_if_pending();
-//!             destroy_graph_exec(self.raw as usize);
+//!             deferred::drain_if_pending(); // a good moment to destroy what is queued
+//!             let _ = destroy_graph_exec(self.raw as usize);
 //!         }
 //!     }
 //! }
 //! ```
+//!
+//! and its `close()` returns `Error::InHostFunction { call: "cuGraphExecDestroy" }` after
+//! queueing (see `owned::destroy_or_defer`). Nothing else is needed: the queue takes any
+//! `fn(usize) -> Result<()>`, and order is kept.
 //!
 //! The object must keep its context alive (hold a [`Context`](crate::Context) clone) like
 //! streams and events do: the context's release then drains the queue first. Objects of a context
@@ -70,18 +74,20 @@ use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A destroy waiting for an ordinary thread: a raw handle and the function that destroys it
-/// (which ignores the driver's answer: nobody is left to report it to).
+use crate::error::Result;
+
+/// A destroy waiting for an ordinary thread: a raw handle and the function that destroys it.
+/// Its error has nobody to be reported to: it is counted ([`deferred_failed`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Deferred {
     handle: usize,
-    destroy: fn(usize),
+    destroy: fn(usize) -> Result<()>,
 }
 
 impl Deferred {
     /// `destroy(handle)` later. `destroy` must be safe to call once with `handle` on any
     /// ordinary thread: the caller hands its ownership of the handle over.
-    pub(crate) const fn new(handle: usize, destroy: fn(usize)) -> Deferred {
+    pub(crate) const fn new(handle: usize, destroy: fn(usize) -> Result<()>) -> Deferred {
         Deferred { handle, destroy }
     }
 }
@@ -97,6 +103,8 @@ impl fmt::Debug for Deferred {
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 /// Items ever queued, for tests and diagnostics.
 static TOTAL: AtomicUsize = AtomicUsize::new(0);
+/// Deferred destroys the driver refused, for tests and diagnostics.
+static FAILED: AtomicUsize = AtomicUsize::new(0);
 /// The queue. Held only to push or to take everything, never across a driver call.
 static QUEUE: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
 /// Held across a drain, so drains run one at a time and in queue order.
@@ -180,7 +188,9 @@ fn drain() -> usize {
             return done;
         }
         for item in batch {
-            (item.destroy)(item.handle);
+            if (item.destroy)(item.handle).is_err() {
+                FAILED.fetch_add(1, Ordering::Relaxed);
+            }
             PENDING.fetch_sub(1, Ordering::Release);
             done += 1;
         }
@@ -215,6 +225,13 @@ pub fn deferred_total() -> usize {
     TOTAL.load(Ordering::Relaxed)
 }
 
+/// How many deferred destroys the driver refused in this process (their handles stay alive), for
+/// tests and diagnostics.
+#[doc(hidden)]
+pub fn deferred_failed() -> usize {
+    FAILED.load(Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,8 +239,12 @@ mod tests {
 
     static DESTROYED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-    fn record(handle: usize) {
+    fn record(handle: usize) -> Result<()> {
         DESTROYED.lock().unwrap().push(handle);
+        if handle == 3 {
+            return Err(crate::Error::NullHandle { what: "test" });
+        }
+        Ok(())
     }
 
     #[test]
@@ -251,6 +272,7 @@ mod tests {
         drain_if_pending();
         assert_eq!(deferred_pending(), 0);
         assert_eq!(*DESTROYED.lock().unwrap(), [1, 2, 3]);
+        assert_eq!(deferred_failed(), 1, "a refused destroy is counted");
         assert_eq!(drain_deferred(), 0);
     }
 }

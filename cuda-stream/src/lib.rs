@@ -129,7 +129,7 @@ mod scope;
 pub use completion::Completion;
 pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
-pub use deferred::{deferred_pending, deferred_total, drain_deferred};
+pub use deferred::{deferred_failed, deferred_pending, deferred_total, drain_deferred};
 pub use device::{Device, driver_version, init};
 pub use error::{DriverCode, Error, Result};
 pub use event::{Event, EventOptions, IpcEventHandle};

@@ -249,8 +249,8 @@ fn destroy_now(raw: ffi::CUstream) -> Result<()> {
 }
 
 /// The queued form of [`destroy_now`].
-fn destroy_deferred(raw: usize) {
-    let _ = destroy_now(raw as ffi::CUstream);
+fn destroy_deferred(raw: usize) -> Result<()> {
+    destroy_now(raw as ffi::CUstream)
 }
 
 impl Drop for OwnedStream {

@@ -97,9 +97,9 @@ pub(crate) fn try_destroy(raw: ffi::CUevent) -> Result<()> {
     check(unsafe { f(raw) }, "cuEventDestroy")
 }
 
-/// `cuEventDestroy`, ignoring the answer: the form a deferred destroy takes.
-pub(crate) fn destroy(raw: usize) {
-    let _ = try_destroy(raw as ffi::CUevent);
+/// `cuEventDestroy` of a handle as a deferred destroy holds it.
+pub(crate) fn destroy(raw: usize) -> Result<()> {
+    try_destroy(raw as ffi::CUevent)
 }
 
 /// Destroys an event this crate owns; inside a host function, queues the destroy instead and

@@ -29,7 +29,7 @@ impl Drop for CachedEvent {
             let e = crate::deferred::Deferred::new(self.event as usize, spare_events::destroy);
             crate::deferred::defer([e]);
         } else {
-            spare_events::destroy(self.event as usize);
+            let _ = spare_events::destroy(self.event as usize);
         }
     }
 }

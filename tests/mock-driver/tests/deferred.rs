@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use cuda_mock_driver::{MockDriver, mock_driver_path};
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
-    AsStream, Context, Event, EventOptions, Stream, StreamOptions, StreamPool, deferred_pending,
-    deferred_total, drain_deferred,
+    AsStream, Context, Event, EventOptions, Stream, StreamOptions, StreamPool, deferred_failed,
+    deferred_pending, deferred_total, drain_deferred,
 };
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
@@ -98,7 +98,7 @@ fn after_the_pattern_the_live_handles_return_to_zero() {
     let (_lock, m) = mock();
     isolated(|| {
         assert_eq!(live(m), NOTHING, "a clean start");
-        let total = deferred_total();
+        let (total, failed) = (deferred_total(), deferred_failed());
         // Everything is created first: creating drains the queue.
         let ctx = Context::primary(1).unwrap();
         let worker = ctx.new_stream().unwrap();
@@ -169,6 +169,11 @@ fn after_the_pattern_the_live_handles_return_to_zero() {
         assert_eq!(drain_deferred(), 3);
         assert_eq!(deferred_pending(), 0);
         assert_eq!(deferred_total() - total, 8);
+        assert_eq!(
+            deferred_failed(),
+            failed,
+            "every deferred destroy succeeded"
+        );
         assert_eq!(live(m), NOTHING, "every handle destroyed");
         assert_eq!(m.orphans(), 0, "nothing destroyed with its context");
         assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
