@@ -162,7 +162,9 @@ impl<'a> Stream<'a> {
     /// in particular for as long as any [`CurrentStreamGuard`](crate::CurrentStreamGuard) made
     /// from it lives (do not leak one with `mem::forget`). An [`Event`] recorded through the view
     /// with [`Stream::record_event`] keeps the context alive only if it is a primary context; for
-    /// any other context, the caller keeps the context alive until such events are dropped. The
+    /// any other context, the caller keeps the context alive until such events are dropped (and,
+    /// for one dropped inside a host function, until its queued destroy was made: call
+    /// [`drain_deferred`](crate::drain_deferred) before destroying the context). The
     /// driver cannot validate a dangling handle (looking one up can crash the process), so this
     /// cannot be checked.
     pub unsafe fn borrow_raw<O: ?Sized>(raw: ffi::CUstream, owner: &'a O) -> Result<Stream<'a>> {
