@@ -121,8 +121,14 @@ fn called_by_the_source() -> Option<BTreeSet<String>> {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
+        // Code only: doc examples may name functions no code calls.
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
         for marker in ["driver_fn!(", "fns::"] {
-            for piece in text.split(marker).skip(1) {
+            for piece in code.split(marker).skip(1) {
                 let name: String = piece
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')

@@ -17,6 +17,9 @@
 # version and cuda-stream takes its fallbacks on the real driver (`elapsed_since` through the
 # original cuEventElapsedTime, ...); it prints its own PASS/FAIL lines and libtest counts,
 # prefixed `abi 12000`. `--abi-only 12000` runs just that pass.
+# Every plain run is bounded too, so a hang fails (exit 124, reported as a timeout) instead of
+# stalling: PER_BINARY_S for each test binary (default 300), the example and the Python interop
+# test (120 s each), each benchmark run (BENCH_S, default 300).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=0
@@ -41,6 +44,8 @@ done
 if [ $next_is_abi -eq 1 ]; then echo "--abi needs a CUDA version (12000 or 12.0)" >&2; exit 2; fi
 budget=${SANITIZER_BUDGET_S:-480}
 per_binary=${SANITIZER_PER_BINARY_S:-120}
+plain_per_binary=${PER_BINARY_S:-300}
+bench_s=${BENCH_S:-300}
 only=${SANITIZER_ONLY:-}
 log_dir=${OUT:-/tmp}/gpu-logs
 mkdir -p "$log_dir"
@@ -59,6 +64,8 @@ tests_failed=0
 record() { # name status
     if [ "$2" -eq 0 ]; then
         pass=$((pass + 1)); echo "PASS $1"
+    elif [ "$2" -eq 124 ] || [ "$2" -eq 137 ]; then
+        fail=$((fail + 1)); failed+=("$1 (timed out)"); echo "FAIL $1 (timed out, exit $2)"
     else
         fail=$((fail + 1)); failed+=("$1"); echo "FAIL $1 (exit $2)"
     fi
@@ -67,13 +74,16 @@ record() { # name status
 for t in "$here"/tests/*; do
     [ $tests -eq 1 ] || break
     name=$(basename "$t")
-    "$t" --test-threads=4 >"$log_dir/$name.log" 2>&1
+    timeout -k 10 "$plain_per_binary" "$t" --test-threads=4 >"$log_dir/$name.log" 2>&1
     st=$?
     # libtest's own counts, summed over binaries.
     while read -r p f; do
         tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
     done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/$name.log")
     grep -h "^skipped\|^  *skipped\|skipped:" "$log_dir/$name.log" | sort | uniq -c | head -5
+    # What cuda-sys resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+    grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
+        "$log_dir/$name.log"
     record "$name" $st
     if [ $st -ne 0 ]; then tail -n 40 "$log_dir/$name.log"; fi
 done
@@ -84,7 +94,8 @@ if [ -n "$abi" ]; then
     echo "== the test binaries again, with CUDA_SYS_ABI_VERSION=$abi (the ABIs of CUDA $abi only)"
     for t in "$here"/tests/*; do
         name=$(basename "$t")
-        CUDA_SYS_ABI_VERSION=$abi "$t" --test-threads=4 --nocapture >"$log_dir/abi-$abi-$name.log" 2>&1
+        CUDA_SYS_ABI_VERSION=$abi timeout -k 10 "$plain_per_binary" "$t" --test-threads=4 \
+            >"$log_dir/abi-$abi-$name.log" 2>&1
         st=$?
         while read -r p f; do
             abi_passed=$((abi_passed + p)); abi_failed=$((abi_failed + f))
@@ -99,15 +110,15 @@ if [ -n "$abi" ]; then
 fi
 
 if [ $tests -eq 1 ]; then
-    "$here/bin/streams" >"$log_dir/example.log" 2>&1
+    timeout -k 10 120 "$here/bin/streams" >"$log_dir/example.log" 2>&1
     st=$?
     cat "$log_dir/example.log"
     record "example streams" $st
 fi
 
 if [ $tests -eq 1 ] && [ -f "$here/lib/test_interop.py" ]; then
-    PYTHONUNBUFFERED=1 python3 "$here/lib/test_interop.py" "$here/lib/libcuda_stream_interop.so" \
-        >"$log_dir/interop.log" 2>&1
+    PYTHONUNBUFFERED=1 timeout -k 10 120 python3 "$here/lib/test_interop.py" \
+        "$here/lib/libcuda_stream_interop.so" >"$log_dir/interop.log" 2>&1
     st=$?
     cat "$log_dir/interop.log"
     record "python interop" $st
@@ -118,14 +129,14 @@ if [ $bench -eq 1 ] && [ -x "$here/bin/cuda-stream-bench" ]; then
     for run in 1 2; do
         echo "== benchmark, run $run of 2"
         rm -f "$log_dir/bench-$run.json"
-        "$here/bin/cuda-stream-bench" "${bench_quick[@]}" --json "$log_dir/bench-$run.json" 2>&1 \
+        timeout -k 10 "$bench_s" "$here/bin/cuda-stream-bench" "${bench_quick[@]}" --json "$log_dir/bench-$run.json" 2>&1 \
             | tee "$log_dir/bench-$run.log"
         record "benchmark run $run" "${PIPESTATUS[0]}"
     done
     if [ -f "$here/bench/peers.py" ]; then
         echo "== Python peers (PyTorch, CuPy, cuda.core)"
         rm -f "$log_dir/peers.json"
-        PYTHONUNBUFFERED=1 python3 "$here/bench/peers.py" "${bench_quick[@]}" --json "$log_dir/peers.json" \
+        PYTHONUNBUFFERED=1 timeout -k 10 1000 python3 "$here/bench/peers.py" "${bench_quick[@]}" --json "$log_dir/peers.json" \
             2>&1 | tee "$log_dir/peers.log"
         record "python peers" "${PIPESTATUS[0]}"
         echo "== benchmark: both runs and every column"
@@ -162,7 +173,7 @@ if [ $sanitize -eq 1 ]; then
                     # passes 20 of 20 times without a sanitizer and under memcheck and synccheck.
                     skip=(--skip completed_on_a_default_stream_from_a_thread_without_context)
                 fi
-                timeout $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" \
+                timeout -k 10 $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" \
                     >"$log_dir/san-$tool-$name.log" 2>&1
                 st=$?
                 # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
@@ -176,7 +187,8 @@ if [ $sanitize -eq 1 ]; then
                 if [ "$st" -ne 0 ] && [ "$st" -ne 99 ]; then
                     tail -n 20 "$log_dir/san-$tool-$name.log"
                 fi
-                record "sanitizer $tool $name" "$([ "$st" -eq 0 ] && echo 0 || echo 1)"
+                case "$st" in 0|124|137) ;; *) st=1 ;; esac
+                record "sanitizer $tool $name" "$st"
             done
         done
     else
