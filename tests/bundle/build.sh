@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: every GPU test binary, the example, the benchmark, the interop library
-# and its Python test, stripped, with run.sh, in one git-ignored folder (gpu-bundle/, < 64 MiB).
+# Builds the GPU bundle: every GPU test binary, the example, the benchmark and its experiments
+# (probe, gpu-experiments.sh), the interop library and its Python test, stripped, with run.sh,
+# in one git-ignored folder (gpu-bundle/, < 64 MiB).
 #
 #   tests/bundle/build.sh            # here (no GPU needed)
 #   gpu-bundle/run.sh [--bench]      # on the GPU machine, from the repository root
@@ -47,6 +48,10 @@ rm -f "$out/.cargo-tests.json"
 echo "== building the example, the benchmark and the interop library"
 cargo build --release -p cuda-stream --example streams
 cp target/release/examples/streams "$out/bin/streams"
+# The experiments behind the benchmark's analysis (tests/perf/gpu-experiments.sh).
+cargo build --release -p cuda-stream-tests --example probe
+cp target/release/examples/probe "$out/bin/probe"
+cp tests/perf/gpu-experiments.sh "$out/bin/"
 if cargo build --release -p cuda-stream-tests --bin cuda-stream-bench 2>/dev/null; then
     cp target/release/cuda-stream-bench "$out/bin/"
 fi
