@@ -52,7 +52,10 @@ impl Shared {
 /// spins and sees the work finish at once. So **the first poll that finds the work unfinished
 /// spins** (a busy loop reading one atomic flag, as `synchronize` spins by default) for up to
 /// [`Completion::DEFAULT_SPIN`] (20 µs) before it registers the waker and returns
-/// `Poll::Pending`.
+/// `Poll::Pending`. The spin also queries an event that `completed` records just before its host
+/// function (one of the context's spare events, so one `cuEventRecord`): the GPU marks it
+/// complete as soon as the work ends, while the host function runs only once the driver's
+/// host-function thread has woken up, which after a kernel was 40-80 µs later on an H100.
 ///
 /// - Work that finishes within the limit, such as an idle stream's round trip, resolves in that
 ///   poll, about as fast as `synchronize`.
@@ -76,6 +79,10 @@ pub struct Completion {
     stream: Option<(usize, usize)>,
     /// How long the next poll that finds the work unfinished may spin; zero once it has.
     spin: Duration,
+    /// An event recorded right after the host function, which the spin queries: the GPU's own
+    /// completion, seen as soon as it happens, where the host function runs only once the
+    /// driver's thread wakes up after the work (tens of µs after a kernel).
+    event: Option<Event>,
 }
 
 impl std::fmt::Debug for Completion {
@@ -95,12 +102,17 @@ impl Completion {
     pub(crate) fn on(stream: Stream<'_>) -> Completion {
         let shared = Arc::new(Shared::default());
         let notify = shared.clone();
+        // Recorded before the host function, so it completes with the work itself. Only a
+        // shortcut for the spin: where it cannot be recorded, the host function alone says when
+        // the work is done.
+        let event = stream.record_event().ok();
         match stream.launch_host_func(move || notify.complete()) {
             Ok(()) => Completion {
                 shared: Some(shared),
                 error: None,
                 stream: Some((stream.raw() as usize, stream.context_raw() as usize)),
                 spin: Completion::DEFAULT_SPIN,
+                event,
             },
             Err(e) => Completion::failed(e),
         }
@@ -112,6 +124,7 @@ impl Completion {
             error: Some(e),
             stream: None,
             spin: Duration::ZERO,
+            event: None,
         }
     }
 
@@ -126,6 +139,10 @@ impl Completion {
     pub fn spin_limit(mut self, limit: Duration) -> Completion {
         if self.shared.is_some() {
             self.spin = limit;
+        }
+        if limit.is_zero() {
+            // Never queried: back to the context's spare events (no driver call).
+            self.event = None;
         }
         self
     }
@@ -151,7 +168,9 @@ impl Future for Completion {
         let Some(shared) = this.shared.as_deref() else {
             return Poll::Ready(Ok(()));
         };
-        if !shared.done.load(Ordering::Acquire) && !spin_until_done(shared, &mut this.spin) {
+        if !shared.done.load(Ordering::Acquire)
+            && !spin_until_done(shared, this.event.as_ref(), &mut this.spin)
+        {
             let mut slot = shared.waker.lock().unwrap_or_else(|e| e.into_inner());
             match &*slot {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -172,25 +191,34 @@ impl Future for Completion {
     }
 }
 
-/// Spins until the host function has run or `limit` has passed, then sets `limit` to zero, so a
-/// future spins once. Returns whether the work is done.
+/// Spins until the host function has run, or the event recorded after it has completed, or
+/// `limit` has passed, then sets `limit` to zero, so a future spins once. Returns whether the
+/// work is done.
 ///
 /// A plain busy loop, as the driver's own default wait (`CU_CTX_SCHED_SPIN` where there are more
 /// cores than contexts): yielding between checks was measured to delay the wake-up by several
-/// microseconds on an idle machine (`tests/perf`, BENCHMARKS.md).
-fn spin_until_done(shared: &Shared, limit: &mut Duration) -> bool {
+/// microseconds on an idle machine (`tests/perf`, BENCHMARKS.md). The event (recorded just before
+/// the host function) completes with the work, as a spinning `synchronize` sees it: after a
+/// kernel, the H100 ran the host function 40-80 µs after the kernel had finished, while the event
+/// is seen complete at once. The work before the event includes every earlier host function, so
+/// a panic of one is recorded before the event completes.
+fn spin_until_done(shared: &Shared, event: Option<&Event>, limit: &mut Duration) -> bool {
     let limit = std::mem::take(limit);
     if limit.is_zero() {
         return false;
     }
     let start = Instant::now();
     loop {
-        // Reading the clock costs more than a check of the flag: check a few times per read.
+        // Reading the clock or querying the event costs more than a check of the flag: check a
+        // few times per read.
         for _ in 0..8 {
             if shared.done.load(Ordering::Acquire) {
                 return true;
             }
             std::hint::spin_loop();
+        }
+        if event.is_some_and(|e| e.query().unwrap_or(false)) {
+            return true;
         }
         if start.elapsed() >= limit {
             return shared.done.load(Ordering::Acquire);

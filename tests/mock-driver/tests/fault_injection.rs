@@ -133,6 +133,22 @@ const SWALLOW_DROP: &[&str] = &[
     "cuEventDestroy",
     "cuDevicePrimaryCtxRelease",
 ];
+/// `completed` must report a failure to enqueue its host function; the event it records for its
+/// spin is only a shortcut (without it the host function alone says when the work is done), so
+/// failures to get, record or query it are swallowed; plus the `Drop` cleanup.
+const SWALLOW_COMPLETED: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+];
+/// How often the spin of `completed` queries its event depends on when the work finishes.
+const VARYING_COMPLETED: &[&str] = &["cuEventQuery"];
 /// `OwnedStream::close` must report its `cuStreamDestroy`; the rest is `Drop` cleanup.
 const SWALLOW_CLOSE_STREAM: &[&str] = &[
     "cuCtxPopCurrent",
@@ -433,7 +449,17 @@ type OpFn = Box<dyn Fn(&Fixture) -> Result<()> + Send + Sync>;
 struct Op {
     name: String,
     swallowed: &'static [&'static str],
+    /// Swallowed calls whose number depends on timing (a spin's queries): a case failing one of
+    /// them may find the call no longer made.
+    varying: &'static [&'static str],
     run: OpFn,
+}
+
+impl Op {
+    fn varying(mut self, varying: &'static [&'static str]) -> Op {
+        self.varying = varying;
+        self
+    }
 }
 
 fn op(
@@ -444,6 +470,7 @@ fn op(
     Op {
         name: name.into(),
         swallowed,
+        varying: &[],
         run: Box::new(run),
     }
 }
@@ -562,9 +589,10 @@ fn stream_ops(kind: Kind) -> Vec<Op> {
                 r
             })
         }),
-        op(name("completed"), SWALLOW_DROP, move |fx| {
+        op(name("completed"), SWALLOW_COMPLETED, move |fx| {
             on_stream(fx, k, |s| block_on(s.completed()))
-        }),
+        })
+        .varying(VARYING_COMPLETED),
         op(name("scope with forks"), SWALLOW_DROP, move |fx| {
             on_stream(fx, k, |s| {
                 s.scope(|sc| {
@@ -725,9 +753,10 @@ fn operations() -> Vec<Op> {
             let e = unsafe { Event::from_raw(raw, &fx.ctx, EventOptions::new()) };
             e.query().map(drop)
         }),
-        op("Event::completed", SWALLOW_DROP, |fx| {
+        op("Event::completed", SWALLOW_COMPLETED, |fx| {
             block_on(fx.recorded.completed())
-        }),
+        })
+        .varying(VARYING_COMPLETED),
         op("StreamPool::acquire", SWALLOW_DROP, |fx| {
             let pool = StreamPool::new(&fx.ctx, StreamOptions::new());
             let a = pool.acquire()?;
@@ -1006,7 +1035,7 @@ fn host_fn_drop_ops() -> Vec<Op> {
         ),
         op(
             "Completion dropped in a host function",
-            SWALLOW_DROP,
+            SWALLOW_COMPLETED,
             |fx| {
                 let mut c = fx.owned.completed();
                 if let Poll::Ready(r) = poll_once(&mut c) {
@@ -1016,7 +1045,8 @@ fn host_fn_drop_ops() -> Vec<Op> {
                 drain_expecting(0);
                 Ok(())
             },
-        ),
+        )
+        .varying(VARYING_COMPLETED),
         op(
             "Context clone (not the last) dropped in a host function",
             SWALLOW_DROP,
@@ -1285,7 +1315,7 @@ fn every_operation_fails_cleanly_at_every_driver_call() {
                 let fired = m.calls(binding) >= k;
                 let after = After::now(m, &fx);
                 let case = format!("{}: {binding} call {k}/{n} failing", op.name);
-                if !fired {
+                if !fired && !op.varying.contains(&symbol) {
                     failures.push(format!("{case}: the run no longer makes that call"));
                 }
                 match r {

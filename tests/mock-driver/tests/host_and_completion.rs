@@ -423,3 +423,38 @@ fn many_completions_in_flight_on_many_streams_and_threads() {
     assert_eq!(m.pending_host_fns(), 0);
     assert_eq!(m.host_fn_api_calls(), 0);
 }
+
+#[test]
+fn the_spin_queries_an_event_recorded_before_the_host_function_and_no_spin_queries_nothing() {
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let (_state, waker) = counting_waker();
+
+    // Held work: the spin queries the event (not ready) until its limit, then waits.
+    let gate = Gate::hold(s.as_stream());
+    m.reset();
+    let mut c = s.completed().spin_limit(Duration::from_millis(20));
+    assert_eq!(m.calls("cuEventRecord"), 1, "one event, recorded");
+    assert_eq!(m.calls("cuLaunchHostFunc"), 1);
+    assert!(poll_once(&mut c, &waker).is_pending());
+    assert!(m.calls("cuEventQuery") > 0, "the spin watched the event");
+    gate.open();
+    while !c.is_complete() {
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
+    drop(c);
+
+    // Without a spin the event goes back to the context's spare events unqueried.
+    let gate = Gate::hold(s.as_stream());
+    m.reset();
+    let spare = ctx.cached_events();
+    let mut c = s.completed().spin_limit(Duration::ZERO);
+    assert_eq!(ctx.cached_events(), spare, "returned to the cache at once");
+    assert!(poll_once(&mut c, &waker).is_pending());
+    assert_eq!(m.calls("cuEventQuery"), 0, "nothing watched");
+    gate.open();
+    s.synchronize().unwrap();
+    assert!(c.is_complete());
+}
