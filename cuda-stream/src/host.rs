@@ -20,6 +20,13 @@ impl Stream<'_> {
     /// caught on the driver's thread (it never unwinds into the driver) and reported by a later
     /// [`Stream::synchronize`], [`Stream::query`] or `launch_host_func` on this stream as
     /// [`Error::HostFnPanicked`].
+    ///
+    /// `f` runs once, so it is refused ([`Error::Refused`]) while the stream is being captured
+    /// into a graph (by [`Stream::capture`], or by other code such as PyTorch's
+    /// `torch.cuda.graph`): in a graph it would run on every replay. That costs one
+    /// `cuStreamIsCapturing` per call. In a capture, use
+    /// [`CaptureStream::launch_host_func`](crate::CaptureStream::launch_host_func), which takes an
+    /// `Fn` and keeps it alive as long as a graph can run it.
     #[inline]
     pub fn launch_host_func<F>(self, f: F) -> Result<()>
     where
@@ -31,7 +38,8 @@ impl Stream<'_> {
     /// Runs `f` once the work enqueued so far has completed, passing the stream's status: `Ok`,
     /// or the error that put the stream (context) in a failed state (`cuStreamAddCallback`).
     /// Prefer [`Stream::launch_host_func`], which NVIDIA recommends; this exists for callers that
-    /// want the status.
+    /// want the status. The driver refuses callbacks on a stream that is being captured
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), so `f` never becomes a graph node.
     pub fn add_callback<F>(self, f: F) -> Result<()>
     where
         F: FnOnce(Result<()>) + Send + 'static,
@@ -98,6 +106,13 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
 fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
     crate::panics::report(stream.raw(), stream.context_raw())?;
     let launch = driver_fn!(cuLaunchHostFunc);
+    // Default streams resolve through the current context, for the capture check too.
+    let _bound = if stream.is_default() {
+        Some(bind(stream.context_raw())?)
+    } else {
+        None
+    };
+    refuse_if_capturing(stream.raw())?;
     // Default streams go the boxed way, which records their context for panic reports.
     if std::mem::size_of::<F>() == 0 && !stream.is_default() {
         // No allocation for a closure that captures nothing: a malloc on this thread freed on the
@@ -117,18 +132,6 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         stream: stream.raw() as usize,
         ctx: stream.context_raw() as usize,
     }));
-    let _bound = if stream.is_default() {
-        match bind(stream.context_raw()) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                // SAFETY: never handed to the driver; reclaimed once.
-                drop(unsafe { Box::from_raw(data) });
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
     // SAFETY: the stream is live; the trampoline matches `CUhostFn` and takes back `data`.
     let rc = unsafe { launch(stream.raw(), Some(host_trampoline::<F>), data.cast()) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
@@ -136,6 +139,23 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         // still ours, reclaimed exactly once.
         drop(unsafe { Box::from_raw(data) });
         return Err(Error::driver("cuLaunchHostFunc", rc));
+    }
+    Ok(())
+}
+
+/// Refuses a run-once host function on a stream in a capture: there it would become a graph
+/// node that runs on every replay, and the closure, taken back by the first run, would be used
+/// after it was freed. This crate begins captures only on streams it holds exclusively
+/// (`&mut OwnedStream`), so none can begin between the check and the enqueue; for a borrowed
+/// stream, `Stream::borrow_raw`'s contract rules out other code beginning one meanwhile.
+#[inline]
+fn refuse_if_capturing(raw: ffi::CUstream) -> Result<()> {
+    if crate::capturing::is_capturing(raw)? {
+        return Err(Error::Refused {
+            call: "cuLaunchHostFunc",
+            reason: "the stream is being captured into a graph, where a run-once host function \
+                     would run on every replay; launch an Fn through the capture's view",
+        });
     }
     Ok(())
 }

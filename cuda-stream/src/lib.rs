@@ -90,6 +90,7 @@
 pub use ffi;
 
 // Bottom to top; see the table above.
+mod capture_mode;
 mod error;
 mod priority;
 
@@ -97,6 +98,7 @@ mod context;
 mod device;
 mod event;
 
+mod capturing;
 mod installed;
 mod panics;
 mod wait_events;
@@ -106,17 +108,26 @@ mod stream;
 mod owned;
 mod pool;
 
+mod graph;
+mod graph_host;
+
+mod capture;
 mod completion;
 mod current;
 mod host;
 mod scope;
 
+pub use capture::{
+    CaptureModeGuard, CaptureScope, CaptureStream, CapturedEvent, exchange_capture_mode,
+};
+pub use capture_mode::{CaptureMode, CaptureStatus};
 pub use completion::Completion;
 pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
 pub use device::{Device, driver_version, init};
 pub use error::{DriverCode, Error, Result};
 pub use event::{Event, EventOptions, IpcEventHandle};
+pub use graph::{Graph, GraphExec, InstantiateOptions};
 pub use owned::{OwnedStream, StreamOptions};
 pub use pool::{PooledStream, StreamPool};
 pub use priority::PriorityRange;
@@ -132,3 +143,6 @@ static_assertions::assert_impl_all!(PooledStream<'static>: Send, Sync);
 static_assertions::assert_not_impl_any!(CurrentStreamGuard<'static>: Send, Sync);
 static_assertions::assert_not_impl_any!(Event: Clone, Copy);
 static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);
+static_assertions::assert_impl_all!(CaptureStream<'static>: Send, Sync, Copy);
+static_assertions::assert_impl_all!(CapturedEvent<'static>: Send, Sync, Copy);
+static_assertions::assert_not_impl_any!(CaptureModeGuard: Send, Sync);

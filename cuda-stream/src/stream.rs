@@ -200,7 +200,7 @@ impl<'a> Stream<'a> {
 
     /// Binds the context for the default streams, which the driver resolves through it.
     #[inline(always)]
-    fn bind_if_default(self) -> Result<Option<Bound>> {
+    pub(crate) fn bind_if_default(self) -> Result<Option<Bound>> {
         if is_special(self.raw) {
             bind(self.ctx).map(Some)
         } else {
