@@ -37,7 +37,7 @@ fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
 /// The common prologue of a driver function: counts the call, refuses calls from host functions
 /// (`CUDA_ERROR_NOT_PERMITTED`), applies the failure rules, checks `cuInit` (unless `any_time`),
 /// then runs `body` with the state locked.
-fn api(
+pub(crate) fn api(
     symbol: &'static str,
     any_time: bool,
     body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
@@ -75,7 +75,7 @@ macro_rules! tri {
 ///
 /// `p` is non-null and valid for a write of `T` (the C contract of the calling driver function;
 /// callers check for null first).
-unsafe fn put<T>(p: *mut T, v: T) {
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
     // SAFETY: the caller's promise.
     unsafe { p.write(v) }
 }
@@ -476,8 +476,11 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
 /// None beyond the C contract; takes no pointers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    api("cuCtxSynchronize", false, |st| {
+    api("cuCtxSynchronize", false, |mut st| {
         let ctx = tri!(st.current_ctx());
+        if let Some(rc) = crate::capture::on_ctx_sync(&mut st, ctx) {
+            return rc;
+        }
         let target = st.ctx_last_job.get(&ctx).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -596,6 +599,9 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h_stream: CUstream) -> CUresult {
 pub unsafe extern "C" fn cuStreamQuery(h_stream: CUstream) -> CUresult {
     api("cuStreamQuery", false, |mut st| {
         let s = tri!(st.stream(h_stream));
+        if let Some(rc) = crate::capture::on_stream_poll(&mut st, s) {
+            return rc;
+        }
         if st.idle(s.key) { SUCCESS } else { NOT_READY }
     })
 }
@@ -609,6 +615,9 @@ pub unsafe extern "C" fn cuStreamQuery(h_stream: CUstream) -> CUresult {
 pub unsafe extern "C" fn cuStreamSynchronize(h_stream: CUstream) -> CUresult {
     api("cuStreamSynchronize", false, |mut st| {
         let s = tri!(st.stream(h_stream));
+        if let Some(rc) = crate::capture::on_stream_poll(&mut st, s) {
+            return rc;
+        }
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -632,6 +641,9 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
         let (_, _, core) = tri!(st.event(h_event as usize));
         if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
             return INVALID_VALUE;
+        }
+        if let Some(rc) = crate::capture::on_wait(&mut st, s, core, flags) {
+            return rc;
         }
         let seq = st
             .cores
@@ -666,6 +678,9 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         if flags != 0 {
             return INVALID_VALUE;
         }
+        if let Some(rc) = crate::capture::on_callback(&mut st, s) {
+            return rc;
+        }
         tri!(st.enqueue(s, Work::Callback(f, h_stream as usize, user_data as usize)));
         SUCCESS
     })
@@ -688,6 +703,9 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
         let Some(f) = f else {
             return INVALID_VALUE;
         };
+        if let Some(rc) = crate::capture::on_host_fn(&mut st, s, f, user_data as usize) {
+            return rc;
+        }
         tri!(st.enqueue(s, Work::Host(f, user_data as usize)));
         SUCCESS
     })
@@ -865,6 +883,9 @@ pub unsafe extern "C" fn cuEventRecord(h_event: CUevent, h_stream: CUstream) -> 
         if s.ctx != ctx {
             return INVALID_HANDLE;
         }
+        if let Some(rc) = crate::capture::on_event_record(&mut st, s, core) {
+            return rc;
+        }
         let record = if st.idle(s.key) {
             (0, Some(Instant::now()))
         } else {
@@ -892,6 +913,9 @@ fn event_state(st: &State, core: u64) -> Option<(bool, Option<Instant>)> {
 pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
     api("cuEventQuery", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
+        if let Some(rc) = crate::capture::on_event_poll(&mut st, core) {
+            return rc;
+        }
         match event_state(&st, core) {
             Some((false, _)) => NOT_READY,
             _ => SUCCESS,
@@ -908,6 +932,9 @@ pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
 pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
     api("cuEventSynchronize", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
+        if let Some(rc) = crate::capture::on_event_poll(&mut st, core) {
+            return rc;
+        }
         let target = st
             .cores
             .get(&core)
@@ -1167,7 +1194,7 @@ pub extern "C" fn cuda_mock_set_device_count(count: c_int) -> c_int {
     })
 }
 
-fn read(f: impl FnOnce(&State) -> u64) -> u64 {
+pub(crate) fn read(f: impl FnOnce(&State) -> u64) -> u64 {
     guard(0, || f(&state::lock()))
 }
 
