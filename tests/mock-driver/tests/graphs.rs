@@ -381,10 +381,8 @@ fn forks_of_a_capture_begun_elsewhere_go_back_to_the_pool_once_it_ends() {
         };
         let mode = ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: a live stream.
-        assert_eq!(
-            unsafe { cuda_sys::cuStreamBeginCapture(raw, mode) },
-            SUCCESS
-        );
+        let rc = unsafe { cuda_sys::cuStreamBeginCapture(raw, mode) };
+        assert_eq!(rc, SUCCESS);
         let owner = ();
         // SAFETY: `raw` lives until the raw destroy at the end.
         let view = unsafe { Stream::borrow_raw(raw, &owner) }.unwrap();
@@ -406,10 +404,8 @@ fn forks_of_a_capture_begun_elsewhere_go_back_to_the_pool_once_it_ends() {
         );
         let mut graph = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; the capture was begun on `raw` on this thread.
-        assert_eq!(
-            unsafe { cuda_sys::cuStreamEndCapture(raw, &mut graph) },
-            SUCCESS
-        );
+        let rc = unsafe { cuda_sys::cuStreamEndCapture(raw, &mut graph) };
+        assert_eq!(rc, SUCCESS);
         assert_eq!(fork.capture_status().unwrap(), CaptureStatus::None);
         let live = m.live_streams();
         // The next capture first returns the parked fork to its pool, where the next fork finds
