@@ -165,6 +165,14 @@ impl<'a> Stream<'a> {
     /// any other context, the caller keeps the context alive until such events are dropped. The
     /// driver cannot validate a dangling handle (looking one up can crash the process), so this
     /// cannot be checked.
+    ///
+    /// Graph captures: other code must not begin capturing the stream (PyTorch's
+    /// `torch.cuda.graph`, C code) while a call through the view is in progress on another
+    /// thread, and while the stream is being captured, no stream made to wait on it (with
+    /// [`Stream::wait_stream`], or an event recorded through the view) may have run-once host
+    /// functions launched on it from another thread. Between calls a capture is seen:
+    /// [`Stream::launch_host_func`] refuses a capturing stream (a run-once closure would run on
+    /// every replay), and [`Stream::in_capture`] enqueues into the capture.
     pub unsafe fn borrow_raw<O: ?Sized>(raw: ffi::CUstream, owner: &'a O) -> Result<Stream<'a>> {
         let _ = owner;
         if is_special(raw) {
