@@ -13,15 +13,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::capture_mode::{CaptureMode, CaptureStatus};
 use crate::capturing::{capture_info, is_capturing};
-use crate::context::bind;
+use crate::context::{Context, bind};
 use crate::error::{Error, Result, check, driver_fn};
 use crate::event::Event;
 use crate::ffi;
 use crate::graph::Graph;
-use crate::graph_host::{HostRoute, enqueue_host_node};
+use crate::graph_host::{HostRoute, enqueue_host_node, keep_alive};
 use crate::owned::OwnedStream;
 use crate::pool::{PooledStream, StreamPool};
-use crate::stream::{AsStream, Enqueue, Stream};
+use crate::stream::{AsStream, Enqueue, KnownContext, Stream};
 use crate::wait_events::WAIT_EVENTS;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,6 +203,7 @@ fn discard(graph: ffi::CUgraph) {
 /// used meanwhile.
 fn capture_on(
     stream: Stream<'_>,
+    keep: Option<Context>,
     mode: CaptureMode,
     f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
 ) -> Result<Graph> {
@@ -262,7 +263,7 @@ fn capture_on(
             discard(graph.unwrap_or(ptr::null_mut()));
             Err(e)
         }
-        Ok(Ok(())) => graph.map(|g| Graph::from_capture(g, ctx, route)),
+        Ok(Ok(())) => graph.map(|g| Graph::from_capture(g, ctx, keep, route)),
     }
 }
 
@@ -317,7 +318,9 @@ impl<'a> Stream<'a> {
         mode: CaptureMode,
         f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
     ) -> Result<Graph> {
-        capture_on(self, mode, f)
+        // The graph keeps a primary context alive; another context is the caller's to keep.
+        let keep = Context::retain_if_primary(self.context_raw())?;
+        capture_on(self, keep, mode, f)
     }
 
     /// Whether the stream is being captured into a graph, by this crate or by other code (such
@@ -409,7 +412,8 @@ impl OwnedStream {
         mode: CaptureMode,
         f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
     ) -> Result<Graph> {
-        capture_on(self.as_stream(), mode, f)
+        let keep = Some(self.context().clone());
+        capture_on(self.as_stream(), keep, mode, f)
     }
 }
 
@@ -420,7 +424,8 @@ impl PooledStream<'_> {
         mode: CaptureMode,
         f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
     ) -> Result<Graph> {
-        capture_on(self.as_stream(), mode, f)
+        let keep = self.known_context();
+        capture_on(self.as_stream(), keep, mode, f)
     }
 }
 
@@ -624,12 +629,15 @@ impl<'cap> CaptureStream<'cap> {
     /// Adds an event record node for `event`, made outside the capture
     /// (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`): every replay records it, so
     /// other streams and the host can wait for that point of each replay. The event must belong
-    /// to the stream's context.
-    pub fn record_external(self, event: &Event) -> Result<()> {
+    /// to the stream's context. The graph keeps a clone of the `Arc` (in a user object, as for
+    /// host functions), so the handle its node records stays this event's for as long as a graph
+    /// or executable graph can replay the node.
+    pub fn record_external(self, event: &Arc<Event>) -> Result<()> {
         if event.context_raw() != self.ctx {
             return Err(Error::ContextMismatch { what: "the event" });
         }
         let f = driver_fn!(cuEventRecordWithFlags);
+        keep_alive(self.shared.graph, event.clone())?;
         let flags = ffi::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL.0;
         // SAFETY: both handles are live; the flag is valid during a capture.
         let rc = unsafe { f(event.raw(), self.raw, flags) };
@@ -640,9 +648,12 @@ impl<'cap> CaptureStream<'cap> {
 
     /// Adds an event wait node for `event`, made outside the capture (`cuStreamWaitEvent` with
     /// `CU_EVENT_WAIT_EXTERNAL`): on every replay, the work captured here from now on waits for
-    /// the event's latest record at that time. The event may belong to another context.
-    pub fn wait_event(self, event: &Event) -> Result<()> {
+    /// the event's latest record at that time. The event may belong to another context. The
+    /// graph keeps a clone of the `Arc`, as [`record_external`](CaptureStream::record_external)
+    /// does.
+    pub fn wait_event(self, event: &Arc<Event>) -> Result<()> {
         let f = driver_fn!(cuStreamWaitEvent);
+        keep_alive(self.shared.graph, event.clone())?;
         let flags = ffi::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
         // SAFETY: both handles are live.
         let rc = unsafe { f(self.raw, event.raw(), flags) };

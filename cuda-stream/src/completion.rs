@@ -35,6 +35,13 @@ impl Shared {
 /// Resolves once the work enqueued before [`Stream::completed`] or [`Event::completed`] was
 /// called has finished. Dropping it early is safe: the host function that completes it still
 /// runs and finds nobody waiting.
+///
+/// It is woken from a host function, so the waker runs on the driver's thread, where no CUDA
+/// call may be made: a waker should only schedule the task (as every executor's does). A task
+/// whose last reference the waker drops there may own streams, events or contexts: their
+/// destroys are deferred to an ordinary thread (see
+/// [`Stream::launch_host_func`](crate::Stream::launch_host_func)), as is anything a
+/// `Completion` dropped inside a host function owns.
 #[must_use = "futures do nothing unless awaited"]
 pub struct Completion {
     shared: Option<Arc<Shared>>,
@@ -189,11 +196,8 @@ impl AsStream for Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         if self.temporary {
-            if let Ok(f) = ffi::fns::cuStreamDestroy() {
-                // SAFETY: created by `notifier` for this value alone; destroyed once.
-                let _ = unsafe { f(self.raw) };
-                crate::panics::forget(self.raw);
-            }
+            // Created by `notifier` for this value alone; destroyed (or queued) once.
+            let _ = crate::owned::destroy_or_defer(self.raw);
         }
     }
 }

@@ -98,6 +98,14 @@ pub enum Error {
         /// How many devices there are.
         count: usize,
     },
+    /// A destroy (`close`) was asked for inside a host function or stream callback, where no
+    /// CUDA call may be made. The handle was not destroyed there: its destroy was queued and is
+    /// made later on an ordinary thread, as for a drop (see [`drain_deferred`](crate::drain_deferred)).
+    #[error("{call} cannot be made inside a host function; the destroy was deferred")]
+    InHostFunction {
+        /// The destroy that was deferred, such as `cuStreamDestroy`.
+        call: &'static str,
+    },
     /// A stream pool at its size limit has no free stream.
     #[error("the stream pool is exhausted ({limit} streams leased)")]
     PoolExhausted {

@@ -10,6 +10,8 @@ use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 
+use crate::context::Context;
+use crate::deferred::{self, Deferred};
 use crate::error::{DriverCode, Error, Result, check, driver_fn};
 use crate::ffi;
 use crate::graph_host::HostRoute;
@@ -92,6 +94,9 @@ pub struct Graph {
     raw: ffi::CUgraph,
     ctx: ffi::CUcontext,
     route: Option<Arc<HostRoute>>,
+    /// Keeps the context alive (a primary one this crate could retain), so that a destroy
+    /// deferred by the host-function rule is made before the context's release.
+    keep: Option<Context>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -113,32 +118,36 @@ impl fmt::Debug for Graph {
 
 impl Graph {
     /// Takes ownership of a graph the driver returned by `cuStreamEndCapture` for a capture on a
-    /// stream of context `ctx`.
+    /// stream of context `ctx` (kept alive by `keep`, when this crate could retain it).
     pub(crate) fn from_capture(
         raw: ffi::CUgraph,
         ctx: ffi::CUcontext,
+        keep: Option<Context>,
         route: Option<Arc<HostRoute>>,
     ) -> Graph {
         Graph {
             raw,
             ctx,
             route,
+            keep,
             _not_sync: PhantomData,
         }
     }
 
-    /// Takes ownership of a graph handle made elsewhere: it is destroyed when the value drops.
-    /// Its executable graphs launch on streams of `ctx` only.
+    /// Takes ownership of a graph handle made elsewhere (by a framework's capture, or raw calls):
+    /// it is destroyed when the value drops. Its work belongs to `ctx`, which the value keeps
+    /// alive; its executable graphs launch on streams of `ctx` only.
     ///
     /// # Safety
     /// `raw` must be a live graph that nothing else destroys or uses after this value takes it,
-    /// whose work belongs to context `ctx`; every host function node in it must stay valid for
-    /// as long as the graph or an executable graph made from it can run it.
-    pub unsafe fn from_raw(raw: ffi::CUgraph, ctx: ffi::CUcontext) -> Result<Graph> {
+    /// whose work belongs to `ctx`; whatever its nodes use (host functions and their data,
+    /// events, memory) must stay valid for as long as the graph or an executable graph made from
+    /// it can run them.
+    pub unsafe fn from_raw(raw: ffi::CUgraph, ctx: &Context) -> Result<Graph> {
         if raw.is_null() {
             return Err(Error::NullHandle { what: "graph" });
         }
-        Ok(Graph::from_capture(raw, ctx, None))
+        Ok(Graph::from_capture(raw, ctx.raw(), Some(ctx.clone()), None))
     }
 
     /// The raw handle.
@@ -200,35 +209,59 @@ impl Graph {
             raw,
             ctx: self.ctx,
             route: self.route.clone(),
+            keep: self.keep.clone(),
             _not_sync: PhantomData,
         })
     }
 
     /// Hands the handle over without destroying it. Host functions captured into it stay alive
-    /// until the driver releases the graph's user objects (when it is destroyed).
+    /// until the driver releases the graph's user objects (when it is destroyed). The graph stays
+    /// valid only while its context is retained by someone.
     pub fn into_raw(self) -> ffi::CUgraph {
         let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the route is released here.
-        let _route = unsafe { ptr::read(&this.route) };
+        // SAFETY: `this` is never used or dropped again; the route and the context retain are
+        // released here.
+        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
         this.raw
     }
 
-    /// Destroys the graph, returning the driver's error if `cuGraphDestroy` fails.
+    /// Destroys the graph, returning the driver's error if `cuGraphDestroy` fails. Inside a host
+    /// function the destroy is queued for an ordinary thread and the answer is
+    /// [`Error::InHostFunction`].
     pub fn close(self) -> Result<()> {
-        let raw = self.into_raw();
-        destroy_graph(raw)
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the context retain is released after
+        // the destroy.
+        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
+        destroy_or_defer(this.raw as usize, destroy_graph, "cuGraphDestroy")
     }
 }
 
-fn destroy_graph(raw: ffi::CUgraph) -> Result<()> {
+/// Destroys `raw` with `destroy` now, or, inside a host function, queues it for an ordinary
+/// thread and says so.
+fn destroy_or_defer(
+    raw: usize,
+    destroy: fn(usize) -> Result<()>,
+    call: &'static str,
+) -> Result<()> {
+    if deferred::in_host_fn() {
+        deferred::defer([Deferred::new(raw, destroy)]);
+        return Err(Error::InHostFunction { call });
+    }
+    deferred::drain_if_pending();
+    destroy(raw)
+}
+
+/// `cuGraphDestroy`, in the form a deferred destroy takes.
+fn destroy_graph(raw: usize) -> Result<()> {
     let f = driver_fn!(cuGraphDestroy);
-    // SAFETY: the caller owns `raw` and never uses it again.
-    check(unsafe { f(raw) }, "cuGraphDestroy")
+    // SAFETY: the owner handed `raw` over and never uses it again.
+    check(unsafe { f(raw as ffi::CUgraph) }, "cuGraphDestroy")
 }
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        let _ = destroy_graph(self.raw);
+        let _ = destroy_or_defer(self.raw as usize, destroy_graph, "cuGraphDestroy");
     }
 }
 
@@ -293,6 +326,7 @@ pub struct GraphExec {
     raw: ffi::CUgraphExec,
     ctx: ffi::CUcontext,
     route: Option<Arc<HostRoute>>,
+    keep: Option<Context>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -370,19 +404,25 @@ impl GraphExec {
         Ok(())
     }
 
-    /// Hands the handle over without destroying it.
+    /// Hands the handle over without destroying it. It stays valid only while its context is
+    /// retained by someone.
     pub fn into_raw(self) -> ffi::CUgraphExec {
         let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the route is released here.
-        let _route = unsafe { ptr::read(&this.route) };
+        // SAFETY: `this` is never used or dropped again; the route and the context retain are
+        // released here.
+        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
         this.raw
     }
 
     /// Destroys the executable graph, returning the driver's error if `cuGraphExecDestroy`
-    /// fails. A launch in flight still completes.
+    /// fails. A launch in flight still completes. Inside a host function the destroy is queued
+    /// for an ordinary thread and the answer is [`Error::InHostFunction`].
     pub fn close(self) -> Result<()> {
-        let raw = self.into_raw();
-        destroy_exec(raw)
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the context retain is released after
+        // the destroy.
+        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
+        destroy_or_defer(this.raw as usize, destroy_exec, "cuGraphExecDestroy")
     }
 }
 
@@ -409,14 +449,15 @@ fn exec_update(exec: ffi::CUgraphExec, graph: ffi::CUgraph) -> Result<()> {
     }
 }
 
-fn destroy_exec(raw: ffi::CUgraphExec) -> Result<()> {
+/// `cuGraphExecDestroy`, in the form a deferred destroy takes.
+fn destroy_exec(raw: usize) -> Result<()> {
     let f = driver_fn!(cuGraphExecDestroy);
-    // SAFETY: the caller owns `raw` and never uses it again.
-    check(unsafe { f(raw) }, "cuGraphExecDestroy")
+    // SAFETY: the owner handed `raw` over and never uses it again.
+    check(unsafe { f(raw as ffi::CUgraphExec) }, "cuGraphExecDestroy")
 }
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        let _ = destroy_exec(self.raw);
+        let _ = destroy_or_defer(self.raw as usize, destroy_exec, "cuGraphExecDestroy");
     }
 }

@@ -15,14 +15,38 @@ use crate::stream::{AsStream, Stream};
 
 impl Stream<'_> {
     /// Runs `f` on a driver thread once the work enqueued so far has completed
-    /// (`cuLaunchHostFunc`). Work enqueued after it waits for it to return. `f` must not call
-    /// CUDA. If enqueueing fails, `f` is dropped here and the error returned. A panic in `f` is
-    /// caught on the driver's thread (it never unwinds into the driver) and reported by a later
+    /// (`cuLaunchHostFunc`). Work enqueued after it waits for it to return. If enqueueing fails,
+    /// `f` is dropped here and the error returned. A panic in `f` is caught on the driver's
+    /// thread (it never unwinds into the driver) and reported by a later
     /// [`Stream::synchronize`], [`Stream::query`] or `launch_host_func` on this stream as
     /// [`Error::HostFnPanicked`].
     ///
+    /// # No CUDA calls inside
+    ///
+    /// `f` must not call CUDA: the driver forbids it, and it can deadlock. That includes this
+    /// crate's operations (enqueueing, querying, synchronizing, creating). *Dropping* this
+    /// crate's values inside `f` is fine: an [`OwnedStream`], [`Event`](crate::Event),
+    /// [`StreamPool`](crate::StreamPool) or lease, [`Completion`](crate::Completion) or
+    /// [`Context`](crate::Context) whose last owner is dropped here (for example an
+    /// `Arc<OwnedStream>` moved into its own host function to keep the stream alive until its
+    /// work is done) makes no driver call: the destroy is queued and made later on an ordinary
+    /// thread, by the next call that creates something or synchronizes, by the release of the
+    /// context, or by [`drain_deferred`](crate::drain_deferred). `close()` inside `f` queues the
+    /// destroy the same way and returns [`Error::InHostFunction`].
+    ///
+    /// ```no_run
+    /// # let ctx = cuda_stream::Context::primary(0)?;
+    /// use std::sync::Arc;
+    /// let s = Arc::new(ctx.new_stream()?);
+    /// let keep = s.clone();
+    /// s.launch_host_func(move || drop(keep))?; // the last owner may end here: destroyed later
+    /// # Ok::<(), cuda_stream::Error>(())
+    /// ```
+    ///
+    /// # In a graph capture
+    ///
     /// `f` runs once, so it is refused ([`Error::Refused`]) while the stream is being captured
-    /// into a graph (by [`Stream::capture`], or by other code such as PyTorch's
+    /// into a graph (by [`OwnedStream::capture`](crate::OwnedStream::capture), or by other code such as PyTorch's
     /// `torch.cuda.graph`): in a graph it would run on every replay. That costs one
     /// `cuStreamIsCapturing` per call. In a capture, use
     /// [`CaptureStream::launch_host_func`](crate::CaptureStream::launch_host_func), which takes an
@@ -38,8 +62,10 @@ impl Stream<'_> {
     /// Runs `f` once the work enqueued so far has completed, passing the stream's status: `Ok`,
     /// or the error that put the stream (context) in a failed state (`cuStreamAddCallback`).
     /// Prefer [`Stream::launch_host_func`], which NVIDIA recommends; this exists for callers that
-    /// want the status. The driver refuses callbacks on a stream that is being captured
-    /// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), so `f` never becomes a graph node.
+    /// want the status. The same rule holds: `f` must not call CUDA, and values of this crate
+    /// dropped inside it are destroyed later on an ordinary thread (see
+    /// [`Stream::launch_host_func`]). The driver refuses callbacks on a stream that is being
+    /// captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), so `f` never becomes a graph node.
     pub fn add_callback<F>(self, f: F) -> Result<()>
     where
         F: FnOnce(Result<()>) + Send + 'static,
@@ -85,6 +111,8 @@ unsafe extern "C" fn host_trampoline<F: FnOnce() + Send + 'static>(user_data: *m
     // SAFETY: `user_data` is the `Box<HostCall<F>>` leaked by `launch`; the driver calls each
     // host function exactly once, so ownership comes back exactly once.
     let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
+    // Destroys of what the closure drops are deferred (the scope ends after every drop here).
+    let _in_host_fn = crate::deferred::HostFnScope::enter();
     let HostCall { f, stream, ctx } = *call;
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         crate::panics::record(stream, ctx, payload);
@@ -97,6 +125,7 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
     // SAFETY: `F` is zero-sized, so reading it from a dangling, aligned pointer is valid; `launch`
     // forgot the original and the driver calls this exactly once, so the value exists once.
     let f = unsafe { ptr::read(ptr::NonNull::<F>::dangling().as_ptr()) };
+    let _in_host_fn = crate::deferred::HostFnScope::enter();
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         // Only the stream travels in `user_data`; 0 matches any context.
         crate::panics::record(user_data as usize, 0, payload);
@@ -167,6 +196,7 @@ unsafe extern "C" fn callback_trampoline<F: FnOnce(Result<()>) + Send + 'static>
 ) {
     // SAFETY: as in `host_trampoline`: the box leaked by `add_callback`, returned exactly once.
     let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
+    let _in_host_fn = crate::deferred::HostFnScope::enter();
     let HostCall { f, stream, ctx } = *call;
     let status = check(status, "cuStreamAddCallback");
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(status))) {

@@ -113,9 +113,18 @@
 //!
 //! [`OwnedStream`], [`Stream`], [`Event`], [`Context`], [`StreamPool`] and [`CaptureStream`] are
 //! `Send + Sync`; [`Graph`] and [`GraphExec`] are `Send` only (the driver does not synchronise
-//! graph objects); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a device's primary context
-//! (`cuDevicePrimaryCtxReset`) while objects of this crate exist invalidates their handles, as it
-//! does for every CUDA library.
+//! graph objects); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a
+//! device's primary context (`cuDevicePrimaryCtxReset`) while objects of this crate exist
+//! invalidates their handles, as it does for every CUDA library.
+//!
+//! # Host functions
+//!
+//! No CUDA call may be made inside a host function or stream callback, and this crate makes
+//! none there: a stream, event, pool, context or completion whose last owner is dropped inside
+//! one is destroyed later, on an ordinary thread (the next call that creates something or
+//! synchronizes, the release of its context, or [`drain_deferred`]); `close()` there returns
+//! [`Error::InHostFunction`]. See [`Stream::launch_host_func`].
+//!
 //! # Layout
 //!
 //! The modules form layers whose imports only point down (the test `tests/layers.rs` fails on a
@@ -124,6 +133,9 @@
 //! - **Values and errors**: `priority` ([`PriorityRange`]), `capture_mode` ([`CaptureMode`],
 //!   [`CaptureStatus`]), `error` ([`Error`], and the one chokepoint that turns a `CUresult` into
 //!   a `Result`).
+//! - **The host-function rule**: `deferred` (whether this thread runs a host function, and the
+//!   queue of destroys made later on an ordinary thread; every destroy path consults it; see
+//!   [`drain_deferred`]), `spare_events` (a context's recycled event handles).
 //! - **Driver objects**: `device` ([`Device`], [`init`]), `context` ([`Context`], and making a
 //!   context current for one call), `event` ([`Event`]).
 //! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
@@ -149,6 +161,9 @@ pub use ffi;
 mod capture_mode;
 mod error;
 mod priority;
+
+mod deferred;
+mod spare_events;
 
 mod context;
 mod device;
@@ -180,6 +195,7 @@ pub use capture_mode::{CaptureMode, CaptureStatus};
 pub use completion::Completion;
 pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
+pub use deferred::{deferred_failed, deferred_pending, deferred_total, drain_deferred};
 pub use device::{Device, driver_version, init};
 pub use error::{DriverCode, Error, Result};
 pub use event::{Event, EventOptions, IpcEventHandle};

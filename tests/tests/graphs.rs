@@ -202,8 +202,8 @@ fn events_recorded_and_waited_in_a_capture() {
     let (src, dst) = (DeviceBuffer::new(&ctx, 1), DeviceBuffer::new(&ctx, 1));
     let producer = ctx.new_stream().unwrap();
     let mut s = ctx.new_stream().unwrap();
-    let ready = ctx.new_event(EventOptions::new()).unwrap();
-    let done = ctx.new_event(EventOptions::new()).unwrap();
+    let ready = Arc::new(ctx.new_event(EventOptions::new()).unwrap());
+    let done = Arc::new(ctx.new_event(EventOptions::new()).unwrap());
     let graph = s
         .capture(CaptureMode::ThreadLocal, |cap| {
             // Each replay waits for `ready`'s latest record, then copies, then records `done`.
@@ -227,6 +227,10 @@ fn events_recorded_and_waited_in_a_capture() {
         assert_eq!(dst.get(0), value, "the replay waited for the producer");
         assert!(done.query().unwrap(), "the replay recorded the event");
     }
+    drop((exec, graph));
+    eventually("the graph lets go of its events", || {
+        Arc::strong_count(&ready) == 1 && Arc::strong_count(&done) == 1
+    });
 }
 
 #[test]
@@ -273,7 +277,7 @@ fn rust_enqueues_into_a_capture_begun_elsewhere_and_status_is_seen_on_any_stream
     assert_eq!(view.capture_status().unwrap(), CaptureStatus::None);
     // The framework instantiates and replays; the Rust closure lives in its graph.
     // SAFETY: the graph from the capture; its work is in `ctx`.
-    let graph = unsafe { cuda_stream::Graph::from_raw(graph, ctx.raw()) }.unwrap();
+    let graph = unsafe { cuda_stream::Graph::from_raw(graph, &ctx) }.unwrap();
     let exec = graph.instantiate().unwrap();
     drop(graph);
     for i in 1..=3u32 {

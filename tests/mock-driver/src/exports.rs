@@ -1287,3 +1287,13 @@ pub extern "C" fn cuda_mock_destroyed(handle: *mut c_void) -> c_int {
         None => -1,
     })
 }
+
+/// The creation flags of an event handle the mock created (alive or destroyed), or -1 for
+/// anything else.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_event_flags(handle: *mut c_void) -> i64 {
+    guard(-1, || match state::lock().objects.get(&(handle as usize)) {
+        Some(Object::Event(e)) => i64::from(e.flags),
+        _ => -1,
+    })
+}

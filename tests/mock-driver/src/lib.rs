@@ -99,6 +99,7 @@
 //! uint64_t cuda_mock_live_captures(void);                 // active or invalidated
 //! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
 //! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
+//! int64_t  cuda_mock_event_flags(void *handle);           // an event's creation flags, -1 if not one
 //! ```
 //!
 //! A `name` is an exported symbol (`cuStreamDestroy_v2`) or the name C code writes
@@ -235,6 +236,7 @@ pub struct MockDriver {
     graph_counters: [Counter; 5],
     calls: unsafe extern "C" fn(*const c_char) -> u64,
     destroyed: extern "C" fn(*mut c_void) -> c_int,
+    event_flags: extern "C" fn(*mut c_void) -> i64,
 }
 
 impl fmt::Debug for MockDriver {
@@ -302,6 +304,7 @@ impl MockDriver {
                 graph_counters,
                 calls: *lib.get(b"cuda_mock_calls\0")?,
                 destroyed: *lib.get(b"cuda_mock_destroyed\0")?,
+                event_flags: *lib.get(b"cuda_mock_event_flags\0")?,
                 _lib: lib,
             })
         }
@@ -421,6 +424,12 @@ impl MockDriver {
         let c = c_string(name);
         // SAFETY: a NUL-terminated string that outlives the call.
         unsafe { (self.calls)(c.as_ptr()) }
+    }
+
+    /// The creation flags (`CU_EVENT_*`) of an event handle the mock created, alive or destroyed;
+    /// `None` for anything else.
+    pub fn event_flags<T>(&self, handle: *mut T) -> Option<u32> {
+        u32::try_from((self.event_flags)(handle.cast())).ok()
     }
 
     /// Whether a stream or event handle was destroyed: `Some(true)` destroyed, `Some(false)`

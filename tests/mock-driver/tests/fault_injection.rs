@@ -14,7 +14,17 @@
 //!
 //! Every run happens on a fresh thread (joined before the checks, so its thread-local caches are
 //! destroyed, with their driver calls counted and faulted too), with no context current: the
-//! default streams are exercised from a thread that has none.
+//! default streams are exercised from a thread that has none. A run ends by waiting for the host
+//! functions it enqueued and by clearing the fixture contexts' spare events (part of the run: its
+//! `cuEventDestroy` calls are counted and faulted like a drop's), so every run starts with empty
+//! event caches and creates what it uses.
+//!
+//! No driver call may be made from a host function: the mock answers one with
+//! `CUDA_ERROR_NOT_PERMITTED` and counts it, and every run (clean or faulted) must leave that
+//! count at zero. Host functions that drop the last owner of a stream, event, pool, lease,
+//! completion or context, and `close()` inside one, have operations of their own; their deferred
+//! destroys must be drained by the end of the run (each such operation drains explicitly, or
+//! through the next operation that drains), and nothing may be left queued.
 //!
 //! The test prints `fault cases: N (M operations)`; it fails if an operation makes no driver call
 //! at all or if fewer cases than [`MIN_FAULT_CASES`] ran, so a table that checks nothing cannot
@@ -33,7 +43,8 @@ use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
     AsStream, CaptureMode, CaptureStatus, Context, Device, DriverCode, Error, Event, EventOptions,
     Graph, InstantiateOptions, OwnedStream, Result, Stream, StreamOptions, StreamPool,
-    current_context_raw, current_stream, current_stream_raw, driver_version, exchange_capture_mode,
+    current_context_raw, current_stream, current_stream_raw, deferred_pending, drain_deferred,
+    driver_version, exchange_capture_mode,
 };
 
 /// The code injected: distinctive, and never one that `cuda-stream` maps to something else
@@ -41,12 +52,13 @@ use cuda_stream::{
 const FAULT: CUresult = CUresult::CUDA_ERROR_LAUNCH_FAILED;
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 
-/// The floor on fault cases: the table discovers about 1,400; a few hundred fewer means
+/// The floor on fault cases: the table discovers about 1,600; a few hundred fewer means
 /// operations stopped calling the driver (or the table lost rows), which must not pass silently.
-const MIN_FAULT_CASES: usize = 1100;
-/// The floor on the table's size (6 stream kinds x 21 stream operations, 33 others and the
-/// capture and graph operations).
-const MIN_OPERATIONS: usize = 180;
+const MIN_FAULT_CASES: usize = 1400;
+/// The floor on the table's size (6 stream kinds x 21 stream operations, 33 others, 20 for
+/// host functions that drop or close values and for the event cache, and the capture and
+/// graph operations).
+const MIN_OPERATIONS: usize = 200;
 
 /// Every driver function the mock exports, by the name C code writes (the name `cuda-stream`'s
 /// errors use: `cuStreamDestroy` for the symbol `cuStreamDestroy_v2`).
@@ -176,6 +188,21 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     (guard, m)
 }
 
+/// Waits until every host function the mock has queued has run (their driver calls, if any, are
+/// then counted, and what they dropped is queued). Panics after 10 s: a host function that never
+/// runs is a hang, and must fail.
+fn settle() {
+    let m = MOCK.get().expect("the mock is installed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while m.pending_host_fns() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "host functions still pending after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
 /// Runs `f` on a fresh thread and joins it: no context is current there, and its thread-local
 /// caches (the `wait_stream` events) are destroyed before this returns, not later, outside the
 /// test's lock. A panic in `f` comes back as `Err`.
@@ -244,7 +271,8 @@ struct Live {
     graphs: u64,
     execs: u64,
     /// User objects with references left; [`ANY`] in an expectation when a graph or executable
-    /// graph legitimately survived (its failed destroy), holding some.
+    /// graph legitimately survived (its failed destroy), holding some (and, through them,
+    /// events: `events` is [`ANY`] then too).
     user_objects: u64,
     captures: u64,
 }
@@ -270,6 +298,7 @@ impl Live {
         let mut e = *expected;
         if e.user_objects == ANY {
             e.user_objects = self.user_objects;
+            e.events = self.events.max(e.events);
         }
         *self == e
     }
@@ -307,7 +336,11 @@ impl Fixture {
         let borrowed = raw_stream(&ctx) as usize;
         let event = ctx.new_event(EventOptions::new()).expect("event");
         let recorded = owned.record_event().expect("record");
-        let event1 = ctx1.new_event(EventOptions::new()).expect("event");
+        // Recorded: a wait on an event never recorded makes no driver call.
+        let event1 = ctx1
+            .new_stream()
+            .and_then(|s| s.record_event())
+            .expect("event");
         let pool = StreamPool::new(&ctx, StreamOptions::new());
         Fixture {
             ctx,
@@ -743,6 +776,8 @@ fn operations() -> Vec<Op> {
             a.query().map(drop)
         }),
     ];
+    ops.extend(event_cache_ops());
+    ops.extend(host_fn_drop_ops());
     for kind in Kind::ALL {
         ops.extend(stream_ops(kind));
     }
@@ -973,16 +1008,19 @@ fn graph_ops() -> Vec<Op> {
             |fx| {
                 with_probes(|p| {
                     let mut s = fx.pool.acquire()?;
+                    let ready = Arc::new(fx.owned.record_event()?);
+                    let done = Arc::new(fx.ctx.new_event(EventOptions::new())?);
                     let graph = s.capture(CaptureMode::Relaxed, |cap| {
-                        cap.wait_event(&fx.recorded)?;
+                        cap.wait_event(&ready)?;
                         cap.launch_host_func(p.host_fn())?;
-                        cap.record_external(&fx.event)
+                        cap.record_external(&done)
                     })?;
                     assert_eq!(graph.node_count()?, 3);
                     let exec = graph.instantiate()?;
+                    drop(graph);
                     exec.launch(&s)?;
                     s.synchronize()?;
-                    assert!(fx.event.query()?, "the replay recorded the event");
+                    assert!(done.query()?, "the replay recorded the event");
                     assert_eq!(p.ran(), 1);
                     Ok(())
                 })
@@ -1119,7 +1157,7 @@ fn graph_ops() -> Vec<Op> {
                 let mut s = fx.pool.acquire()?;
                 let raw = one_host_fn(&mut s, p)?.into_raw();
                 // SAFETY: handed over by `into_raw`; its work is of `fx.ctx`.
-                let graph = unsafe { Graph::from_raw(raw, fx.ctx.raw()) }?;
+                let graph = unsafe { Graph::from_raw(raw, &fx.ctx) }?;
                 graph.instantiate()?.launch(&s)?;
                 s.synchronize()?;
                 assert_eq!(p.ran(), 1);
@@ -1382,9 +1420,366 @@ fn graph_ops() -> Vec<Op> {
     ]
 }
 
-/// Runs one operation on a fresh thread; `Err` if it panicked.
+/// The event cache: a dropped event's handle is handed out again by `Event::new` and
+/// `record_event` (no `cuEventCreate`), only to the same options.
+fn event_cache_ops() -> Vec<Op> {
+    vec![
+        op(
+            "Event::new + drop + Event::new (recycled)",
+            SWALLOW_DROP,
+            |fx| {
+                let timing = EventOptions::new().timing(true);
+                let e = Event::new(&fx.ctx, timing)?;
+                let raw = e.raw();
+                drop(e);
+                let again = Event::new(&fx.ctx, timing)?;
+                assert_eq!(again.raw(), raw, "the spare event is reused");
+                assert!(!again.is_recorded());
+                assert!(again.query()?, "a recycled event answers as a new one");
+                let untimed = Event::new(&fx.ctx, EventOptions::new())?;
+                assert_ne!(untimed.raw(), raw, "never to other options");
+                fx.owned.record(&again)?;
+                fx.owned.record(&untimed)?;
+                again.synchronize()
+            },
+        ),
+        op(
+            "record_event + drop + record_event (recycled)",
+            SWALLOW_DROP,
+            |fx| {
+                let e = fx.owned.record_event()?;
+                let raw = e.raw();
+                drop(e);
+                let again = fx.owned.record_event()?;
+                assert_eq!(again.raw(), raw);
+                assert!(again.is_recorded());
+                again.synchronize()
+            },
+        ),
+        op("Context::clear_event_cache", SWALLOW_CLOSE_EVENT, |fx| {
+            drop(fx.ctx.new_event(EventOptions::new())?);
+            drop(fx.ctx.new_event(EventOptions::new().blocking_sync(true))?);
+            assert_eq!(fx.ctx.cached_events(), 2);
+            assert_eq!(fx.ctx.clear_event_cache()?, 2);
+            assert_eq!(fx.ctx.cached_events(), 0);
+            Ok(())
+        }),
+    ]
+}
+
+/// Polls a future once, with a waker that does nothing.
+fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+    std::pin::Pin::new(fut).poll(&mut TaskContext::from_waker(Waker::noop()))
+}
+
+/// Holds `stream`'s later host functions until the returned sender is dropped (a host function
+/// that waits on a channel), so that the test can drop its own owner first and the host function
+/// is sure to hold the last one.
+fn hold(stream: Stream<'_>) -> Result<mpsc::Sender<()>> {
+    let (tx, rx) = mpsc::channel::<()>();
+    stream.launch_host_func(move || {
+        let _ = rx.recv();
+    })?;
+    Ok(tx)
+}
+
+/// After the host functions ran: exactly `n` destroys are queued (none was made inside a host
+/// function), and an explicit drain makes them.
+fn drain_expecting(n: usize) {
+    settle();
+    assert_eq!(deferred_pending(), n, "destroys queued by host functions");
+    assert_eq!(drain_deferred(), n);
+    assert_eq!(deferred_pending(), 0);
+}
+
+/// Host functions that drop the last owner of this crate's values, or close them: no driver call
+/// inside (the mock would count it), the destroys queued and drained afterwards.
+fn host_fn_drop_ops() -> Vec<Op> {
+    vec![
+        op(
+            "Arc<OwnedStream> dropped in its own host function",
+            SWALLOW_DROP,
+            |fx| {
+                let s = Arc::new(fx.ctx.new_stream()?);
+                let gate = hold(s.as_stream())?;
+                let keep = s.clone();
+                s.launch_host_func(move || drop(keep))?;
+                drop(s);
+                drop(gate);
+                drain_expecting(1);
+                Ok(())
+            },
+        ),
+        op(
+            "Arc<OwnedStream> dropped in its own callback",
+            SWALLOW_DROP,
+            |fx| {
+                let s = Arc::new(fx.ctx.new_stream()?);
+                let gate = hold(s.as_stream())?;
+                let keep = s.clone();
+                s.add_callback(move |_status| drop(keep))?;
+                drop(s);
+                drop(gate);
+                drain_expecting(1);
+                Ok(())
+            },
+        ),
+        op(
+            "a deferred stream destroy drained by the next stream creation",
+            SWALLOW_DROP,
+            |fx| {
+                let s = Arc::new(fx.ctx.new_stream()?);
+                let gate = hold(s.as_stream())?;
+                let keep = s.clone();
+                s.launch_host_func(move || drop(keep))?;
+                drop(s);
+                drop(gate);
+                settle();
+                assert_eq!(deferred_pending(), 1);
+                let next = fx.ctx.new_stream();
+                assert_eq!(deferred_pending(), 0, "creation drained the queue first");
+                next.map(drop)
+            },
+        ),
+        op(
+            "a deferred stream destroy drained by synchronize",
+            SWALLOW_DROP,
+            |fx| {
+                let s = fx.ctx.new_stream()?;
+                fx.owned.launch_host_func(move || drop(s))?;
+                settle();
+                assert_eq!(deferred_pending(), 1);
+                let r = fx.owned.synchronize();
+                assert_eq!(deferred_pending(), 0, "synchronize drained the queue");
+                r
+            },
+        ),
+        op(
+            "a panicking host function whose unwinding drops a stream",
+            SWALLOW_DROP,
+            |fx| {
+                let s = fx.ctx.new_stream()?;
+                let t = fx.ctx.new_stream()?;
+                t.launch_host_func(move || {
+                    let _s = s;
+                    panic!("dropping a stream while unwinding");
+                })?;
+                settle();
+                assert_eq!(deferred_pending(), 1);
+                match t.synchronize() {
+                    Err(Error::HostFnPanicked { .. }) => {}
+                    Err(e) => return Err(e),
+                    Ok(()) => panic!("the panic was not reported"),
+                }
+                assert_eq!(deferred_pending(), 0);
+                Ok(())
+            },
+        ),
+        op(
+            "a host function panicking with a stream as its payload",
+            SWALLOW_DROP,
+            |fx| {
+                let s = fx.ctx.new_stream()?;
+                // A stream of its own: a panic left unreported (a faulted synchronize) goes
+                // with it.
+                let t = fx.ctx.new_stream()?;
+                t.launch_host_func(move || std::panic::panic_any(s))?;
+                drain_expecting(1);
+                match t.synchronize() {
+                    Err(Error::HostFnPanicked { message, .. }) => {
+                        assert_eq!(message, "non-string panic payload");
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                    Ok(()) => panic!("the panic was not reported"),
+                }
+            },
+        ),
+        op("Event dropped in a host function", SWALLOW_DROP, |fx| {
+            let e = fx.owned.record_event()?;
+            let raw = e.raw();
+            fx.owned.launch_host_func(move || drop(e))?;
+            drain_expecting(0);
+            let again = fx.ctx.new_event(EventOptions::new())?;
+            assert_eq!(again.raw(), raw, "returned to the context's spare events");
+            assert!(!again.is_recorded());
+            assert!(again.query()?, "nothing to wait for until recorded");
+            fx.owned.wait_event(&again)
+        }),
+        op(
+            "interprocess Event dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let e = Event::new(&fx.ctx, EventOptions::new().interprocess(true))?;
+                fx.owned.record(&e)?;
+                fx.owned.launch_host_func(move || drop(e))?;
+                drain_expecting(1);
+                Ok(())
+            },
+        ),
+        op(
+            "Event dropped in a host function with the cache full",
+            SWALLOW_DROP,
+            |fx| {
+                let options = EventOptions::new().blocking_sync(true);
+                let events = (0..33)
+                    .map(|_| Event::new(&fx.ctx, options))
+                    .collect::<Result<Vec<_>>>()?;
+                fx.owned.launch_host_func(move || drop(events))?;
+                drain_expecting(1);
+                assert_eq!(fx.ctx.cached_events(), 32, "kept up to the bound");
+                Ok(())
+            },
+        ),
+        op(
+            "pool lease dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                static POOL: OnceLock<StreamPool> = OnceLock::new();
+                let pool = POOL.get_or_init(|| StreamPool::new(&fx.ctx, StreamOptions::new()));
+                let lease = pool.acquire()?;
+                let raw = lease.raw();
+                lease.query()?;
+                fx.owned.launch_host_func(move || drop(lease))?;
+                drain_expecting(0);
+                assert_eq!(pool.acquire()?.raw(), raw, "back in the pool");
+                Ok(())
+            },
+        ),
+        op(
+            "StreamPool dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let pool = StreamPool::new(&fx.ctx, StreamOptions::new());
+                pool.reserve(2)?;
+                pool.acquire()?.query()?;
+                fx.owned.launch_host_func(move || drop(pool))?;
+                drain_expecting(2);
+                Ok(())
+            },
+        ),
+        op(
+            "Completion dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let mut c = fx.owned.completed();
+                if let Poll::Ready(r) = poll_once(&mut c) {
+                    r?;
+                }
+                fx.owned.launch_host_func(move || drop(c))?;
+                drain_expecting(0);
+                Ok(())
+            },
+        ),
+        op(
+            "Context clone (not the last) dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let c = fx.ctx.clone();
+                fx.owned.launch_host_func(move || drop(c))?;
+                drain_expecting(0);
+                Ok(())
+            },
+        ),
+        op(
+            "Context (last clone, with a spare event) dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let c = Context::primary(1)?;
+                drop(c.new_event(EventOptions::new())?);
+                assert_eq!(c.cached_events(), 1);
+                fx.owned.launch_host_func(move || drop(c))?;
+                // The spare event's destroy, then the release.
+                drain_expecting(2);
+                Ok(())
+            },
+        ),
+        op(
+            "OwnedStream and its Context (last owners) dropped in a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let c = Context::primary(1)?;
+                let s = c.new_stream()?;
+                fx.owned.launch_host_func(move || drop((s, c)))?;
+                // The stream's destroy, then the release.
+                drain_expecting(2);
+                Ok(())
+            },
+        ),
+        op(
+            "OwnedStream::close inside a host function",
+            SWALLOW_DROP,
+            |fx| {
+                let s = fx.ctx.new_stream()?;
+                let (tx, rx) = mpsc::channel();
+                fx.owned
+                    .launch_host_func(move || tx.send(s.close()).expect("the test waits"))?;
+                settle();
+                let r = rx.recv().expect("the host function ran");
+                assert!(
+                    matches!(
+                        r,
+                        Err(Error::InHostFunction {
+                            call: "cuStreamDestroy"
+                        })
+                    ),
+                    "{r:?}"
+                );
+                drain_expecting(1);
+                Ok(())
+            },
+        ),
+        op("Event::close inside a host function", SWALLOW_DROP, |fx| {
+            let e = fx.owned.record_event()?;
+            let (tx, rx) = mpsc::channel();
+            fx.owned
+                .launch_host_func(move || tx.send(e.close()).expect("the test waits"))?;
+            settle();
+            let r = rx.recv().expect("the host function ran");
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::InHostFunction {
+                        call: "cuEventDestroy"
+                    })
+                ),
+                "{r:?}"
+            );
+            drain_expecting(1);
+            Ok(())
+        }),
+        op(
+            "Context::clear_event_cache inside a host function",
+            SWALLOW_DROP,
+            |fx| {
+                drop(fx.ctx.new_event(EventOptions::new())?);
+                let c = fx.ctx.clone();
+                let (tx, rx) = mpsc::channel();
+                fx.owned.launch_host_func(move || {
+                    tx.send(c.clear_event_cache()).expect("the test waits")
+                })?;
+                settle();
+                let r = rx.recv().expect("the host function ran");
+                assert!(matches!(r, Err(Error::InHostFunction { .. })), "{r:?}");
+                assert_eq!(fx.ctx.cached_events(), 0);
+                drain_expecting(1);
+                Ok(())
+            },
+        ),
+    ]
+}
+
+/// Runs one operation on a fresh thread; `Err` if it panicked. The run ends by waiting for its
+/// host functions and destroying the spare events it left in the fixture's contexts (their
+/// failure is swallowed, as a drop's: the handle then stays alive, see [`expected_after`]).
 fn run(fx: &Fixture, op: &Op) -> std::thread::Result<Result<()>> {
-    on_fresh_thread(|| (op.run)(fx))
+    on_fresh_thread(|| {
+        let r = (op.run)(fx);
+        settle();
+        let _ = fx.ctx.clear_event_cache();
+        let _ = fx.ctx1.clear_event_cache();
+        r
+    })
 }
 
 /// What the mock saw during one run.
@@ -1394,6 +1789,7 @@ struct After {
     bad_uses: u64,
     orphans: u64,
     host_fn_api_calls: u64,
+    deferred: usize,
     dead_fixture_handles: Vec<&'static str>,
 }
 
@@ -1405,6 +1801,7 @@ impl After {
             bad_uses: m.bad_uses(),
             orphans: m.orphans(),
             host_fn_api_calls: m.host_fn_api_calls(),
+            deferred: deferred_pending(),
             dead_fixture_handles: fx
                 .handles()
                 .into_iter()
@@ -1436,6 +1833,12 @@ impl After {
             p.push(format!(
                 "{} driver calls from host functions",
                 self.host_fn_api_calls
+            ));
+        }
+        if self.deferred != 0 {
+            p.push(format!(
+                "{} destroys deferred by host functions never drained",
+                self.deferred
             ));
         }
         if !self.dead_fixture_handles.is_empty() {
@@ -1689,15 +2092,22 @@ fn an_owned_event_is_destroyed_exactly_once() {
         let base = Live::now(m);
         let d = m.destroyed_events();
 
+        // Drop keeps the handle for reuse; clearing the cache destroys it, once.
         let e = ctx.new_event(EventOptions::new()).unwrap();
         let raw = e.raw();
         drop(e);
+        assert_eq!(m.destroyed(raw), Some(false), "kept as a spare event");
+        assert_eq!(ctx.cached_events(), 1);
+        assert_eq!(ctx.clear_event_cache().unwrap(), 1);
+        assert_eq!(ctx.cached_events(), 0);
         assert_eq!(m.destroyed_events(), d + 1);
         assert_eq!(m.destroyed(raw), Some(true));
 
+        // close destroys, never keeps.
         let e = ctx.new_event(EventOptions::new()).unwrap();
         let raw = e.raw();
         e.close().unwrap();
+        assert_eq!(ctx.cached_events(), 0);
         assert_eq!(m.destroyed_events(), d + 2);
         assert_eq!(m.destroyed(raw), Some(true));
 

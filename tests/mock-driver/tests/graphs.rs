@@ -311,7 +311,8 @@ fn the_capture_modes_decide_whose_calls_invalidate_a_capture() {
     isolated(|| {
         let ctx = Context::primary(0).unwrap();
         let mut s = ctx.new_stream().unwrap();
-        let e = ctx.new_event(EventOptions::new()).unwrap();
+        // Recorded (on another stream), so that querying it asks the driver.
+        let e = ctx.new_stream().unwrap().record_event().unwrap();
         let unsupported = Some(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
 
         // Global: another thread's potentially unsafe call is refused and breaks the capture.
@@ -541,5 +542,125 @@ fn captures_refuse_what_they_cannot_do_before_the_driver_sees_it() {
             "{r:?}"
         );
         assert_eq!(m.calls("cuGraphLaunch"), 0);
+    });
+}
+
+#[test]
+fn the_events_of_event_nodes_live_as_long_as_a_graph_can_replay_them() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let mut s = ctx.new_stream().unwrap();
+        let producer = ctx.new_stream().unwrap();
+        let ready = Arc::new(producer.record_event().unwrap());
+        let done = Arc::new(ctx.new_event(EventOptions::new()).unwrap());
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                cap.wait_event(&ready)?;
+                cap.record_external(&done)
+            })
+            .unwrap();
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        let (ready_raw, done_raw) = (ready.raw(), done.raw());
+        // The caller's handles may go: the graph still holds the events.
+        let (ready_weak, done_weak) = (Arc::downgrade(&ready), Arc::downgrade(&done));
+        drop((ready, done));
+        assert!(ready_weak.upgrade().is_some() && done_weak.upgrade().is_some());
+        assert_eq!(m.destroyed(ready_raw), Some(false));
+        exec.launch(&s).unwrap();
+        s.synchronize().unwrap();
+        drop(exec);
+        worker_idle(m);
+        assert!(
+            ready_weak.upgrade().is_none() && done_weak.upgrade().is_none(),
+            "freed with the last executable graph"
+        );
+        // Dropped on the driver's thread: recycled (or their destroy deferred), never destroyed
+        // there.
+        assert_eq!(m.host_fn_api_calls(), 0);
+        cuda_stream::drain_deferred();
+        let _ = (ready_raw, done_raw);
+    });
+}
+
+#[test]
+fn graphs_dropped_inside_a_host_function_are_destroyed_later() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let mut s = ctx.new_stream().unwrap();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| cap.launch_host_func(|| ()))
+            .unwrap();
+        let exec = graph.instantiate().unwrap();
+        let (graphs, execs) = (m.live_graphs(), m.live_graph_execs());
+        let queued = cuda_stream::deferred_total();
+        let (tx, rx) = mpsc::channel();
+        s.launch_host_func(move || {
+            drop(graph);
+            tx.send(exec.close()).unwrap();
+        })
+        .unwrap();
+        let closed = rx.recv().unwrap();
+        assert!(
+            matches!(
+                closed,
+                Err(Error::InHostFunction {
+                    call: "cuGraphExecDestroy"
+                })
+            ),
+            "{closed:?}"
+        );
+        assert_eq!(
+            m.host_fn_api_calls(),
+            0,
+            "no driver call inside the host function"
+        );
+        assert_eq!(
+            cuda_stream::deferred_total() - queued,
+            2,
+            "both destroys queued"
+        );
+        s.synchronize().unwrap(); // drains the queue
+        assert_eq!(cuda_stream::deferred_pending(), 0);
+        assert_eq!(
+            (m.live_graphs(), m.live_graph_execs()),
+            (graphs - 1, execs - 1)
+        );
+        worker_idle(m);
+        assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+    });
+}
+
+#[test]
+fn a_host_node_closure_owning_a_stream_is_freed_without_a_driver_call_on_the_driver_thread() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        let ctx = Context::primary(0).unwrap();
+        let mut s = ctx.new_stream().unwrap();
+        let owned = Arc::new(ctx.new_stream().unwrap());
+        let raw = owned.raw();
+        let keep = owned.clone();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                cap.launch_host_func(move || {
+                    let _keep = &keep;
+                })
+            })
+            .unwrap();
+        drop(owned);
+        // The user object's destructor drops the last owner, on the driver's thread.
+        drop(graph);
+        worker_idle(m);
+        assert_eq!(
+            m.host_fn_api_calls(),
+            0,
+            "no driver call from the destructor"
+        );
+        assert_eq!(m.destroyed(raw), Some(false), "its destroy is queued");
+        assert!(cuda_stream::drain_deferred() >= 1);
+        assert_eq!(m.destroyed(raw), Some(true));
+        assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
     });
 }

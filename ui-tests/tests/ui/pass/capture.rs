@@ -9,7 +9,7 @@ use cuda_stream::{CaptureMode, CaptureStatus, Context, Error, EventOptions, Resu
 
 fn run(ctx: Context) -> Result<()> {
     let mut stream = ctx.new_stream()?;
-    let outside = ctx.new_event(EventOptions::new())?;
+    let outside = Arc::new(ctx.new_event(EventOptions::new())?);
     let replays = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&replays);
     let graph = stream.capture(CaptureMode::ThreadLocal, |cap| {
