@@ -599,7 +599,7 @@ impl<'cap> CaptureStream<'cap> {
         let route = shared
             .route
             .get_or_init(|| HostRoute::new(shared.origin, shared.ctx));
-        enqueue_host_node(self.raw, shared.graph, route, f)
+        enqueue_host_node((self.raw, self.ctx), shared.graph, route, f)
     }
 
     /// Records a new event here (`cuEventCreate`, `cuEventRecord`): a point in the captured work
@@ -637,7 +637,7 @@ impl<'cap> CaptureStream<'cap> {
             return Err(Error::ContextMismatch { what: "the event" });
         }
         let f = driver_fn!(cuEventRecordWithFlags);
-        keep_alive(self.shared.graph, event.clone())?;
+        keep_alive(self.ctx, self.shared.graph, event.clone())?;
         let flags = ffi::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL.0;
         // SAFETY: both handles are live; the flag is valid during a capture.
         let rc = unsafe { f(event.raw(), self.raw, flags) };
@@ -653,7 +653,7 @@ impl<'cap> CaptureStream<'cap> {
     /// does.
     pub fn wait_event(self, event: &Arc<Event>) -> Result<()> {
         let f = driver_fn!(cuStreamWaitEvent);
-        keep_alive(self.shared.graph, event.clone())?;
+        keep_alive(self.ctx, self.shared.graph, event.clone())?;
         let flags = ffi::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
         // SAFETY: both handles are live.
         let rc = unsafe { f(self.raw, event.raw(), flags) };

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 
-use crate::context::Context;
+use crate::context::{Context, bind};
 use crate::deferred::{self, Deferred};
 use crate::error::{DriverCode, Error, Result, check, driver_fn};
 use crate::ffi;
@@ -193,17 +193,19 @@ impl Graph {
     }
 
     /// Instantiates the graph with `options`: `cuGraphInstantiateWithFlags`, or
-    /// `cuGraphInstantiateWithParams` when the options upload it on a stream.
+    /// `cuGraphInstantiateWithParams` when the options upload it on a stream. The graph's
+    /// context is made current for the call.
     pub fn instantiate_with(&self, options: InstantiateOptions<'_>) -> Result<GraphExec> {
+        if let Some(stream) = options.upload {
+            if stream.context_raw() != self.ctx {
+                return Err(other_context("cuGraphInstantiateWithParams"));
+            }
+        }
+        // Instantiation is not a call on a stream: the graph's context is made current for it.
+        let _bound = bind(self.ctx)?;
         let raw = match options.upload {
             None => instantiate_flags(self.raw, options.flags())?,
-            Some(stream) => {
-                if stream.context_raw() != self.ctx {
-                    return Err(other_context("cuGraphInstantiateWithParams"));
-                }
-                let _bound = stream.bind_if_default()?;
-                instantiate_params(self.raw, options.flags(), stream.raw())?
-            }
+            Some(stream) => instantiate_params(self.raw, options.flags(), stream.raw())?,
         };
         Ok(GraphExec {
             raw,
@@ -398,6 +400,7 @@ impl GraphExec {
                 reason: "the graph's work belongs to another context than the executable graph's",
             });
         }
+        let _bound = bind(self.ctx)?;
         exec_update(self.raw, graph.raw)?;
         // Panics of the new host functions go where this executable graph is launched.
         self.route = graph.route.clone();

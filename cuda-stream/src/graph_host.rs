@@ -17,6 +17,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::context::bind;
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
 
@@ -186,7 +187,13 @@ unsafe fn give_to_graph(
 
 /// Keeps `value` alive for as long as `graph`, or any graph or executable graph made from it,
 /// exists; it is dropped on a driver thread (inside the host-function rule) afterwards.
-pub(crate) fn keep_alive<T: Send + Sync + 'static>(graph: ffi::CUgraph, value: T) -> Result<()> {
+pub(crate) fn keep_alive<T: Send + Sync + 'static>(
+    ctx: ffi::CUcontext,
+    graph: ffi::CUgraph,
+    value: T,
+) -> Result<()> {
+    // User objects are not made on a stream: the capture's context is made current for them.
+    let _bound = bind(ctx)?;
     let data = Box::into_raw(Box::new(value));
     // SAFETY: the caller's capture graph is live; `data` is leaked for `drop_value::<T>`.
     unsafe { give_to_graph(graph, data.cast(), drop_value::<T>) }
@@ -197,12 +204,14 @@ pub(crate) fn keep_alive<T: Send + Sync + 'static>(graph: ffi::CUgraph, value: T
 /// is leaked: a closure the graph does not own yet is dropped (on this thread, or by the user
 /// object's destructor); one it owns is freed with it.
 pub(crate) fn enqueue_host_node<F: Fn() + Send + Sync + 'static>(
-    stream: ffi::CUstream,
+    (stream, ctx): (ffi::CUstream, ffi::CUcontext),
     graph: ffi::CUgraph,
     route: &Arc<HostRoute>,
     f: F,
 ) -> Result<()> {
     let launch = driver_fn!(cuLaunchHostFunc);
+    // User objects are not made on a stream: the capture's context is made current for them.
+    let _bound = bind(ctx)?;
     let data = Box::into_raw(Box::new(HostNode {
         f,
         route: route.clone(),
