@@ -52,7 +52,7 @@ use cuda_stream::{
 const FAULT: CUresult = CUresult::CUDA_ERROR_LAUNCH_FAILED;
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 
-/// The floor on fault cases: the table discovers about 1,600; a few hundred fewer means
+/// The floor on fault cases: the table discovers about 1,700; a few hundred fewer means
 /// operations stopped calling the driver (or the table lost rows), which must not pass silently.
 const MIN_FAULT_CASES: usize = 1400;
 /// The floor on the table's size (6 stream kinds x 21 stream operations, 33 others, 20 for
