@@ -288,6 +288,7 @@ pub(crate) fn priority_range_current() -> Result<PriorityRange> {
 }
 
 /// The context current on the calling thread (null if none).
+#[inline]
 pub fn current_context_raw() -> Result<ffi::CUcontext> {
     let f = driver_fn!(cuCtxGetCurrent);
     let mut cur = ptr::null_mut();
@@ -305,29 +306,41 @@ pub(crate) struct Bound {
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
+/// The check is inlined into callers (one `cuCtxGetCurrent` and a compare when `ctx` is already
+/// current, the common case); the push and pop are out of line.
+#[inline]
 pub(crate) fn bind(ctx: ffi::CUcontext) -> Result<Bound> {
-    let pushed = if current_context_raw()? == ctx {
-        false
-    } else {
-        let f = driver_fn!(cuCtxPushCurrent);
-        // SAFETY: `ctx` is a live context handle held by the caller.
-        check(unsafe { f(ctx) }, "cuCtxPushCurrent")?;
-        true
-    };
+    let pushed = current_context_raw()? != ctx && push(ctx)?;
     Ok(Bound {
         pushed,
         _not_send: std::marker::PhantomData,
     })
 }
 
+#[cold]
+#[inline(never)]
+fn push(ctx: ffi::CUcontext) -> Result<bool> {
+    let f = driver_fn!(cuCtxPushCurrent);
+    // SAFETY: `ctx` is a live context handle held by the caller.
+    check(unsafe { f(ctx) }, "cuCtxPushCurrent")?;
+    Ok(true)
+}
+
+#[cold]
+#[inline(never)]
+fn pop() {
+    if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
+        let mut popped = ptr::null_mut();
+        // SAFETY: pops the context a `Bound` pushed on this thread.
+        let _ = unsafe { f(&mut popped) };
+    }
+}
+
 impl Drop for Bound {
+    #[inline]
     fn drop(&mut self) {
         if self.pushed {
-            if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
-                let mut popped = ptr::null_mut();
-                // SAFETY: pops the context this value pushed on this thread.
-                let _ = unsafe { f(&mut popped) };
-            }
+            pop();
         }
     }
 }

@@ -22,8 +22,9 @@ pub enum Error {
     /// The driver library could not be loaded.
     #[error("no usable CUDA driver")]
     Load(#[source] ffi::LoadError),
-    /// The loaded driver lacks a function this operation needs.
-    #[error("{call} is not supported by this CUDA driver{}", version(*driver_version))]
+    /// The loaded driver lacks a function this operation needs (in every ABI this crate can use),
+    /// or has it only in an ABI above the configured limit (`CUDA_SYS_ABI_VERSION`).
+    #[error("{}", unsupported(call, *driver_version, source))]
     Unsupported {
         /// The missing driver function.
         call: &'static str,
@@ -185,6 +186,23 @@ pub(crate) fn update_reason(result: ffi::CUgraphExecUpdateResult) -> &'static st
 fn version(v: Option<i32>) -> String {
     v.map(|v| format!(" (CUDA {})", ffi::format_version(v)))
         .unwrap_or_default()
+}
+
+fn unsupported(call: &str, driver_version: Option<i32>, source: &ffi::LoadError) -> String {
+    match source {
+        ffi::LoadError::MissingSymbol {
+            abi_limit: Some(limit),
+            ..
+        } => format!(
+            "{call} is not available with the driver's ABI limited to CUDA {}{}",
+            ffi::format_version(*limit),
+            version(driver_version)
+        ),
+        _ => format!(
+            "{call} is not supported by this CUDA driver{}",
+            version(driver_version)
+        ),
+    }
 }
 
 /// A `CUresult` that is not `CUDA_SUCCESS`, as the `source()` of [`Error::Driver`]; `Display`

@@ -7,6 +7,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use crate::abi::Newest;
 use crate::context::{Context, bind};
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
@@ -341,7 +342,8 @@ impl Event {
         r
     }
 
-    /// The GPU time between `start` completing and `self` completing (`cuEventElapsedTime`).
+    /// The GPU time between `start` completing and `self` completing (`cuEventElapsedTime`: the
+    /// CUDA 12.8 ABI where the driver has it, else the original one, so any driver will do).
     /// Fails with [`Error::TimingDisabled`], [`Error::NotRecorded`] or [`Error::NotCompleted`]
     /// rather than a bare driver code, and with [`Error::NegativeElapsed`] when `self` completed
     /// before `start`.
@@ -352,7 +354,14 @@ impl Event {
         if !self.is_recorded() || !start.is_recorded() {
             return Err(Error::NotRecorded);
         }
-        let f = driver_fn!(cuEventElapsedTime);
+        // The CUDA 12.8 ABI, else the original one: the same call on events, and the same answer.
+        static ELAPSED: Newest<ffi::pfn::cuEventElapsedTime> = Newest::new();
+        let f = ELAPSED
+            .get(&[
+                ffi::fns::cuEventElapsedTime_v12080,
+                ffi::fns::cuEventElapsedTime_v2000,
+            ])
+            .map_err(|e| Error::from_load(e.clone(), "cuEventElapsedTime"))?;
         let mut ms = 0f32;
         // SAFETY: both events are live; `ms` is a valid out-pointer.
         match unsafe { f(&mut ms, start.raw, self.raw) } {

@@ -2,9 +2,11 @@
 //! stream's earlier work has completed. Adds `launch_host_func` and `add_callback` to [`Stream`]
 //! and to the owners that lend one.
 
+mod blocks;
+
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::ptr;
+use std::ptr::{self, NonNull};
 
 use crate::context::bind;
 use crate::error::{Error, Result, check, driver_fn};
@@ -101,19 +103,33 @@ macro_rules! forward_host_ops {
 forward_host_ops!(OwnedStream);
 forward_host_ops!(PooledStream<'_>);
 
+/// What a closure that captures data travels in: a recycled block (see `blocks`), written by
+/// `launch` and taken back by the trampoline, which recycles the block before the closure runs.
 struct HostCall<F> {
     f: F,
     stream: usize,
     ctx: usize,
 }
 
+impl<F> HostCall<F> {
+    fn put(self) -> *mut c_void {
+        blocks::put(self).as_ptr().cast()
+    }
+
+    /// # Safety
+    /// `data` came from [`HostCall::put`] for this `F` and is taken back once.
+    unsafe fn take(data: *mut c_void) -> HostCall<F> {
+        // SAFETY: the caller's promise; `put` never returns null.
+        unsafe { blocks::take(NonNull::new_unchecked(data.cast::<HostCall<F>>())) }
+    }
+}
+
 unsafe extern "C" fn host_trampoline<F: FnOnce() + Send + 'static>(user_data: *mut c_void) {
-    // SAFETY: `user_data` is the `Box<HostCall<F>>` leaked by `launch`; the driver calls each
-    // host function exactly once, so ownership comes back exactly once.
-    let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
+    // SAFETY: `user_data` is the `HostCall<F>` put by `launch`; the driver calls each host
+    // function exactly once, so it is taken back exactly once.
+    let HostCall { f, stream, ctx } = unsafe { HostCall::<F>::take(user_data) };
     // Destroys of what the closure drops are deferred (the scope ends after every drop here).
     let _in_host_fn = crate::deferred::HostFnScope::enter();
-    let HostCall { f, stream, ctx } = *call;
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         crate::panics::record(stream, ctx, payload);
     }
@@ -142,10 +158,10 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         None
     };
     refuse_if_capturing(stream.raw())?;
-    // Default streams go the boxed way, which records their context for panic reports.
+    // Default streams go through a `HostCall`, which records their context for panic reports.
     if std::mem::size_of::<F>() == 0 && !stream.is_default() {
-        // No allocation for a closure that captures nothing: a malloc on this thread freed on the
-        // driver's thread costs more than the enqueue itself under load (see BENCHMARKS.md).
+        // No memory at all for a closure that captures nothing: the stream travels as the user
+        // data (see BENCHMARKS.md for what a block per call costs under load).
         let f = std::mem::ManuallyDrop::new(f);
         // SAFETY: the stream is live; the trampoline matches `CUhostFn` and conjures `f` back.
         let rc = unsafe { launch(stream.raw(), Some(zst_trampoline::<F>), stream.raw().cast()) };
@@ -156,17 +172,18 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         }
         return Ok(());
     }
-    let data = Box::into_raw(Box::new(HostCall {
+    let data = HostCall {
         f,
         stream: stream.raw() as usize,
         ctx: stream.context_raw() as usize,
-    }));
+    }
+    .put();
     // SAFETY: the stream is live; the trampoline matches `CUhostFn` and takes back `data`.
-    let rc = unsafe { launch(stream.raw(), Some(host_trampoline::<F>), data.cast()) };
+    let rc = unsafe { launch(stream.raw(), Some(host_trampoline::<F>), data) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
-        // SAFETY: the driver refused the call, so it will never run the trampoline: the box is
-        // still ours, reclaimed exactly once.
-        drop(unsafe { Box::from_raw(data) });
+        // SAFETY: the driver refused the call, so it will never run the trampoline: `data` is
+        // still ours, taken back exactly once.
+        drop(unsafe { HostCall::<F>::take(data) });
         return Err(Error::driver("cuLaunchHostFunc", rc));
     }
     Ok(())
@@ -194,10 +211,9 @@ unsafe extern "C" fn callback_trampoline<F: FnOnce(Result<()>) + Send + 'static>
     status: ffi::CUresult,
     user_data: *mut c_void,
 ) {
-    // SAFETY: as in `host_trampoline`: the box leaked by `add_callback`, returned exactly once.
-    let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
+    // SAFETY: as in `host_trampoline`: the `HostCall<F>` put by `add_callback`, taken once.
+    let HostCall { f, stream, ctx } = unsafe { HostCall::<F>::take(user_data) };
     let _in_host_fn = crate::deferred::HostFnScope::enter();
-    let HostCall { f, stream, ctx } = *call;
     let status = check(status, "cuStreamAddCallback");
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(status))) {
         crate::panics::record(stream, ctx, payload);
@@ -212,16 +228,17 @@ fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(stream: Stream<'_>, f: F
     } else {
         None
     };
-    let data = Box::into_raw(Box::new(HostCall {
+    let data = HostCall {
         f,
         stream: stream.raw() as usize,
         ctx: stream.context_raw() as usize,
-    }));
+    }
+    .put();
     // SAFETY: the stream is live; the trampoline matches `CUstreamCallback`; flags must be 0.
-    let rc = unsafe { add(stream.raw(), Some(callback_trampoline::<F>), data.cast(), 0) };
+    let rc = unsafe { add(stream.raw(), Some(callback_trampoline::<F>), data, 0) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
-        // SAFETY: the driver refused the callback and will never call it.
-        drop(unsafe { Box::from_raw(data) });
+        // SAFETY: the driver refused the callback and will never call it: taken back once.
+        drop(unsafe { HostCall::<F>::take(data) });
         return Err(Error::driver("cuStreamAddCallback", rc));
     }
     Ok(())

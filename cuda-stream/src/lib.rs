@@ -132,7 +132,8 @@
 //!
 //! - **Values and errors**: `priority` ([`PriorityRange`]), `capture_mode` ([`CaptureMode`],
 //!   [`CaptureStatus`]), `error` ([`Error`], and the one chokepoint that turns a `CUresult` into
-//!   a `Result`).
+//!   a `Result`), `abi` (the newest of a driver function's ABIs that the driver has, chosen
+//!   once).
 //! - **The host-function rule**: `deferred` (whether this thread runs a host function, and the
 //!   queue of destroys made later on an ordinary thread; every destroy path consults it; see
 //!   [`drain_deferred`]), `spare_events` (a context's recycled event handles).
@@ -158,6 +159,7 @@
 pub use ffi;
 
 // Bottom to top; see the table above.
+mod abi;
 mod capture_mode;
 mod error;
 mod priority;

@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::ptr;
 
+use crate::abi::Newest;
 use crate::context::{Bound, Context, bind};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver_fn};
@@ -346,8 +347,10 @@ impl<'a> Stream<'a> {
     /// The device the stream's work runs on (`cuStreamGetDevice` on CUDA 12.8 and later, else
     /// the device of its context).
     pub fn device(self) -> Result<Device> {
+        // Looked up once: on older drivers every call goes straight to the context.
+        static GET_DEVICE: Newest<ffi::pfn::cuStreamGetDevice> = Newest::new();
         if !self.is_default() {
-            if let Ok(f) = ffi::fns::cuStreamGetDevice() {
+            if let Ok(f) = GET_DEVICE.get(&[ffi::fns::cuStreamGetDevice]) {
                 let mut d = 0;
                 // SAFETY: `self.raw` is live; `d` is a valid out-pointer.
                 check(unsafe { f(self.raw, &mut d) }, "cuStreamGetDevice")?;

@@ -12,7 +12,11 @@
 # binaries after SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit;
 # SANITIZER_TOOLS picks the tools (default "memcheck racecheck synccheck");
 # SANITIZER_PER_BINARY_S bounds each binary (default 120); SANITIZER_ONLY="query pool" limits the
-# binaries.
+# binaries. `--abi 12000` (or `--abi 12.0`) runs every test binary a second time with
+# CUDA_SYS_ABI_VERSION set to that version, so cuda-sys resolves only the ABIs of that CUDA
+# version and cuda-stream takes its fallbacks on the real driver (`elapsed_since` through the
+# original cuEventElapsedTime, ...); it prints its own PASS/FAIL lines and libtest counts,
+# prefixed `abi 12000`. `--abi-only 12000` runs just that pass.
 # Every plain run is bounded too, so a hang fails (exit 124, reported as a timeout) instead of
 # stalling: PER_BINARY_S for each test binary (default 300), the example and the Python interop
 # test (120 s each), each benchmark run (BENCH_S, default 300).
@@ -22,8 +26,13 @@ bench=0
 bench_quick=()
 sanitize=1
 tests=1
+abi=""
+next_is_abi=0
 for a in "$@"; do
+    if [ $next_is_abi -eq 1 ]; then abi=$a; next_is_abi=0; continue; fi
     case "$a" in
+        --abi) next_is_abi=1 ;;
+        --abi-only) next_is_abi=1; tests=0; sanitize=0 ;;
         --bench) bench=1 ;;
         --bench-only) bench=1; tests=0; sanitize=0 ;;
         --bench-quick) bench=1; bench_quick=(--quick) ;;
@@ -32,6 +41,7 @@ for a in "$@"; do
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
+if [ $next_is_abi -eq 1 ]; then echo "--abi needs a CUDA version (12000 or 12.0)" >&2; exit 2; fi
 budget=${SANITIZER_BUDGET_S:-480}
 per_binary=${SANITIZER_PER_BINARY_S:-120}
 plain_per_binary=${PER_BINARY_S:-300}
@@ -71,9 +81,33 @@ for t in "$here"/tests/*; do
         tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
     done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/$name.log")
     grep -h "^skipped\|^  *skipped\|skipped:" "$log_dir/$name.log" | sort | uniq -c | head -5
+    # What cuda-sys resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+    grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
+        "$log_dir/$name.log"
     record "$name" $st
     if [ $st -ne 0 ]; then tail -n 40 "$log_dir/$name.log"; fi
 done
+
+abi_passed=0
+abi_failed=0
+if [ -n "$abi" ]; then
+    echo "== the test binaries again, with CUDA_SYS_ABI_VERSION=$abi (the ABIs of CUDA $abi only)"
+    for t in "$here"/tests/*; do
+        name=$(basename "$t")
+        CUDA_SYS_ABI_VERSION=$abi timeout -k 10 "$plain_per_binary" "$t" --test-threads=4 \
+            >"$log_dir/abi-$abi-$name.log" 2>&1
+        st=$?
+        while read -r p f; do
+            abi_passed=$((abi_passed + p)); abi_failed=$((abi_failed + f))
+        done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/abi-$abi-$name.log")
+        # What resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+        grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
+            "$log_dir/abi-$abi-$name.log" | sed "s/^/abi $abi: /"
+        record "abi $abi $name" $st
+        if [ $st -ne 0 ]; then tail -n 40 "$log_dir/abi-$abi-$name.log"; fi
+    done
+    echo "abi $abi: libtest $abi_passed tests passed, $abi_failed failed"
+fi
 
 if [ $tests -eq 1 ]; then
     timeout -k 10 120 "$here/bin/streams" >"$log_dir/example.log" 2>&1
@@ -165,6 +199,9 @@ fi
 echo
 echo "== summary (${gpu:-unknown GPU})"
 echo "libtest: $tests_passed tests passed, $tests_failed failed"
+if [ -n "$abi" ]; then
+    echo "libtest with CUDA_SYS_ABI_VERSION=$abi: $abi_passed tests passed, $abi_failed failed"
+fi
 echo "sanitizer errors: $sanitizer_errors"
 for f in "${failed[@]}"; do echo "failed: $f"; done
 echo "$pass passed, $fail failed"

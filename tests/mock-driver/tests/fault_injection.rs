@@ -26,9 +26,19 @@
 //! destroys must be drained by the end of the run (each such operation drains explicitly, or
 //! through the next operation that drains), and nothing may be left queued.
 //!
-//! The test prints `fault cases: N (M operations)`; it fails if an operation makes no driver call
-//! at all or if fewer cases than [`MIN_FAULT_CASES`] ran, so a table that checks nothing cannot
-//! pass.
+//! The test prints `fault cases (CUDA 13.0): N (M operations)`; it fails if an operation makes no
+//! driver call at all or if fewer cases than [`MIN_FAULT_CASES`] ran, so a table that checks
+//! nothing cannot pass.
+//!
+//! # Every driver generation
+//!
+//! The whole file runs against every flavour of the mock ([`cuda_mock_driver::FLAVOURS`]: CUDA
+//! 11.4, 12.0, 12.2, 12.4, 12.8 and 13.0, each with and without `cuGetProcAddress`): in this
+//! process against the full one, and through [`the_fault_suite_passes_on_every_driver_flavour`]
+//! in one child process per other flavour (the mock's state is per process), each printing its
+//! `fault cases (CUDA 12.2, no cuGetProcAddress): N (M operations)` line. A driver function is
+//! failed in each ABI the flavour has (`cuEventElapsedTime_v2000` on 12.2, the 12.8 one on 13.0),
+//! and the error must name the function as C code does (`cuEventElapsedTime`).
 
 use std::any::Any;
 use std::future::Future;
@@ -38,7 +48,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
-use cuda_mock_driver::{MockDriver, mock_driver_path};
+use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, report, run_in_each_flavour};
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
     AsStream, CaptureMode, CaptureStatus, Context, Device, DriverCode, Error, Event, EventOptions,
@@ -46,6 +56,7 @@ use cuda_stream::{
     current_context_raw, current_stream, current_stream_raw, deferred_pending, drain_deferred,
     driver_version, exchange_capture_mode,
 };
+use cuda_sys::SymbolInfo;
 
 /// The code injected: distinctive, and never one that `cuda-stream` maps to something else
 /// (`CUDA_ERROR_NOT_READY` would be read as "not yet").
@@ -61,8 +72,9 @@ const MIN_FAULT_CASES: usize = 1400;
 const MIN_OPERATIONS: usize = 200;
 
 /// Every driver function the mock exports, by the name C code writes (the name `cuda-stream`'s
-/// errors use: `cuStreamDestroy` for the symbol `cuStreamDestroy_v2`).
-const SYMBOLS: &[&str] = &[
+/// errors use: `cuStreamDestroy` for the symbol `cuStreamDestroy_v2`, and whichever ABI of it is
+/// called, see [`abis`]).
+const FUNCTIONS: &[&str] = &[
     "cuInit",
     "cuDriverGetVersion",
     "cuGetErrorName",
@@ -174,12 +186,28 @@ const SWALLOW_MAKE_CURRENT: &[&str] = &[
 static LOCK: Mutex<()> = Mutex::new(());
 static MOCK: OnceLock<MockDriver> = OnceLock::new();
 
+/// The flavour of the mock this process runs against: the one `CUDA_MOCK_FLAVOUR` names in a
+/// child of [`the_fault_suite_passes_on_every_driver_flavour`], else the full one.
+fn flavour() -> &'static Flavour {
+    Flavour::from_env().unwrap_or(Flavour::full())
+}
+
+/// The bindings of the ABIs of `function` that the flavour exports (`cuEventElapsedTime_v2000`
+/// and `cuEventElapsedTime` for `cuEventElapsedTime` on CUDA 13.0), one per exported symbol.
+fn abis(m: &MockDriver, function: &str) -> Vec<&'static str> {
+    SymbolInfo::abis(function)
+        .iter()
+        .filter(|s| m.exports(s.name))
+        .map(|s| s.name)
+        .collect()
+}
+
 /// Serialises the test (the mock's state is process-wide), installs the mock as the process-wide
 /// driver (once, before any `cuda-stream` call) and resets it.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MOCK.get_or_init(|| {
-        let path = mock_driver_path();
+        let path = flavour().path();
         let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
         cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
         MockDriver::open(&path).expect("the mock's control functions resolve")
@@ -481,7 +509,7 @@ fn token_check(token: &Arc<()>, r: &Result<()>) {
 fn stream_ops(kind: Kind) -> Vec<Op> {
     let k = kind;
     let name = |op: &str| format!("{k:?} stream: {op}");
-    vec![
+    let mut ops = vec![
         op(name("query"), SWALLOW_DROP, move |fx| {
             on_stream(fx, k, |s| s.query().map(drop))
         }),
@@ -568,9 +596,6 @@ fn stream_ops(kind: Kind) -> Vec<Op> {
         op(name("priority"), SWALLOW_DROP, move |fx| {
             on_stream(fx, k, |s| s.priority().map(drop))
         }),
-        op(name("id"), SWALLOW_DROP, move |fx| {
-            on_stream(fx, k, |s| s.id().map(drop))
-        }),
         op(name("make_current"), SWALLOW_MAKE_CURRENT, move |fx| {
             on_stream(fx, k, |s| {
                 let guard = s.make_current();
@@ -605,7 +630,15 @@ fn stream_ops(kind: Kind) -> Vec<Op> {
                 })
             })
         }),
-    ]
+    ];
+    // Stream ids need CUDA 12.0; before, `id` is `Unsupported` without a driver call
+    // (`old_driver.rs` checks that).
+    if flavour().has_abi("cuStreamGetId") {
+        ops.push(op(name("id"), SWALLOW_DROP, move |fx| {
+            on_stream(fx, k, |s| s.id().map(drop))
+        }));
+    }
+    ops
 }
 
 /// Every public operation of `cuda-stream` that calls the driver. (`init` is not a row of its
@@ -1871,22 +1904,25 @@ fn expected_after(base: Live, failed: Option<&str>) -> Live {
     e
 }
 
-/// The driver functions `run` called, with counts, since the last reset.
-fn called(m: &MockDriver) -> Vec<(&'static str, u64)> {
-    SYMBOLS
+/// The driver functions `run` called since the last reset: `(function, the binding of the ABI
+/// called, calls)`.
+fn called(m: &MockDriver) -> Vec<(&'static str, &'static str, u64)> {
+    FUNCTIONS
         .iter()
-        .map(|&s| (s, m.calls(s)))
-        .filter(|&(_, n)| n > 0)
+        .flat_map(|&f| abis(m, f).into_iter().map(move |b| (f, b)))
+        .map(|(f, b)| (f, b, m.calls(b)))
+        .filter(|&(_, _, n)| n > 0)
         .collect()
 }
 
-/// Functions of the bindings that were called but are missing from [`SYMBOLS`].
+/// Bindings that were called but whose function is missing from [`FUNCTIONS`].
 fn called_outside_the_list(m: &MockDriver) -> Vec<&'static str> {
-    let listed: Vec<_> = SYMBOLS
+    let listed: Vec<_> = FUNCTIONS
         .iter()
-        .filter_map(|s| cuda_sys::SymbolInfo::find(s).map(|i| i.symbol))
+        .flat_map(|f| SymbolInfo::abis(f))
+        .map(|i| i.symbol)
         .collect();
-    cuda_sys::SymbolInfo::all()
+    SymbolInfo::all()
         .iter()
         .filter(|i| !listed.contains(&i.symbol) && m.calls(i.name) > 0)
         .map(|i| i.name)
@@ -1925,26 +1961,27 @@ fn every_operation_fails_cleanly_at_every_driver_call() {
                 )),
             }
             clean = called(m);
+            // (The warm-up may resolve bindings, calling cuGetProcAddress; the clean run may not.)
             let outside = called_outside_the_list(m);
-            if !outside.is_empty() {
-                failures.push(format!("{}: calls {outside:?}, not in SYMBOLS", op.name));
+            if pass == "clean" && !outside.is_empty() {
+                failures.push(format!("{}: calls {outside:?}, not in FUNCTIONS", op.name));
             }
         }
         if clean.is_empty() {
             failures.push(format!("{}: makes no driver call", op.name));
         }
 
-        for &(symbol, n) in &clean {
+        for &(symbol, binding, n) in &clean {
             discovered += n;
             for k in 1..=n {
                 m.reset();
                 let base = Live::now(m);
-                m.fail(symbol, k as u32, FAULT);
+                m.fail(binding, k as u32, FAULT);
                 let r = run(&fx, op);
                 cases += 1;
-                let fired = m.calls(symbol) >= k;
+                let fired = m.calls(binding) >= k;
                 let after = After::now(m, &fx);
-                let case = format!("{}: {symbol} call {k}/{n} failing", op.name);
+                let case = format!("{}: {binding} call {k}/{n} failing", op.name);
                 if !fired {
                     failures.push(format!("{case}: the run no longer makes that call"));
                 }
@@ -1962,7 +1999,11 @@ fn every_operation_fails_cleanly_at_every_driver_call() {
             }
         }
     }
-    println!("fault cases: {cases} ({} operations)", ops.len());
+    report(&format!(
+        "fault cases ({}): {cases} ({} operations)",
+        flavour().name,
+        ops.len()
+    ));
     assert!(
         failures.is_empty(),
         "{} of {cases} fault cases failed:\n{}",
@@ -1981,14 +2022,66 @@ fn every_operation_fails_cleanly_at_every_driver_call() {
 }
 
 #[test]
-fn every_listed_symbol_is_one_the_mock_exports() {
+fn every_listed_function_is_one_the_mock_exports() {
     let (_lock, m) = mock();
-    for s in SYMBOLS {
-        // Panics if the mock does not export it.
-        m.fail_always(s, FAULT);
+    assert_eq!(
+        m.flavour(),
+        flavour().name,
+        "the flavour's library is loaded"
+    );
+    for f in FUNCTIONS {
+        let exported = abis(m, f);
+        // The flavour has the function in some ABI unless all of its ABIs are newer.
+        let expected = SymbolInfo::abis(f)
+            .iter()
+            .any(|s| flavour().has_abi(s.name));
+        assert_eq!(!exported.is_empty(), expected, "{f}: {exported:?}");
+        for b in exported {
+            // Panics if the mock does not export it.
+            m.fail_always(b, FAULT);
+        }
     }
     m.reset();
     assert!(m.configure("version=13000"));
+}
+
+/// Runs this whole file again against every other flavour, one child process each, and prints
+/// each one's `fault cases (...)` line; fails with the output of every flavour that failed.
+#[test]
+fn the_fault_suite_passes_on_every_driver_flavour() {
+    if Flavour::from_env().is_some() {
+        return; // a child: the other tests are the suite
+    }
+    let others: Vec<&'static Flavour> = FLAVOURS.iter().filter(|f| *f != Flavour::full()).collect();
+    let runs = run_in_each_flavour(
+        &others,
+        &[
+            "--test-threads=1",
+            "--nocapture",
+            "--skip",
+            "the_fault_suite_passes_on_every_driver_flavour",
+        ],
+        &[],
+    );
+    let mut failed = Vec::new();
+    for r in &runs {
+        let lines = r.lines_containing("fault cases (");
+        match lines.as_slice() {
+            [line] => report(line),
+            _ => report(&format!("fault cases ({}): none reported", r.flavour.name)),
+        }
+        if !r.status.success() || lines.len() != 1 {
+            failed.push(r.failure_report());
+        }
+    }
+    assert_eq!(runs.len(), FLAVOURS.len() - 1);
+    assert!(
+        failed.is_empty(),
+        "the fault suite failed on {} of {} flavours:\n{}",
+        failed.len(),
+        runs.len(),
+        failed.join("\n")
+    );
 }
 
 #[test]
