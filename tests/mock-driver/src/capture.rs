@@ -1,6 +1,7 @@
 //! The model of stream capture and its exports.
 //!
-//! - `cuStreamBeginCapture_v2` puts a created stream (or a per-thread default stream) into a new
+//! - `cuStreamBeginCapture_v2` (and its CUDA 10.0 ABI `cuStreamBeginCapture`, which has no mode
+//!   and captures in global mode) puts a created stream (or a per-thread default stream) into a new
 //!   capture with a new graph; the legacy stream is refused (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`),
 //!   a stream already in a capture is `CUDA_ERROR_ILLEGAL_STATE`. Each stream of a capture has a
 //!   *tail*: the nodes its next work depends on.
@@ -30,17 +31,21 @@
 //!   with a stream whose tail the origin's tail does not depend on, destroys the graph and returns
 //!   `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` / `_UNJOINED` with a null graph.
 
+// The driver functions have the exported C names, also where a flavour does not export them.
+#![allow(non_snake_case)]
+
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_uint;
 use std::thread::ThreadId;
 use std::time::Instant;
 
-use cuda_sys::{CUevent, CUgraph, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus};
-#[cfg(feature = "newer-symbols")]
-use cuda_sys::{CUgraphEdgeData, CUgraphNode, cuuint64_t};
+use cuda_sys::{
+    CUevent, CUgraph, CUgraphEdgeData, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
+    CUstreamCaptureStatus, cuuint64_t,
+};
 
-use crate::exports::{api, put};
+use crate::exports::{api, per_thread_null, put};
 use crate::graph::{HostFn, Node, NodeKind, destroy_graph};
 use crate::state::{Key, Object, State, StreamRef, Work};
 
@@ -343,18 +348,64 @@ pub(crate) fn on_wait(st: &mut State, s: StreamRef, core: u64, flags: c_uint) ->
 // ---------------------------------------------------------------------------------------------
 // Exports
 
-/// `cuStreamBeginCapture_v2`.
+/// `cuStreamBeginCapture_v2` (CUDA 10.1): begins a capture in `mode`.
 ///
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamBeginCapture_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(
     h_stream: CUstream,
     mode: CUstreamCaptureMode,
 ) -> CUresult {
-    api("cuStreamBeginCapture_v2", false, |mut st| {
-        let s = tri!(st.stream(h_stream));
+    begin_capture("cuStreamBeginCapture_v2", h_stream, mode, false)
+}
+
+/// `cuStreamBeginCapture_v2_ptsz`: as `cuStreamBeginCapture_v2`, with the null stream meaning
+/// the calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up.
+#[cfg_attr(exported = "cuStreamBeginCapture_v2_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(
+    h_stream: CUstream,
+    mode: CUstreamCaptureMode,
+) -> CUresult {
+    begin_capture("cuStreamBeginCapture_v2_ptsz", h_stream, mode, true)
+}
+
+/// `cuStreamBeginCapture` (the CUDA 10.0 ABI, with no mode): a global-mode capture.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up.
+#[cfg_attr(exported = "cuStreamBeginCapture", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamBeginCapture(h_stream: CUstream) -> CUresult {
+    let global = CUstreamCaptureMode(GLOBAL);
+    begin_capture("cuStreamBeginCapture", h_stream, global, false)
+}
+
+/// `cuStreamBeginCapture_ptsz` (the CUDA 10.0 ABI): as `cuStreamBeginCapture`, with the null
+/// stream meaning the calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up.
+#[cfg_attr(exported = "cuStreamBeginCapture_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(h_stream: CUstream) -> CUresult {
+    let global = CUstreamCaptureMode(GLOBAL);
+    begin_capture("cuStreamBeginCapture_ptsz", h_stream, global, true)
+}
+
+fn begin_capture(
+    symbol: &'static str,
+    h_stream: CUstream,
+    mode: CUstreamCaptureMode,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         if mode.0 > RELAXED {
             return INVALID_VALUE;
         }
@@ -414,16 +465,39 @@ fn joined(st: &State, c: &Capture) -> bool {
 /// # Safety
 ///
 /// `ph_graph` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamEndCapture", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamEndCapture(
     h_stream: CUstream,
     ph_graph: *mut CUgraph,
 ) -> CUresult {
-    api("cuStreamEndCapture", false, |mut st| {
+    end_capture("cuStreamEndCapture", h_stream, ph_graph, false)
+}
+
+/// `cuStreamEndCapture_ptsz`: as `cuStreamEndCapture`, with the null stream meaning the calling
+/// thread's per-thread default stream.
+///
+/// # Safety
+///
+/// `ph_graph` is null or valid for a write.
+#[cfg_attr(exported = "cuStreamEndCapture_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
+    h_stream: CUstream,
+    ph_graph: *mut CUgraph,
+) -> CUresult {
+    end_capture("cuStreamEndCapture_ptsz", h_stream, ph_graph, true)
+}
+
+fn end_capture(
+    symbol: &'static str,
+    h_stream: CUstream,
+    ph_graph: *mut CUgraph,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
         if ph_graph.is_null() {
             return INVALID_VALUE;
         }
-        let s = tri!(st.stream(h_stream));
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         let Some(id) = st.graphs.captures.capture_of(s.key) else {
             return CUresult::CUDA_ERROR_ILLEGAL_STATE;
         };
@@ -478,16 +552,39 @@ fn status_of(st: &State, key: Key) -> (CUstreamCaptureStatus, u64, usize) {
 /// # Safety
 ///
 /// `status` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamIsCapturing", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamIsCapturing(
     h_stream: CUstream,
     status: *mut CUstreamCaptureStatus,
 ) -> CUresult {
-    api("cuStreamIsCapturing", false, |mut st| {
+    is_capturing("cuStreamIsCapturing", h_stream, status, false)
+}
+
+/// `cuStreamIsCapturing_ptsz`: as `cuStreamIsCapturing`, with the null stream meaning the
+/// calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// `status` is null or valid for a write.
+#[cfg_attr(exported = "cuStreamIsCapturing_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(
+    h_stream: CUstream,
+    status: *mut CUstreamCaptureStatus,
+) -> CUresult {
+    is_capturing("cuStreamIsCapturing_ptsz", h_stream, status, true)
+}
+
+fn is_capturing(
+    symbol: &'static str,
+    h_stream: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
         if status.is_null() {
             return INVALID_VALUE;
         }
-        let s = tri!(st.stream(h_stream));
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         let (v, _, _) = status_of(&st, s.key);
         // SAFETY: non-null; the caller's contract makes it writable.
         unsafe { put(status, v) };
@@ -495,29 +592,48 @@ pub unsafe extern "C" fn cuStreamIsCapturing(
     })
 }
 
-/// `cuStreamGetCaptureInfo_v3` (CUDA 12.3; only with the `newer-symbols` feature): the status,
-/// and for a capture its id, graph and the stream's current dependencies (no edge data). Every
-/// output but the status may be null.
+/// What `cuStreamGetCaptureInfo` writes, each output null when not wanted (the ABIs differ in
+/// which outputs they have).
+struct InfoOut {
+    status: *mut CUstreamCaptureStatus,
+    id: *mut cuuint64_t,
+    graph: *mut CUgraph,
+    dependencies: *mut *const CUgraphNode,
+    edge_data: *mut *const CUgraphEdgeData,
+    num_dependencies: *mut usize,
+}
+
+impl InfoOut {
+    fn status_and_id(status: *mut CUstreamCaptureStatus, id: *mut cuuint64_t) -> InfoOut {
+        InfoOut {
+            status,
+            id,
+            graph: std::ptr::null_mut(),
+            dependencies: std::ptr::null_mut(),
+            edge_data: std::ptr::null_mut(),
+            num_dependencies: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// The shared body of every ABI of `cuStreamGetCaptureInfo`: the status, and for a capture its
+/// id, graph and the stream's current dependencies (no edge data). Every output but the status
+/// may be null.
 ///
 /// # Safety
 ///
-/// Each pointer is null or valid for a write.
-#[cfg(feature = "newer-symbols")]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+/// Each pointer of `out` is null or valid for a write.
+unsafe fn capture_info(
+    symbol: &'static str,
     h_stream: CUstream,
-    status_out: *mut CUstreamCaptureStatus,
-    id_out: *mut cuuint64_t,
-    graph_out: *mut CUgraph,
-    dependencies_out: *mut *const CUgraphNode,
-    edge_data_out: *mut *const CUgraphEdgeData,
-    num_dependencies_out: *mut usize,
+    per_thread: bool,
+    out: InfoOut,
 ) -> CUresult {
-    api("cuStreamGetCaptureInfo_v3", false, |mut st| {
-        if status_out.is_null() {
+    api(symbol, false, |mut st| {
+        if out.status.is_null() {
             return INVALID_VALUE;
         }
-        let s = tri!(st.stream(h_stream));
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         let (status, id, graph) = status_of(&st, s.key);
         let (deps, n) = match st.graphs.captures.members.get(&s.key) {
             Some(m) => (
@@ -529,25 +645,167 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
         // SAFETY: each written pointer is non-null; the caller's contract makes it writable. The
         // dependency array lives until the stream's next capture call, as the driver promises.
         unsafe {
-            put(status_out, status);
-            if !id_out.is_null() {
-                put(id_out, id);
+            put(out.status, status);
+            if !out.id.is_null() {
+                put(out.id, id);
             }
-            if !graph_out.is_null() {
-                put(graph_out, graph as CUgraph);
+            if !out.graph.is_null() {
+                put(out.graph, graph as CUgraph);
             }
-            if !dependencies_out.is_null() {
-                put(dependencies_out, deps);
+            if !out.dependencies.is_null() {
+                put(out.dependencies, deps);
             }
-            if !edge_data_out.is_null() {
-                put(edge_data_out, std::ptr::null());
+            if !out.edge_data.is_null() {
+                put(out.edge_data, std::ptr::null());
             }
-            if !num_dependencies_out.is_null() {
-                put(num_dependencies_out, n);
+            if !out.num_dependencies.is_null() {
+                put(out.num_dependencies, n);
             }
         }
         SUCCESS
     })
+}
+
+/// `cuStreamGetCaptureInfo_v3` (CUDA 12.3): the status, id, graph, dependencies and their edge
+/// data (always none here).
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCaptureInfo_v3", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    h_stream: CUstream,
+    status_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+    graph_out: *mut CUgraph,
+    dependencies_out: *mut *const CUgraphNode,
+    edge_data_out: *mut *const CUgraphEdgeData,
+    num_dependencies_out: *mut usize,
+) -> CUresult {
+    let out = InfoOut {
+        status: status_out,
+        id: id_out,
+        graph: graph_out,
+        dependencies: dependencies_out,
+        edge_data: edge_data_out,
+        num_dependencies: num_dependencies_out,
+    };
+    // SAFETY: the caller's promise.
+    unsafe { capture_info("cuStreamGetCaptureInfo_v3", h_stream, false, out) }
+}
+
+/// `cuStreamGetCaptureInfo_v3_ptsz`: as `cuStreamGetCaptureInfo_v3`, with the null stream
+/// meaning the calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCaptureInfo_v3_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
+    h_stream: CUstream,
+    status_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+    graph_out: *mut CUgraph,
+    dependencies_out: *mut *const CUgraphNode,
+    edge_data_out: *mut *const CUgraphEdgeData,
+    num_dependencies_out: *mut usize,
+) -> CUresult {
+    let out = InfoOut {
+        status: status_out,
+        id: id_out,
+        graph: graph_out,
+        dependencies: dependencies_out,
+        edge_data: edge_data_out,
+        num_dependencies: num_dependencies_out,
+    };
+    // SAFETY: the caller's promise.
+    unsafe { capture_info("cuStreamGetCaptureInfo_v3_ptsz", h_stream, true, out) }
+}
+
+/// `cuStreamGetCaptureInfo_v2` (CUDA 11.3): as `_v3`, without the edge data.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCaptureInfo_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    h_stream: CUstream,
+    status_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+    graph_out: *mut CUgraph,
+    dependencies_out: *mut *const CUgraphNode,
+    num_dependencies_out: *mut usize,
+) -> CUresult {
+    let out = InfoOut {
+        status: status_out,
+        id: id_out,
+        graph: graph_out,
+        dependencies: dependencies_out,
+        edge_data: std::ptr::null_mut(),
+        num_dependencies: num_dependencies_out,
+    };
+    // SAFETY: the caller's promise.
+    unsafe { capture_info("cuStreamGetCaptureInfo_v2", h_stream, false, out) }
+}
+
+/// `cuStreamGetCaptureInfo_v2_ptsz`: as `cuStreamGetCaptureInfo_v2`, with the null stream
+/// meaning the calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCaptureInfo_v2_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
+    h_stream: CUstream,
+    status_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+    graph_out: *mut CUgraph,
+    dependencies_out: *mut *const CUgraphNode,
+    num_dependencies_out: *mut usize,
+) -> CUresult {
+    let out = InfoOut {
+        status: status_out,
+        id: id_out,
+        graph: graph_out,
+        dependencies: dependencies_out,
+        edge_data: std::ptr::null_mut(),
+        num_dependencies: num_dependencies_out,
+    };
+    // SAFETY: the caller's promise.
+    unsafe { capture_info("cuStreamGetCaptureInfo_v2_ptsz", h_stream, true, out) }
+}
+
+/// `cuStreamGetCaptureInfo` (the CUDA 10.1 ABI): the status and the capture's id only.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCaptureInfo", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(
+    h_stream: CUstream,
+    status_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+) -> CUresult {
+    let out = InfoOut::status_and_id(status_out, id_out);
+    // SAFETY: the caller's promise.
+    unsafe { capture_info("cuStreamGetCaptureInfo", h_stream, false, out) }
+}
+
+/// `cuStreamGetCaptureInfo_ptsz` (the CUDA 10.1 ABI): as `cuStreamGetCaptureInfo`, with the null
+/// stream meaning the calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCaptureInfo_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_ptsz(
+    h_stream: CUstream,
+    status_out: *mut CUstreamCaptureStatus,
+    id_out: *mut cuuint64_t,
+) -> CUresult {
+    let out = InfoOut::status_and_id(status_out, id_out);
+    // SAFETY: the caller's promise.
+    unsafe { capture_info("cuStreamGetCaptureInfo_ptsz", h_stream, true, out) }
 }
 
 /// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode.
@@ -555,7 +813,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
 /// # Safety
 ///
 /// `mode` is null or valid for a read and a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuThreadExchangeStreamCaptureMode", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(
     mode: *mut CUstreamCaptureMode,
 ) -> CUresult {
@@ -581,15 +839,46 @@ pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventRecordWithFlags", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventRecordWithFlags(
     h_event: CUevent,
     h_stream: CUstream,
     flags: c_uint,
 ) -> CUresult {
-    api("cuEventRecordWithFlags", false, |mut st| {
+    record_with_flags("cuEventRecordWithFlags", h_event, h_stream, flags, false)
+}
+
+/// `cuEventRecordWithFlags_ptsz`: as `cuEventRecordWithFlags`, with the null stream meaning the
+/// calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handles are only looked up.
+#[cfg_attr(exported = "cuEventRecordWithFlags_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
+    h_event: CUevent,
+    h_stream: CUstream,
+    flags: c_uint,
+) -> CUresult {
+    record_with_flags(
+        "cuEventRecordWithFlags_ptsz",
+        h_event,
+        h_stream,
+        flags,
+        true,
+    )
+}
+
+fn record_with_flags(
+    symbol: &'static str,
+    h_event: CUevent,
+    h_stream: CUstream,
+    flags: c_uint,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
         let (ctx, _, core) = tri!(st.event(h_event as usize));
-        let s = tri!(st.stream(h_stream));
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         if flags & !EVENT_RECORD_EXTERNAL != 0 {
             return INVALID_VALUE;
         }

@@ -21,7 +21,9 @@
 //!    function), passing the symbol: it counts the call, applies the failure rules and checks
 //!    `cuInit`.
 //!
-//! A unit test (`driver_exports_follow_the_convention`) checks 1 to 3 on this file.
+//! The capture and graph functions live in `capture.rs` and `graph.rs` under the same convention
+//! (and are listed in [`driver_functions`] here). A unit test
+//! (`driver_exports_follow_the_convention`) checks 1 to 3 on the three files.
 
 // The driver functions have the exported C names, also where a flavour does not export them.
 #![allow(non_snake_case)]
@@ -325,6 +327,22 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             vec![$((stringify!($f), $f as *const () as usize)),*]
         };
     }
+    use crate::capture::{
+        cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, cuStreamBeginCapture,
+        cuStreamBeginCapture_ptsz, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz,
+        cuStreamEndCapture, cuStreamEndCapture_ptsz, cuStreamGetCaptureInfo,
+        cuStreamGetCaptureInfo_ptsz, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz,
+        cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3_ptsz, cuStreamIsCapturing,
+        cuStreamIsCapturing_ptsz, cuThreadExchangeStreamCaptureMode,
+    };
+    use crate::graph::{
+        cuGraphDebugDotPrint, cuGraphDestroy, cuGraphExecDestroy, cuGraphExecUpdate,
+        cuGraphExecUpdate_v2, cuGraphGetNodes, cuGraphInstantiate, cuGraphInstantiate_v2,
+        cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
+        cuGraphInstantiateWithParams_ptsz, cuGraphLaunch, cuGraphLaunch_ptsz,
+        cuGraphReleaseUserObject, cuGraphRetainUserObject, cuGraphUpload, cuGraphUpload_ptsz,
+        cuUserObjectCreate, cuUserObjectRelease, cuUserObjectRetain,
+    };
     static TABLE: LazyLock<Vec<(&'static str, usize)>> = LazyLock::new(|| {
         table![
             cuInit,
@@ -379,6 +397,45 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             cuIpcOpenEventHandle,
             cuMemGetInfo,
             cuMemGetInfo_v2,
+            // Capture (capture.rs).
+            cuStreamBeginCapture,
+            cuStreamBeginCapture_ptsz,
+            cuStreamBeginCapture_v2,
+            cuStreamBeginCapture_v2_ptsz,
+            cuStreamEndCapture,
+            cuStreamEndCapture_ptsz,
+            cuStreamIsCapturing,
+            cuStreamIsCapturing_ptsz,
+            cuStreamGetCaptureInfo,
+            cuStreamGetCaptureInfo_ptsz,
+            cuStreamGetCaptureInfo_v2,
+            cuStreamGetCaptureInfo_v2_ptsz,
+            cuStreamGetCaptureInfo_v3,
+            cuStreamGetCaptureInfo_v3_ptsz,
+            cuThreadExchangeStreamCaptureMode,
+            cuEventRecordWithFlags,
+            cuEventRecordWithFlags_ptsz,
+            // Graphs, executable graphs, user objects (graph.rs).
+            cuGraphGetNodes,
+            cuGraphDestroy,
+            cuGraphDebugDotPrint,
+            cuGraphInstantiate,
+            cuGraphInstantiate_v2,
+            cuGraphInstantiateWithFlags,
+            cuGraphInstantiateWithParams,
+            cuGraphInstantiateWithParams_ptsz,
+            cuGraphLaunch,
+            cuGraphLaunch_ptsz,
+            cuGraphUpload,
+            cuGraphUpload_ptsz,
+            cuGraphExecDestroy,
+            cuGraphExecUpdate,
+            cuGraphExecUpdate_v2,
+            cuUserObjectCreate,
+            cuUserObjectRetain,
+            cuUserObjectRelease,
+            cuGraphRetainUserObject,
+            cuGraphReleaseUserObject,
         ]
     });
     &TABLE
@@ -884,7 +941,7 @@ fn stream_query(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> C
 }
 
 /// The stream a `_ptsz` / `_ptds` function means by `h`: the null stream is the per-thread one.
-fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
+pub(crate) fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
     if per_thread && h.is_null() {
         std::ptr::without_provenance_mut(2)
     } else {
@@ -1703,8 +1760,12 @@ mod tests {
     /// The convention of the module docs, checked on this file's text.
     #[test]
     fn driver_exports_follow_the_convention() {
-        let text = include_str!("exports.rs");
-        let lines: Vec<&str> = text.lines().collect();
+        let files = [
+            include_str!("exports.rs"),
+            include_str!("capture.rs"),
+            include_str!("graph.rs"),
+        ];
+        let lines: Vec<&str> = files.iter().flat_map(|f| f.lines()).collect();
         let table: Vec<&str> = driver_functions().iter().map(|(n, _)| *n).collect();
         let mut exports = Vec::new();
         for (i, line) in lines.iter().enumerate() {
@@ -1742,6 +1803,6 @@ mod tests {
             table.len(),
             "driver_functions lists {table:?}"
         );
-        assert!(exports.len() >= 50);
+        assert!(exports.len() >= 85);
     }
 }

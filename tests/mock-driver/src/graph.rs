@@ -18,21 +18,21 @@
 //! - Destroying or using a graph, executable graph or user object the mock does not know (or
 //!   already destroyed) is a bad destroy or a bad use, as for streams and events.
 
+// The driver functions have the exported C names, also where a flavour does not export them.
+#![allow(non_snake_case)]
+
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong, c_void};
 use std::sync::MutexGuard;
 
-#[cfg(feature = "newer-symbols")]
 use cuda_sys::{
-    CUDA_GRAPH_INSTANTIATE_PARAMS, CUgraphExecUpdateResultInfo, CUgraphInstantiateResult,
-};
-use cuda_sys::{
-    CUgraph, CUgraphExec, CUgraphExecUpdateResult, CUgraphNode, CUhostFn, CUresult, CUstream,
-    CUuserObject,
+    CUDA_GRAPH_INSTANTIATE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult,
+    CUgraphExecUpdateResultInfo, CUgraphInstantiateResult, CUgraphNode, CUhostFn, CUresult,
+    CUstream, CUuserObject,
 };
 
 use crate::capture::Captures;
-use crate::exports::{api, put};
+use crate::exports::{api, per_thread_null, put};
 use crate::state::{self, State, StreamRef, Work};
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
@@ -75,8 +75,7 @@ pub(crate) enum NodeKind {
 }
 
 impl NodeKind {
-    /// Read by `cuGraphExecUpdate_v2` only, which the old flavour lacks.
-    #[cfg_attr(not(feature = "newer-symbols"), allow(dead_code))]
+    /// Read by `cuGraphExecUpdate`.
     fn same_type(&self, other: &NodeKind) -> bool {
         match (self, other) {
             (NodeKind::Opaque(a), NodeKind::Opaque(b)) => a == b,
@@ -282,7 +281,7 @@ pub(crate) fn run_job(
 ///
 /// `num_nodes` is null or valid for a read and a write; `nodes` is null or valid for writes of
 /// `*num_nodes` handles.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphGetNodes", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphGetNodes(
     graph: CUgraph,
     nodes: *mut CUgraphNode,
@@ -314,7 +313,7 @@ pub unsafe extern "C" fn cuGraphGetNodes(
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphDestroy", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
     api("cuGraphDestroy", false, |mut st| {
         if st.graphs.captures.owns_graph(graph as usize) {
@@ -331,7 +330,7 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
 /// # Safety
 ///
 /// `path` is null or a NUL-terminated string.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphDebugDotPrint", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphDebugDotPrint(
     graph: CUgraph,
     path: *const c_char,
@@ -392,13 +391,13 @@ fn instantiate(st: &mut State, graph: usize, flags: u64) -> Result<usize, CUresu
     Ok(h)
 }
 
-/// `cuGraphInstantiateWithFlags`: flags `AUTO_FREE_ON_LAUNCH`, `DEVICE_LAUNCH` (not with the
-/// former) and `USE_NODE_PRIORITY`; `UPLOAD` needs `cuGraphInstantiateWithParams`.
+/// `cuGraphInstantiateWithFlags` (CUDA 11.4): flags `AUTO_FREE_ON_LAUNCH`, `DEVICE_LAUNCH`
+/// (not with the former) and `USE_NODE_PRIORITY`; `UPLOAD` needs `cuGraphInstantiateWithParams`.
 ///
 /// # Safety
 ///
 /// `exec` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphInstantiateWithFlags", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     exec: *mut CUgraphExec,
     graph: CUgraph,
@@ -415,27 +414,142 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     })
 }
 
-/// `cuGraphInstantiateWithParams` (CUDA 12.0; only with the `newer-symbols` feature): as
-/// `cuGraphInstantiateWithFlags`, and `UPLOAD` uploads on `hUploadStream`; writes `result_out`.
+/// `cuGraphInstantiate_v2` (the CUDA 11.0 ABI): no flags; on success the error node is null and
+/// the log buffer an empty string.
+///
+/// # Safety
+///
+/// `exec` and `error_node` are each null or valid for a write; `log` is null or valid for writes
+/// of `log_size` bytes.
+#[cfg_attr(exported = "cuGraphInstantiate_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    // SAFETY: the caller's promise.
+    unsafe {
+        instantiate_logged(
+            "cuGraphInstantiate_v2",
+            exec,
+            graph,
+            error_node,
+            log,
+            log_size,
+        )
+    }
+}
+
+/// `cuGraphInstantiate` (the CUDA 10.0 ABI): as `cuGraphInstantiate_v2`.
+///
+/// # Safety
+///
+/// As for `cuGraphInstantiate_v2`.
+#[cfg_attr(exported = "cuGraphInstantiate", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGraphInstantiate(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    // SAFETY: the caller's promise.
+    unsafe { instantiate_logged("cuGraphInstantiate", exec, graph, error_node, log, log_size) }
+}
+
+/// The shared body of the two ABIs of `cuGraphInstantiate` with an error node and a log.
+///
+/// # Safety
+///
+/// As for `cuGraphInstantiate_v2`.
+unsafe fn instantiate_logged(
+    symbol: &'static str,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        if exec.is_null() {
+            return INVALID_VALUE;
+        }
+        let h = tri!(instantiate(&mut st, graph as usize, 0));
+        // SAFETY: each written pointer is non-null; the caller's contract makes it writable
+        // (`log` for `log_size` bytes, of which one is written).
+        unsafe {
+            put(exec, h as CUgraphExec);
+            if !error_node.is_null() {
+                put(error_node, std::ptr::null_mut());
+            }
+            if !log.is_null() && log_size > 0 {
+                put(log, 0);
+            }
+        }
+        SUCCESS
+    })
+}
+
+/// `cuGraphInstantiateWithParams` (CUDA 12.0): as `cuGraphInstantiateWithFlags`, and `UPLOAD`
+/// uploads on `hUploadStream`; writes `result_out`.
 ///
 /// # Safety
 ///
 /// `exec` and `params` are each null or valid (`params` for a read and a write).
-#[cfg(feature = "newer-symbols")]
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphInstantiateWithParams", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphInstantiateWithParams(
     exec: *mut CUgraphExec,
     graph: CUgraph,
     params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
 ) -> CUresult {
-    api("cuGraphInstantiateWithParams", false, |mut st| {
+    // SAFETY: the caller's promise.
+    unsafe { instantiate_params("cuGraphInstantiateWithParams", exec, graph, params, false) }
+}
+
+/// `cuGraphInstantiateWithParams_ptsz`: as `cuGraphInstantiateWithParams`, with a null upload
+/// stream meaning the calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// As for `cuGraphInstantiateWithParams`.
+#[cfg_attr(exported = "cuGraphInstantiateWithParams_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    // SAFETY: the caller's promise.
+    unsafe {
+        instantiate_params(
+            "cuGraphInstantiateWithParams_ptsz",
+            exec,
+            graph,
+            params,
+            true,
+        )
+    }
+}
+
+/// # Safety
+///
+/// As for `cuGraphInstantiateWithParams`.
+unsafe fn instantiate_params(
+    symbol: &'static str,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
         if exec.is_null() || params.is_null() {
             return INVALID_VALUE;
         }
         // SAFETY: non-null; the caller's contract makes it readable.
         let p = unsafe { params.read() };
         if p.flags & UPLOAD != 0 {
-            tri!(st.stream(p.hUploadStream));
+            tri!(st.stream(per_thread_null(p.hUploadStream, per_thread)));
         }
         let h = tri!(instantiate(&mut st, graph as usize, p.flags));
         let out = CUDA_GRAPH_INSTANTIATE_PARAMS {
@@ -490,10 +604,30 @@ fn launch(st: &mut State, h: usize, s: StreamRef) -> Result<(), CUresult> {
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphLaunch", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    api("cuGraphLaunch", false, |mut st| {
-        let s = tri!(st.stream(stream));
+    graph_launch("cuGraphLaunch", exec, stream, false)
+}
+
+/// `cuGraphLaunch_ptsz`: as `cuGraphLaunch`, with the null stream meaning the calling thread's
+/// per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handles are only looked up.
+#[cfg_attr(exported = "cuGraphLaunch_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    graph_launch("cuGraphLaunch_ptsz", exec, stream, true)
+}
+
+fn graph_launch(
+    symbol: &'static str,
+    exec: CUgraphExec,
+    stream: CUstream,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        let s = tri!(st.stream(per_thread_null(stream, per_thread)));
         tri!(exec_mut(&mut st, exec as usize));
         if let Some(rc) = crate::capture::on_enqueue(&mut st, s, "child graph") {
             return rc;
@@ -508,10 +642,30 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> C
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphUpload", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult {
-    api("cuGraphUpload", false, |mut st| {
-        tri!(st.stream(stream));
+    graph_upload("cuGraphUpload", exec, stream, false)
+}
+
+/// `cuGraphUpload_ptsz`: as `cuGraphUpload`, with the null stream meaning the calling thread's
+/// per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handles are only looked up.
+#[cfg_attr(exported = "cuGraphUpload_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    graph_upload("cuGraphUpload_ptsz", exec, stream, true)
+}
+
+fn graph_upload(
+    symbol: &'static str,
+    exec: CUgraphExec,
+    stream: CUstream,
+    per_thread: bool,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        tri!(st.stream(per_thread_null(stream, per_thread)));
         tri!(exec_mut(&mut st, exec as usize));
         SUCCESS
     })
@@ -523,7 +677,7 @@ pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> C
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphExecDestroy", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
     api("cuGraphExecDestroy", false, |mut st| {
         let release_now = match st.graphs.execs.get_mut(&(exec as usize)) {
@@ -549,7 +703,6 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
 }
 
 /// Why `new` cannot update an executable graph of `old`'s nodes: (result, new node, old node).
-#[cfg_attr(not(feature = "newer-symbols"), allow(dead_code))]
 fn compare(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult, usize, usize)> {
     type R = CUgraphExecUpdateResult;
     for (i, n) in new.iter().enumerate() {
@@ -577,22 +730,61 @@ fn compare(old: &[Node], new: &[Node]) -> Option<(CUgraphExecUpdateResult, usize
     None
 }
 
-/// `cuGraphExecUpdate_v2` (CUDA 12.0; only with the `newer-symbols` feature).
+/// `cuGraphExecUpdate_v2` (CUDA 12.0): on a refused update, why and the offending nodes in
+/// `info`.
 ///
 /// # Safety
 ///
 /// `info` is null or valid for a write.
-#[cfg(feature = "newer-symbols")]
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphExecUpdate_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphExecUpdate_v2(
     exec: CUgraphExec,
     graph: CUgraph,
     info: *mut CUgraphExecUpdateResultInfo,
 ) -> CUresult {
-    api("cuGraphExecUpdate_v2", false, |mut st| {
-        if info.is_null() {
-            return INVALID_VALUE;
+    if info.is_null() {
+        // Counted and failed like any call.
+        return api("cuGraphExecUpdate_v2", false, |_st| INVALID_VALUE);
+    }
+    // SAFETY: `info` is non-null; the caller's contract makes it writable.
+    let write = |out| unsafe { put(info, out) };
+    exec_update("cuGraphExecUpdate_v2", exec, graph, write)
+}
+
+/// `cuGraphExecUpdate` (the CUDA 10.2 ABI): as `cuGraphExecUpdate_v2`, with the result and the
+/// new graph's offending node in two out-pointers (no node of the old graph).
+///
+/// # Safety
+///
+/// `error_node` and `result` are each null or valid for a write.
+#[cfg_attr(exported = "cuGraphExecUpdate", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGraphExecUpdate(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    result: *mut CUgraphExecUpdateResult,
+) -> CUresult {
+    if error_node.is_null() || result.is_null() {
+        return api("cuGraphExecUpdate", false, |_st| INVALID_VALUE);
+    }
+    let write = |out: CUgraphExecUpdateResultInfo| {
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(error_node, out.errorNode);
+            put(result, out.result);
         }
+    };
+    exec_update("cuGraphExecUpdate", exec, graph, write)
+}
+
+/// The shared body of both ABIs of `cuGraphExecUpdate`; `write` stores the outcome.
+fn exec_update(
+    symbol: &'static str,
+    exec: CUgraphExec,
+    graph: CUgraph,
+    write: impl FnOnce(CUgraphExecUpdateResultInfo),
+) -> CUresult {
+    api(symbol, false, |mut st| {
         let new_nodes = tri!(graph_mut(&mut st, graph as usize)).nodes.clone();
         let new_objects = st.graphs.graphs[&(graph as usize)].objects.clone();
         let e = tri!(exec_mut(&mut st, exec as usize));
@@ -602,8 +794,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
                 errorNode: node as CUgraphNode,
                 errorFromNode: from as CUgraphNode,
             };
-            // SAFETY: non-null; the caller's contract makes it writable.
-            unsafe { put(info, out) };
+            write(out);
             return CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
         }
         e.nodes = new_nodes;
@@ -621,8 +812,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
             errorNode: std::ptr::null_mut(),
             errorFromNode: std::ptr::null_mut(),
         };
-        // SAFETY: non-null; the caller's contract makes it writable.
-        unsafe { put(info, out) };
+        write(out);
         SUCCESS
     })
 }
@@ -637,7 +827,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
 ///
 /// `object` is null or valid for a write; `destroy` must be sound to call once with `ptr` from
 /// another thread.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuUserObjectCreate", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuUserObjectCreate(
     object: *mut CUuserObject,
     ptr: *mut c_void,
@@ -673,7 +863,7 @@ pub unsafe extern "C" fn cuUserObjectCreate(
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuUserObjectRetain", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuUserObjectRetain(object: CUuserObject, count: c_uint) -> CUresult {
     api("cuUserObjectRetain", false, |mut st| {
         if count == 0 {
@@ -697,7 +887,7 @@ pub unsafe extern "C" fn cuUserObjectRetain(object: CUuserObject, count: c_uint)
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuUserObjectRelease", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuUserObjectRelease(object: CUuserObject, count: c_uint) -> CUresult {
     api("cuUserObjectRelease", false, |mut st| {
         tri!(release(&mut st, object as usize, u64::from(count)));
@@ -711,7 +901,7 @@ pub unsafe extern "C" fn cuUserObjectRelease(object: CUuserObject, count: c_uint
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphRetainUserObject", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphRetainUserObject(
     graph: CUgraph,
     object: CUuserObject,
@@ -748,7 +938,7 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGraphReleaseUserObject", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphReleaseUserObject(
     graph: CUgraph,
     object: CUuserObject,
