@@ -10,6 +10,7 @@ use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 
+use crate::abi::Newest;
 use crate::context::{Context, bind};
 use crate::deferred::{self, Deferred};
 use crate::error::{DriverCode, Error, Result, check, driver_fn};
@@ -59,6 +60,8 @@ impl<'s> InstantiateOptions<'s> {
 
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD`: uploads the executable graph on `stream` as part of
     /// instantiation (`cuGraphInstantiateWithParams`, CUDA 12.0), as [`GraphExec::upload`] would.
+    /// Before CUDA 12.0 the graph is instantiated and then uploaded with `cuGraphUpload`, which
+    /// is what the flag does.
     pub fn upload(mut self, stream: Stream<'s>) -> InstantiateOptions<'s> {
         self.upload = Some(stream);
         self
@@ -187,14 +190,17 @@ impl Graph {
         check(rc, "cuGraphDebugDotPrint")
     }
 
-    /// Instantiates the graph with no flags (`cuGraphInstantiate`, which is `cuGraphInstantiateWithFlags`).
+    /// Instantiates the graph with no flags (`cuGraphInstantiate`, which is
+    /// `cuGraphInstantiateWithFlags` from CUDA 11.4 on, and its CUDA 11.0 ABI before).
     pub fn instantiate(&self) -> Result<GraphExec> {
         self.instantiate_with(InstantiateOptions::new())
     }
 
     /// Instantiates the graph with `options`: `cuGraphInstantiateWithFlags`, or
-    /// `cuGraphInstantiateWithParams` when the options upload it on a stream. The graph's
-    /// context is made current for the call.
+    /// `cuGraphInstantiateWithParams` when the options upload it on a stream (before CUDA 12.0:
+    /// `cuGraphInstantiateWithFlags`, then `cuGraphUpload`). The graph's context is made current
+    /// for the call. Flags need CUDA 11.4 (`cuGraphInstantiateWithFlags`): on an older driver
+    /// they are [`Error::Unsupported`], and no flags work from CUDA 11.0.
     pub fn instantiate_with(&self, options: InstantiateOptions<'_>) -> Result<GraphExec> {
         if let Some(stream) = options.upload {
             if stream.context_raw() != self.ctx {
@@ -205,7 +211,15 @@ impl Graph {
         let _bound = bind(self.ctx)?;
         let raw = match options.upload {
             None => instantiate_flags(self.raw, options.flags())?,
-            Some(stream) => instantiate_params(self.raw, options.flags(), stream.raw())?,
+            Some(stream) => match ffi::fns::cuGraphInstantiateWithParams() {
+                Ok(f) => instantiate_params(f, self.raw, options.flags(), stream.raw())?,
+                // Before CUDA 12.0: what the upload flag does, in two calls.
+                Err(_) => {
+                    let upload = ffi::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+                    let flags = options.flags() & !u64::from(upload.0);
+                    instantiate_then_upload(self.raw, flags, stream.raw())?
+                }
+            },
         };
         Ok(GraphExec {
             raw,
@@ -274,12 +288,26 @@ fn other_context(call: &'static str) -> Error {
     }
 }
 
-/// `cuGraphInstantiate` (today's binding: `cuGraphInstantiateWithFlags`, CUDA 11.4).
+/// `cuGraphInstantiate`: `cuGraphInstantiateWithFlags` (CUDA 11.4) where the driver has it,
+/// else, for no flags, the CUDA 11.0 ABI (`cuGraphInstantiate_v2`, whose error node and log
+/// are not asked for).
 fn instantiate_flags(graph: ffi::CUgraph, flags: u64) -> Result<ffi::CUgraphExec> {
-    let f = driver_fn!(cuGraphInstantiate);
     let mut exec = ptr::null_mut();
-    // SAFETY: the graph is live; `exec` is a valid out-pointer.
-    let rc = unsafe { f(&mut exec, graph, flags) };
+    let rc = match ffi::fns::cuGraphInstantiate() {
+        // SAFETY: the graph is live; `exec` is a valid out-pointer.
+        Ok(f) => unsafe { f(&mut exec, graph, flags) },
+        Err(e) if flags != 0 => return Err(Error::from_load(e, "cuGraphInstantiate")),
+        Err(_) => {
+            static V11: Newest<ffi::pfn::cuGraphInstantiate_v11000> = Newest::new();
+            let f = V11
+                .get(&[ffi::fns::cuGraphInstantiate_v11000])
+                .map_err(|e| Error::from_load(e.clone(), "cuGraphInstantiate"))?;
+            let (node, log) = (ptr::null_mut(), ptr::null_mut());
+            // SAFETY: the graph is live; `exec` is a valid out-pointer; the error node and the
+            // log buffer are optional, passed as null with a size of 0.
+            unsafe { f(&mut exec, graph, node, log, 0) }
+        }
+    };
     check(rc, "cuGraphInstantiate")?;
     if exec.is_null() {
         return Err(Error::NullHandle {
@@ -289,13 +317,13 @@ fn instantiate_flags(graph: ffi::CUgraph, flags: u64) -> Result<ffi::CUgraphExec
     Ok(exec)
 }
 
-/// `cuGraphInstantiateWithParams` (CUDA 12.0), the only way to instantiate with an upload.
+/// `cuGraphInstantiateWithParams` (CUDA 12.0), the one call that instantiates with an upload.
 fn instantiate_params(
+    f: ffi::pfn::cuGraphInstantiateWithParams,
     graph: ffi::CUgraph,
     flags: u64,
     upload: ffi::CUstream,
 ) -> Result<ffi::CUgraphExec> {
-    let f = driver_fn!(cuGraphInstantiateWithParams);
     let mut params = ffi::CUDA_GRAPH_INSTANTIATE_PARAMS {
         flags,
         hUploadStream: upload,
@@ -309,6 +337,28 @@ fn instantiate_params(
         return Err(Error::NullHandle {
             what: "executable graph",
         });
+    }
+    Ok(exec)
+}
+
+/// Before CUDA 12.0, the upload flag's work in two calls: instantiate with the other flags, then
+/// `cuGraphUpload` on `upload` (of the graph's context, which is current); the executable graph
+/// is destroyed again if the upload fails.
+fn instantiate_then_upload(
+    graph: ffi::CUgraph,
+    flags: u64,
+    upload: ffi::CUstream,
+) -> Result<ffi::CUgraphExec> {
+    let exec = instantiate_flags(graph, flags)?;
+    let uploaded = match ffi::fns::cuGraphUpload() {
+        // SAFETY: the executable graph and the stream are live and of the current context.
+        Ok(f) => check(unsafe { f(exec, upload) }, "cuGraphUpload"),
+        Err(e) => Err(Error::from_load(e, "cuGraphUpload")),
+    };
+    if let Err(e) = uploaded {
+        // Never handed out: destroyed here, once (a failed destroy leaves nothing to retry).
+        let _ = destroy_exec(exec as usize);
+        return Err(e);
     }
     Ok(exec)
 }
@@ -429,17 +479,28 @@ impl GraphExec {
     }
 }
 
-/// `cuGraphExecUpdate` (today's binding: `cuGraphExecUpdate_v2`, CUDA 12.0; CUDA 10.2 to 11.x
-/// have the older signature with an error-node and a result out-pointer instead of the info).
+/// `cuGraphExecUpdate`: its CUDA 12.0 ABI (`cuGraphExecUpdate_v2`, with the nodes of both graphs
+/// in a result info) where the driver has it, else the CUDA 10.2 one (the result and the new
+/// graph's node in two out-pointers). A refusal is the same [`Error::GraphUpdate`] either way,
+/// with no node of the executable graph from the older ABI.
 fn exec_update(exec: ffi::CUgraphExec, graph: ffi::CUgraph) -> Result<()> {
-    let f = driver_fn!(cuGraphExecUpdate);
+    static V12: Newest<ffi::pfn::cuGraphExecUpdate> = Newest::new();
+    static V10: Newest<ffi::pfn::cuGraphExecUpdate_v10020> = Newest::new();
     let mut info = ffi::CUgraphExecUpdateResultInfo {
         result: ffi::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
         errorNode: ptr::null_mut(),
         errorFromNode: ptr::null_mut(),
     };
-    // SAFETY: both handles are live; `info` is a valid out-pointer.
-    let rc = unsafe { f(exec, graph, &mut info) };
+    let rc = if let Ok(f) = V12.get(&[ffi::fns::cuGraphExecUpdate]) {
+        // SAFETY: both handles are live; `info` is a valid out-pointer.
+        unsafe { f(exec, graph, &mut info) }
+    } else {
+        let f = V10
+            .get(&[ffi::fns::cuGraphExecUpdate_v10020])
+            .map_err(|e| Error::from_load(e.clone(), "cuGraphExecUpdate"))?;
+        // SAFETY: both handles are live; the node and the result are valid out-pointers.
+        unsafe { f(exec, graph, &mut info.errorNode, &mut info.result) }
+    };
     match rc {
         ffi::CUresult::CUDA_SUCCESS => Ok(()),
         ffi::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => Err(Error::GraphUpdate {
