@@ -324,7 +324,8 @@ impl<'a> Stream<'a> {
     }
 
     /// Whether the stream is being captured into a graph, by this crate or by other code (such
-    /// as PyTorch's `torch.cuda.graph`), with the capture's id (`cuStreamGetCaptureInfo`).
+    /// as PyTorch's `torch.cuda.graph`), with the capture's id (`cuStreamGetCaptureInfo`: its
+    /// CUDA 12.3 ABI, or the CUDA 11.3 one on older drivers; [`Error::Unsupported`] before).
     pub fn capture_status(self) -> Result<CaptureStatus> {
         status_of(self)
     }
@@ -365,7 +366,9 @@ impl<'a> Stream<'a> {
 
 impl OwnedStream {
     /// Records the work `f` enqueues on this stream into a [`Graph`], to be instantiated and
-    /// replayed (`cuStreamBeginCapture` in `mode`, `cuStreamEndCapture`).
+    /// replayed (`cuStreamBeginCapture` in `mode`, `cuStreamEndCapture`). Needs CUDA 11.3 (the
+    /// capture's status and graph come from `cuStreamGetCaptureInfo`'s ABI of that version;
+    /// [`Error::Unsupported`] naming it before, with the stream left as it was).
     ///
     /// `f` sees the stream through a [`CaptureStream`], which offers only what is legal while
     /// capturing: enqueueing (kernels, memset and memcpy through [`Enqueue`]), host functions

@@ -149,7 +149,8 @@ pub enum Error {
         result: ffi::CUgraphExecUpdateResult,
         /// The node of the new graph that could not be applied (a `CUgraphNode`), 0 if none.
         node: usize,
-        /// The node of the executable graph it was compared with, 0 if none.
+        /// The node of the executable graph it was compared with, 0 if none (always 0 before
+        /// CUDA 12.0, whose `cuGraphExecUpdate` does not say).
         from_node: usize,
         /// What `cuGraphExecUpdate` returned (`CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`).
         #[source]

@@ -439,8 +439,9 @@ impl GraphExec {
 
     /// Updates the executable graph in place from `graph`, which must have the same shape (the
     /// same nodes, of the same types, with the same dependencies) and may differ in node
-    /// parameters such as kernel arguments (`cuGraphExecUpdate`). A refused update is
-    /// [`Error::GraphUpdate`], which says why and names the offending node; the executable graph
+    /// parameters such as kernel arguments (`cuGraphExecUpdate`: its CUDA 12.0 ABI, or the CUDA
+    /// 10.2 one on older drivers). A refused update is [`Error::GraphUpdate`], which says why
+    /// and names the offending node; the executable graph
     /// is then unchanged. Launches already enqueued run the old work; host functions they run are
     /// kept alive until they finish.
     pub fn update(&mut self, graph: &Graph) -> Result<()> {
