@@ -21,7 +21,9 @@
 //!    function), passing the symbol: it counts the call, applies the failure rules and checks
 //!    `cuInit`.
 //!
-//! A unit test (`driver_exports_follow_the_convention`) checks 1 to 3 on this file.
+//! The capture and graph functions live in `capture.rs` and `graph.rs` under the same convention
+//! (and are listed in [`driver_functions`] here). A unit test
+//! (`driver_exports_follow_the_convention`) checks 1 to 3 on the three files.
 
 // The driver functions have the exported C names, also where a flavour does not export them.
 #![allow(non_snake_case)]
@@ -61,7 +63,7 @@ fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
 /// The common prologue of a driver function: counts the call, refuses calls from host functions
 /// (`CUDA_ERROR_NOT_PERMITTED`), applies the failure rules, checks `cuInit` (unless `any_time`),
 /// then runs `body` with the state locked.
-fn api(
+pub(crate) fn api(
     symbol: &'static str,
     any_time: bool,
     body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
@@ -115,7 +117,7 @@ macro_rules! tri {
 ///
 /// `p` is non-null and valid for a write of `T` (the C contract of the calling driver function;
 /// callers check for null first).
-unsafe fn put<T>(p: *mut T, v: T) {
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
     // SAFETY: the caller's promise.
     unsafe { p.write(v) }
 }
@@ -325,6 +327,22 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             vec![$((stringify!($f), $f as *const () as usize)),*]
         };
     }
+    use crate::capture::{
+        cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, cuStreamBeginCapture,
+        cuStreamBeginCapture_ptsz, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz,
+        cuStreamEndCapture, cuStreamEndCapture_ptsz, cuStreamGetCaptureInfo,
+        cuStreamGetCaptureInfo_ptsz, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz,
+        cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3_ptsz, cuStreamIsCapturing,
+        cuStreamIsCapturing_ptsz, cuThreadExchangeStreamCaptureMode,
+    };
+    use crate::graph::{
+        cuGraphDebugDotPrint, cuGraphDestroy, cuGraphExecDestroy, cuGraphExecUpdate,
+        cuGraphExecUpdate_v2, cuGraphGetNodes, cuGraphInstantiate, cuGraphInstantiate_v2,
+        cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
+        cuGraphInstantiateWithParams_ptsz, cuGraphLaunch, cuGraphLaunch_ptsz,
+        cuGraphReleaseUserObject, cuGraphRetainUserObject, cuGraphUpload, cuGraphUpload_ptsz,
+        cuUserObjectCreate, cuUserObjectRelease, cuUserObjectRetain,
+    };
     static TABLE: LazyLock<Vec<(&'static str, usize)>> = LazyLock::new(|| {
         table![
             cuInit,
@@ -379,6 +397,45 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             cuIpcOpenEventHandle,
             cuMemGetInfo,
             cuMemGetInfo_v2,
+            // Capture (capture.rs).
+            cuStreamBeginCapture,
+            cuStreamBeginCapture_ptsz,
+            cuStreamBeginCapture_v2,
+            cuStreamBeginCapture_v2_ptsz,
+            cuStreamEndCapture,
+            cuStreamEndCapture_ptsz,
+            cuStreamIsCapturing,
+            cuStreamIsCapturing_ptsz,
+            cuStreamGetCaptureInfo,
+            cuStreamGetCaptureInfo_ptsz,
+            cuStreamGetCaptureInfo_v2,
+            cuStreamGetCaptureInfo_v2_ptsz,
+            cuStreamGetCaptureInfo_v3,
+            cuStreamGetCaptureInfo_v3_ptsz,
+            cuThreadExchangeStreamCaptureMode,
+            cuEventRecordWithFlags,
+            cuEventRecordWithFlags_ptsz,
+            // Graphs, executable graphs, user objects (graph.rs).
+            cuGraphGetNodes,
+            cuGraphDestroy,
+            cuGraphDebugDotPrint,
+            cuGraphInstantiate,
+            cuGraphInstantiate_v2,
+            cuGraphInstantiateWithFlags,
+            cuGraphInstantiateWithParams,
+            cuGraphInstantiateWithParams_ptsz,
+            cuGraphLaunch,
+            cuGraphLaunch_ptsz,
+            cuGraphUpload,
+            cuGraphUpload_ptsz,
+            cuGraphExecDestroy,
+            cuGraphExecUpdate,
+            cuGraphExecUpdate_v2,
+            cuUserObjectCreate,
+            cuUserObjectRetain,
+            cuUserObjectRelease,
+            cuGraphRetainUserObject,
+            cuGraphReleaseUserObject,
         ]
     });
     &TABLE
@@ -724,8 +781,11 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
 /// None beyond the C contract; takes no pointers.
 #[cfg_attr(exported = "cuCtxSynchronize", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    api("cuCtxSynchronize", false, |st| {
+    api("cuCtxSynchronize", false, |mut st| {
         let ctx = tri!(st.current_ctx());
+        if let Some(rc) = crate::capture::on_ctx_sync(&mut st, ctx) {
+            return rc;
+        }
         let target = st.ctx_last_job.get(&ctx).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -873,12 +933,15 @@ pub unsafe extern "C" fn cuStreamQuery_ptsz(h_stream: CUstream) -> CUresult {
 fn stream_query(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> CUresult {
     api(symbol, false, |mut st| {
         let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
+        if let Some(rc) = crate::capture::on_stream_poll(&mut st, s) {
+            return rc;
+        }
         if st.idle(s.key) { SUCCESS } else { NOT_READY }
     })
 }
 
 /// The stream a `_ptsz` / `_ptds` function means by `h`: the null stream is the per-thread one.
-fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
+pub(crate) fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
     if per_thread && h.is_null() {
         std::ptr::without_provenance_mut(2)
     } else {
@@ -910,6 +973,9 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(h_stream: CUstream) -> CUresul
 fn stream_synchronize(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> CUresult {
     api(symbol, false, |mut st| {
         let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
+        if let Some(rc) = crate::capture::on_stream_poll(&mut st, s) {
+            return rc;
+        }
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -933,6 +999,9 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
         let (_, _, core) = tri!(st.event(h_event as usize));
         if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
             return INVALID_VALUE;
+        }
+        if let Some(rc) = crate::capture::on_wait(&mut st, s, core, flags) {
+            return rc;
         }
         let seq = st
             .cores
@@ -967,6 +1036,9 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         if flags != 0 {
             return INVALID_VALUE;
         }
+        if let Some(rc) = crate::capture::on_callback(&mut st, s) {
+            return rc;
+        }
         tri!(st.enqueue(s, Work::Callback(f, h_stream as usize, user_data as usize)));
         SUCCESS
     })
@@ -989,6 +1061,9 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
         let Some(f) = f else {
             return INVALID_VALUE;
         };
+        if let Some(rc) = crate::capture::on_host_fn(&mut st, s, f, user_data as usize) {
+            return rc;
+        }
         tri!(st.enqueue(s, Work::Host(f, user_data as usize)));
         SUCCESS
     })
@@ -1203,6 +1278,9 @@ pub unsafe extern "C" fn cuEventRecord(h_event: CUevent, h_stream: CUstream) -> 
         if s.ctx != ctx {
             return INVALID_HANDLE;
         }
+        if let Some(rc) = crate::capture::on_event_record(&mut st, s, core) {
+            return rc;
+        }
         let record = if st.idle(s.key) {
             (0, Some(Instant::now()))
         } else {
@@ -1230,6 +1308,9 @@ fn event_state(st: &State, core: u64) -> Option<(bool, Option<Instant>)> {
 pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
     api("cuEventQuery", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
+        if let Some(rc) = crate::capture::on_event_poll(&mut st, core) {
+            return rc;
+        }
         match event_state(&st, core) {
             Some((false, _)) => NOT_READY,
             _ => SUCCESS,
@@ -1246,6 +1327,9 @@ pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
 pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
     api("cuEventSynchronize", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
+        if let Some(rc) = crate::capture::on_event_poll(&mut st, core) {
+            return rc;
+        }
         let target = st
             .cores
             .get(&core)
@@ -1565,7 +1649,7 @@ pub extern "C" fn cuda_mock_set_device_count(count: c_int) -> c_int {
     })
 }
 
-fn read(f: impl FnOnce(&State) -> u64) -> u64 {
+pub(crate) fn read(f: impl FnOnce(&State) -> u64) -> u64 {
     guard(0, || f(&state::lock()))
 }
 
@@ -1676,8 +1760,12 @@ mod tests {
     /// The convention of the module docs, checked on this file's text.
     #[test]
     fn driver_exports_follow_the_convention() {
-        let text = include_str!("exports.rs");
-        let lines: Vec<&str> = text.lines().collect();
+        let files = [
+            include_str!("exports.rs"),
+            include_str!("capture.rs"),
+            include_str!("graph.rs"),
+        ];
+        let lines: Vec<&str> = files.iter().flat_map(|f| f.lines()).collect();
         let table: Vec<&str> = driver_functions().iter().map(|(n, _)| *n).collect();
         let mut exports = Vec::new();
         for (i, line) in lines.iter().enumerate() {
@@ -1715,6 +1803,6 @@ mod tests {
             table.len(),
             "driver_functions lists {table:?}"
         );
-        assert!(exports.len() >= 50);
+        assert!(exports.len() >= 85);
     }
 }

@@ -275,6 +275,8 @@ pub(crate) enum Work {
     Callback(StreamCallback, usize, usize),
     /// Marks an event's record complete.
     Marker(u64),
+    /// A graph launch's end, or a user object's destructor (graph.rs).
+    Graph(crate::graph::GraphJob),
 }
 
 #[derive(Debug)]
@@ -308,6 +310,8 @@ pub(crate) struct State {
     pub(crate) last_job: HashMap<Key, u64>,
     pub(crate) ctx_last_job: HashMap<usize, u64>,
     worker_started: bool,
+    /// Captures, graphs, executable graphs and user objects (capture.rs, graph.rs).
+    pub(crate) graphs: crate::graph::Graphs,
 }
 
 /// A fresh, never-freed heap address to serve as a handle.
@@ -354,6 +358,7 @@ impl State {
             last_job: HashMap::new(),
             ctx_last_job: HashMap::new(),
             worker_started: false,
+            graphs: crate::graph::Graphs::default(),
         };
         st.baseline = baseline;
         st.reset();
@@ -501,6 +506,14 @@ impl State {
 
     /// Queues `work` on stream `s`, starting the worker thread if needed.
     pub(crate) fn enqueue(&mut self, s: StreamRef, work: Work) -> Result<u64, CUresult> {
+        let seq = self.enqueue_detached(work)?;
+        self.last_job.insert(s.key, seq);
+        self.ctx_last_job.insert(s.ctx, seq);
+        Ok(seq)
+    }
+
+    /// Queues `work` on no stream (after everything queued so far).
+    pub(crate) fn enqueue_detached(&mut self, work: Work) -> Result<u64, CUresult> {
         if !self.worker_started {
             std::thread::Builder::new()
                 .name("cuda-mock-host-fns".into())
@@ -510,8 +523,6 @@ impl State {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.last_job.insert(s.key, seq);
-        self.ctx_last_job.insert(s.ctx, seq);
         self.queue.push_back(Job { seq, work });
         SHARED.work.notify_one();
         Ok(seq)
@@ -657,6 +668,7 @@ fn worker() {
                 };
                 st = lock();
             }
+            Work::Graph(job) => st = crate::graph::run_job(st, job),
         }
         st.completed = job.seq;
         SHARED.done.notify_all();
