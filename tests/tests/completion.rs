@@ -130,6 +130,9 @@ fn the_spin_sees_the_gpu_finish_while_the_host_function_thread_is_busy() {
     let s = ctx.new_stream().unwrap();
     let other = ctx.new_stream().unwrap();
     let buf = DeviceBuffer::new(&ctx, 1);
+    // The first launch of a kernel may load it, which waits for work in flight: not measured.
+    k.store_after_spin(&s, buf.ptr(), 3, Duration::from_millis(1));
+    s.synchronize().unwrap();
     // Hold the driver's host-function thread for 400 ms with a host function on another stream.
     let started = Arc::new(AtomicUsize::new(0));
     let flag = started.clone();

@@ -25,6 +25,18 @@ impl Drop for DropCount {
     }
 }
 
+/// A global-mode capture forbids potentially unsafe calls (`cuStreamSynchronize` among them) on
+/// every other thread whose mode is global: the test that makes one runs alone.
+static CAPTURE_MODES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn alongside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    CAPTURE_MODES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CAPTURE_MODES.write().unwrap_or_else(|e| e.into_inner())
+}
+
 fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
@@ -65,6 +77,7 @@ fn raw_end(s: sys::CUstream) -> CUresult {
 
 #[test]
 fn kernels_on_two_forks_and_a_host_function_replay_1000_times() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 3);
@@ -110,6 +123,7 @@ fn kernels_on_two_forks_and_a_host_function_replay_1000_times() {
 
 #[test]
 fn an_executable_graph_is_updated_with_new_kernel_parameters() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 2);
@@ -158,6 +172,7 @@ fn an_executable_graph_is_updated_with_new_kernel_parameters() {
 
 #[test]
 fn an_executable_graph_dropped_mid_replay_runs_and_frees_its_host_function_once() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let mut s = ctx.new_stream().unwrap();
@@ -197,6 +212,7 @@ fn an_executable_graph_dropped_mid_replay_runs_and_frees_its_host_function_once(
 
 #[test]
 fn events_recorded_and_waited_in_a_capture() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let (src, dst) = (DeviceBuffer::new(&ctx, 1), DeviceBuffer::new(&ctx, 1));
@@ -235,6 +251,7 @@ fn events_recorded_and_waited_in_a_capture() {
 
 #[test]
 fn rust_enqueues_into_a_capture_begun_elsewhere_and_status_is_seen_on_any_stream() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 2);
@@ -293,6 +310,7 @@ fn rust_enqueues_into_a_capture_begun_elsewhere_and_status_is_seen_on_any_stream
 
 #[test]
 fn run_once_host_functions_and_callbacks_are_refused_on_a_capturing_stream() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let raw = raw_stream_create(&ctx, 1);
     let framework = ();
@@ -351,6 +369,7 @@ fn futures_ready(c: cuda_stream::Completion) -> cuda_stream::Result<()> {
 
 #[test]
 fn a_panic_in_a_replay_is_reported_on_the_launch_stream() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let mut s = ctx.new_stream().unwrap();
     let other = ctx.new_stream().unwrap();
@@ -375,6 +394,7 @@ fn a_panic_in_a_replay_is_reported_on_the_launch_stream() {
 
 #[test]
 fn instantiate_options_upload_and_debug_dot() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 1);
@@ -411,6 +431,7 @@ fn instantiate_options_upload_and_debug_dot() {
 
 #[test]
 fn bad_input_is_a_clear_error_and_the_stream_stays_usable() {
+    let _modes = alone();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 1);
@@ -566,6 +587,7 @@ fn bad_input_is_a_clear_error_and_the_stream_stays_usable() {
 
 #[test]
 fn a_capture_that_fails_or_panics_leaves_no_graph_and_a_usable_stream() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 1);
@@ -604,6 +626,7 @@ fn a_capture_that_fails_or_panics_leaves_no_graph_and_a_usable_stream() {
 
 #[test]
 fn a_capture_scope_forks_from_other_threads() {
+    let _modes = alongside_others();
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 4);
