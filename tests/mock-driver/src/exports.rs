@@ -1260,3 +1260,7 @@ pub extern "C" fn cuda_mock_destroyed(handle: *mut c_void) -> c_int {
         None => -1,
     })
 }
+
+// Modules, kernels and device memory (after the helpers above, which they use).
+mod kernels;
+mod memory;

@@ -60,6 +60,15 @@
 //!   `CUDA_ERROR_INVALID_HANDLE`, one not complete gives `CUDA_ERROR_NOT_READY`.
 //!   `cuIpcGetEventHandle` needs `CU_EVENT_INTERPROCESS`; `cuIpcOpenEventHandle` in the same
 //!   process opens a new handle (to destroy separately) sharing the original's record state.
+//! - Modules, kernels and device memory (`device_model.rs`): `cuModuleLoadDataEx` takes PTX
+//!   text, whose `.entry` kernels (with their parameter sizes and `.maxntid`) become the module's
+//!   functions; text without one fails with `CUDA_ERROR_INVALID_PTX` and a `ptxas`-style error
+//!   log. Device memory is host memory behind never-reused fake addresses. Memsets,
+//!   device-to-device copies, the device side of host-to-device copies (the host side is read at
+//!   the call) and kernel launches (no-ops, counted) are queued on the stream and run by the
+//!   worker in order; a device-to-host copy waits for the stream and copies before returning.
+//!   `cuMemFree` and `cuModuleUnload` do not wait: queued work that reaches freed memory or an
+//!   unloaded module counts as a bad use. `cuLaunchKernel` keeps the parameter bytes it read.
 //! - Any use or destroy of a handle the mock did not create, or already destroyed, returns
 //!   `CUDA_ERROR_INVALID_HANDLE` (`CUDA_ERROR_INVALID_CONTEXT` for contexts), is counted, and
 //!   never crashes. No export unwinds into C: every body runs under `catch_unwind`, and a poisoned
@@ -88,6 +97,13 @@
 //! uint64_t cuda_mock_pending_host_fns(void);              // queued or running
 //! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
 //! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
+//! uint64_t cuda_mock_live_modules(void);
+//! uint64_t cuda_mock_live_allocations(void);
+//! uint64_t cuda_mock_kernels_run(void);                   // never reset
+//! int      cuda_mock_last_launch(uint32_t out[8]);        // grid, block, shared bytes, #params
+//! int64_t  cuda_mock_last_launch_param(uint32_t i, uint8_t *out, size_t cap); // its size, or -1
+//! int      cuda_mock_read_memory(uint64_t ptr, uint8_t *out, size_t len);     // 0, or -1
+//! void     cuda_mock_set_capture_status(void *stream, uint32_t status);       // cuStreamIsCapturing's answer
 //! ```
 //!
 //! A `name` is an exported symbol (`cuStreamDestroy_v2`) or the name C code writes
@@ -147,8 +163,12 @@
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
 //! `Mutex`) and call [`MockDriver::reset`] first.
 
+mod control_device;
+mod device_model;
 mod exports;
 mod state;
+
+pub use control_device::MockLaunch;
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;

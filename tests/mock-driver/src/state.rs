@@ -71,6 +71,22 @@ pub(crate) const EXPORTS: &[&str] = &[
     "cuIpcGetEventHandle",
     "cuIpcOpenEventHandle",
     "cuMemGetInfo_v2",
+    // Modules, kernels and device memory (`exports/kernels.rs`, `exports/memory.rs`).
+    "cuModuleLoadDataEx",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuFuncGetAttribute",
+    "cuFuncSetAttribute",
+    "cuLaunchKernel",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuStreamIsCapturing",
 ];
 
 /// The exported symbol meant by `name`: an exported name itself, or the name C code writes
@@ -264,6 +280,8 @@ pub(crate) enum Work {
     Callback(StreamCallback, usize, usize),
     /// Marks an event's record complete.
     Marker(u64),
+    /// A memset, a copy or a kernel (`device_model.rs`).
+    Device(crate::device_model::DeviceWork),
 }
 
 #[derive(Debug)]
@@ -297,6 +315,8 @@ pub(crate) struct State {
     pub(crate) last_job: HashMap<Key, u64>,
     pub(crate) ctx_last_job: HashMap<usize, u64>,
     worker_started: bool,
+    /// Modules, kernels and memory (`device_model.rs`).
+    pub(crate) device: crate::device_model::DeviceState,
 }
 
 /// A fresh, never-freed heap address to serve as a handle.
@@ -343,6 +363,7 @@ impl State {
             last_job: HashMap::new(),
             ctx_last_job: HashMap::new(),
             worker_started: false,
+            device: Default::default(),
         };
         st.baseline = baseline;
         st.reset();
@@ -544,6 +565,7 @@ impl State {
                 _ => {}
             }
         }
+        crate::device_model::release_ctx(self, handle);
         Ok(())
     }
 }
@@ -633,6 +655,7 @@ fn worker() {
                 unsafe { f(data as *mut c_void) };
                 st = lock();
             }
+            Work::Device(work) => crate::device_model::run(&mut st, work),
             Work::Callback(f, stream, data) => {
                 drop(st);
                 // SAFETY: as above, for `cuStreamAddCallback`: the callback gets the stream as
@@ -688,7 +711,7 @@ mod tests {
         for bad in [
             "fail=cuStreamCreate:0:2",
             "fail=cuStreamCreate:1",
-            "fail=cuMemAlloc:1:2",
+            "fail=cuTexObjectCreate:1:2",
             "fail=cuStreamCreate:1:CUDA_ERROR_NOPE",
             "version=abc",
             "devices=9",
@@ -709,7 +732,8 @@ mod tests {
             Some("cuEventElapsedTime_v2")
         );
         assert_eq!(canonical("cuMemGetInfo"), Some("cuMemGetInfo_v2"));
-        assert_eq!(canonical("cuMemAlloc"), None);
+        assert_eq!(canonical("cuMemAlloc"), Some("cuMemAlloc_v2"));
+        assert_eq!(canonical("cuTexObjectCreate"), None);
         assert_eq!(parse_code("600"), Some(CUresult::CUDA_ERROR_NOT_READY));
         assert_eq!(
             parse_code("CUDA_ERROR_NOT_READY"),

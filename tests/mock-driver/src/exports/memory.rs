@@ -1,0 +1,284 @@
+//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, the async memsets and copies, and
+//! `cuStreamIsCapturing` (which the safe buffer operations ask). The model is `device_model.rs`.
+
+use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
+
+use cuda_sys::{CUdeviceptr, CUresult, CUstream, CUstreamCaptureStatus};
+
+use super::{INVALID_VALUE, SUCCESS, api, put};
+use crate::device_model::{DeviceWork, MAX_ALLOCATION, check_range};
+use crate::state::{self, Work};
+
+/// `cuMemAlloc_v2`: `bytesize` bytes (filled with 0xa5, so forgotten initialisation shows) in
+/// the current context, at an address never handed out before. 0 bytes is
+/// `CUDA_ERROR_INVALID_VALUE`; more than 1 GiB is `CUDA_ERROR_OUT_OF_MEMORY`.
+///
+/// # Safety
+///
+/// `dptr` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    api("cuMemAlloc_v2", false, |mut st| {
+        if dptr.is_null() || bytesize == 0 {
+            return INVALID_VALUE;
+        }
+        let ctx = tri!(st.current_ctx());
+        if bytesize > MAX_ALLOCATION {
+            return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        let p = st.device.allocate(ctx, bytesize);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(dptr, p) };
+        SUCCESS
+    })
+}
+
+/// `cuMemFree_v2`: frees at once, without waiting for queued work (as the driver documents no
+/// ordering with streams): queued work that touches the memory later counts as a bad use. Needs a
+/// current context. Anything but the start of a live allocation is `CUDA_ERROR_INVALID_VALUE`,
+/// counted as a bad destroy.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is only looked up.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    api("cuMemFree_v2", false, |mut st| {
+        tri!(st.current_ctx());
+        let dev = &mut st.device;
+        match dev.allocs.get_mut(&dptr) {
+            Some(a) if a.alive => {
+                a.alive = false;
+                a.bytes = Vec::new();
+                dev.live_allocations -= 1;
+                SUCCESS
+            }
+            _ => {
+                st.counters.bad_destroys += 1;
+                INVALID_VALUE
+            }
+        }
+    })
+}
+
+/// A memset of `count` words of `width` bytes: checks the stream, the alignment and the range,
+/// then queues it.
+fn memset(
+    symbol: &'static str,
+    dst: CUdeviceptr,
+    width: usize,
+    value: u32,
+    count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if dst % width as u64 != 0 {
+            return INVALID_VALUE;
+        }
+        let Some(bytes) = count.checked_mul(width) else {
+            return INVALID_VALUE;
+        };
+        tri!(check_range(&mut st, dst, bytes));
+        if bytes > 0 {
+            let work = DeviceWork::Memset {
+                dst,
+                width,
+                value,
+                count,
+            };
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemsetD8Async`: queued on the stream after its earlier work.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is checked against the allocations.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst_device: CUdeviceptr,
+    uc: c_uchar,
+    n: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    memset("cuMemsetD8Async", dst_device, 1, u32::from(uc), n, h_stream)
+}
+
+/// `cuMemsetD16Async`: `dst_device` must be 2-byte aligned.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is checked against the allocations.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemsetD16Async(
+    dst_device: CUdeviceptr,
+    us: c_ushort,
+    n: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    memset(
+        "cuMemsetD16Async",
+        dst_device,
+        2,
+        u32::from(us),
+        n,
+        h_stream,
+    )
+}
+
+/// `cuMemsetD32Async`: `dst_device` must be 4-byte aligned.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is checked against the allocations.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemsetD32Async(
+    dst_device: CUdeviceptr,
+    ui: c_uint,
+    n: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    memset("cuMemsetD32Async", dst_device, 4, ui, n, h_stream)
+}
+
+/// `cuMemcpyDtoDAsync_v2`: both ranges inside live allocations; queued.
+///
+/// # Safety
+///
+/// None beyond the C contract; the addresses are checked against the allocations.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst_device: CUdeviceptr,
+    src_device: CUdeviceptr,
+    byte_count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api("cuMemcpyDtoDAsync_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        tri!(check_range(&mut st, dst_device, byte_count));
+        tri!(check_range(&mut st, src_device, byte_count));
+        if byte_count > 0 {
+            let work = DeviceWork::CopyDtoD {
+                dst: dst_device,
+                src: src_device,
+                bytes: byte_count,
+            };
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2`: reads the host memory at the call (as the driver stages pageable
+/// memory), and queues the write to the device.
+///
+/// # Safety
+///
+/// `src_host` is valid for `byte_count` bytes of reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst_device: CUdeviceptr,
+    src_host: *const c_void,
+    byte_count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api("cuMemcpyHtoDAsync_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if src_host.is_null() && byte_count > 0 {
+            return INVALID_VALUE;
+        }
+        tri!(check_range(&mut st, dst_device, byte_count));
+        if byte_count > 0 {
+            // SAFETY: the caller's promise.
+            let data = unsafe { std::slice::from_raw_parts(src_host.cast::<u8>(), byte_count) };
+            let work = DeviceWork::CopyHtoD {
+                dst: dst_device,
+                data: data.to_vec(),
+            };
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2`: waits for the stream's earlier work, then copies before returning (the
+/// driver's behaviour for pageable memory). Memory freed while waiting is a bad use.
+///
+/// # Safety
+///
+/// `dst_host` is valid for `byte_count` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst_host: *mut c_void,
+    src_device: CUdeviceptr,
+    byte_count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api("cuMemcpyDtoHAsync_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if dst_host.is_null() && byte_count > 0 {
+            return INVALID_VALUE;
+        }
+        tri!(check_range(&mut st, src_device, byte_count));
+        if byte_count == 0 {
+            return SUCCESS;
+        }
+        let target = st.last_job.get(&s.key).copied().unwrap_or(0);
+        let mut st = state::wait_until_done(st, target);
+        let Some(bytes) = st.device.slice_mut(src_device, byte_count) else {
+            st.counters.bad_uses += 1;
+            return INVALID_VALUE;
+        };
+        // SAFETY: the caller's promise; the source is the mock's own memory.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst_host.cast::<u8>(), byte_count) };
+        SUCCESS
+    })
+}
+
+/// `cuStreamIsCapturing`: this model has no stream capture of its own, so a live stream answers
+/// `CU_STREAM_CAPTURE_STATUS_NONE` unless `cuda_mock_set_capture_status` said otherwise for its
+/// handle.
+///
+/// # Safety
+///
+/// `capture_status` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamIsCapturing(
+    h_stream: CUstream,
+    capture_status: *mut CUstreamCaptureStatus,
+) -> CUresult {
+    api("cuStreamIsCapturing", false, |mut st| {
+        tri!(st.stream(h_stream));
+        if capture_status.is_null() {
+            return INVALID_VALUE;
+        }
+        let status = st
+            .device
+            .capture_status
+            .get(&(h_stream as usize))
+            .map_or(CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE, |&s| {
+                CUstreamCaptureStatus(s)
+            });
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(capture_status, status) };
+        SUCCESS
+    })
+}
+
+/// Makes `cuStreamIsCapturing` answer `status` (a `CUstreamCaptureStatus`) for the stream handle
+/// `stream`; `CU_STREAM_CAPTURE_STATUS_NONE` (0) forgets it.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_set_capture_status(stream: *mut c_void, status: u32) {
+    super::guard((), || {
+        let mut st = state::lock();
+        if status == 0 {
+            st.device.capture_status.remove(&(stream as usize));
+        } else {
+            st.device.capture_status.insert(stream as usize, status);
+        }
+    });
+}
