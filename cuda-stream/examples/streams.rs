@@ -1,5 +1,8 @@
-//! The main example: two streams ordered by an event, a host function, a current-stream guard,
-//! elapsed time, a pool lease and a fork/join scope on device 0.
+//! The main example: real work on device 0. A SAXPY kernel that ships as PTX text (the driver
+//! compiles it; no CUDA toolkit) runs over 4 Mi floats on two streams of different priorities,
+//! ordered by events, timed by events, and checked on the host; then host functions run in
+//! order, a current-stream guard names a stream for other libraries, and a fork/join scope with
+//! pooled streams splits the work in two.
 //!
 //! ```sh
 //! cargo run --release -p cuda-stream --example streams
@@ -10,14 +13,62 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use cuda_stream::{
-    AsStream, Device, Error, EventOptions, StreamOptions, StreamPool, current_stream,
+    AsStream, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function, LaunchConfig, Module,
+    StreamOptions, StreamPool, current_stream, kernel_args,
 };
+
+/// `y[i] = a * x[i] + y[i]` for `i < n`, one thread per element.
+const SAXPY_PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry saxpy(
+    .param .u32 saxpy_n,
+    .param .f32 saxpy_a,
+    .param .u64 saxpy_x,
+    .param .u64 saxpy_y
+)
+{
+    .reg .pred  %p<2>;
+    .reg .b32   %r<6>;
+    .reg .f32   %f<5>;
+    .reg .b64   %rd<8>;
+
+    ld.param.u32        %r1, [saxpy_n];
+    ld.param.f32        %f1, [saxpy_a];
+    ld.param.u64        %rd1, [saxpy_x];
+    ld.param.u64        %rd2, [saxpy_y];
+    mov.u32             %r2, %ctaid.x;
+    mov.u32             %r3, %ntid.x;
+    mov.u32             %r4, %tid.x;
+    mad.lo.s32          %r5, %r2, %r3, %r4;
+    setp.ge.u32         %p1, %r5, %r1;
+    @%p1 bra            $L_done;
+    cvta.to.global.u64  %rd3, %rd1;
+    cvta.to.global.u64  %rd4, %rd2;
+    mul.wide.u32        %rd5, %r5, 4;
+    add.s64             %rd6, %rd3, %rd5;
+    add.s64             %rd7, %rd4, %rd5;
+    ld.global.f32       %f2, [%rd6];
+    ld.global.f32       %f3, [%rd7];
+    fma.rn.f32          %f4, %f1, %f2, %f3;
+    st.global.f32       [%rd7], %f4;
+$L_done:
+    ret;
+}
+"#;
+
+/// Elements per vector: 4 Mi floats, 16 MiB each.
+const N: usize = 1 << 22;
 
 fn main() -> ExitCode {
     match run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(Error::Load(e)) => {
             eprintln!("no CUDA driver found: {e}");
             eprintln!("this example needs an NVIDIA GPU and its driver (libcuda)");
@@ -35,7 +86,43 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> cuda_stream::Result<()> {
+/// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream`: a stream, or (later) a graph capture.
+///
+/// # Safety
+///
+/// `x` and `y` are device addresses of at least `n` floats in the kernel's context that stay
+/// allocated until the work has run (and for every launch of a graph it is captured into).
+unsafe fn saxpy(
+    stream: &impl Enqueue,
+    kernel: &Function<'_>,
+    n: usize,
+    a: f32,
+    x: u64,
+    y: u64,
+) -> cuda_stream::Result<()> {
+    let n = u32::try_from(n).expect("fewer than 2^32 elements");
+    let config = LaunchConfig::for_elements(n, 256);
+    // SAFETY: `saxpy` takes (u32, f32, pointer, pointer) and touches x[..n] and y[..n], which
+    // the caller keeps allocated.
+    unsafe { kernel.launch(stream, config, &kernel_args![n, a, x, y]) }
+}
+
+/// Bytes moved per second by a SAXPY over `n` floats (two reads and a write each).
+fn gb_per_s(n: usize, t: Duration) -> f64 {
+    (3 * 4 * n) as f64 / t.as_secs_f64() / 1e9
+}
+
+/// Counts the results that differ from `expected(i)`, and says so.
+fn wrong_results(what: &str, got: &[f32], expected: impl Fn(usize) -> f32) -> usize {
+    let wrong = (0..got.len()).filter(|&i| got[i] != expected(i)).count();
+    if wrong > 0 {
+        eprintln!("{what}: {wrong} of {} results are wrong", got.len());
+    }
+    wrong
+}
+
+/// Runs everything; `Ok(false)` if a result was wrong.
+fn run() -> cuda_stream::Result<bool> {
     let count = Device::count()?;
     let version = cuda_stream::driver_version()?;
     println!(
@@ -44,71 +131,128 @@ fn run() -> cuda_stream::Result<()> {
     );
     if count == 0 {
         println!("no CUDA device: nothing to run");
-        return Ok(());
+        return Ok(true);
     }
     let device = Device::new(0)?;
     let ctx = device.primary_context()?;
     let range = ctx.priority_range()?;
     println!("device 0: {}, stream priorities {range}", device.name()?);
 
-    let producer = ctx.new_stream_with(StreamOptions::new().priority(range.greatest()))?;
-    let consumer = ctx.new_stream()?;
+    // Two streams: `high` is scheduled ahead of `low` when both have work ready.
+    let high = ctx.new_stream_with(StreamOptions::new().priority(range.greatest()))?;
+    let low = ctx.new_stream_with(StreamOptions::new().priority(range.least()))?;
     println!(
-        "producer: priority {}, non-blocking {}, id {}",
-        producer.priority()?,
-        producer.is_nonblocking()?,
-        producer.id()?
+        "streams: high priority {}, low priority {}",
+        high.priority()?,
+        low.priority()?
     );
+
+    let module = Module::from_ptx(&ctx, SAXPY_PTX)?;
+    let kernel = module.function("saxpy")?;
+    println!(
+        "saxpy JIT-compiled from PTX for sm_{}: {} registers, up to {} threads a block",
+        kernel.binary_version()?,
+        kernel.registers()?,
+        kernel.max_threads_per_block()
+    );
+
+    // `low` uploads x and sets y to 1; `high` waits for that, computes y = 2x + y; `low` waits
+    // for `high` and computes y = -x + y. Each kernel is timed by events on its own stream.
+    let host_x: Vec<f32> = (0..N).map(|i| (i % 4096) as f32).collect();
+    let x = DeviceBuffer::from_host(&ctx, &low, &host_x)?;
+    let y = DeviceBuffer::<f32>::alloc(&ctx, N)?;
+    y.fill(&low, 1.0)?;
+    let ready = low.record_event()?;
 
     let timed = EventOptions::new().timing(true);
-    let start = producer.record_event_with(timed)?;
+    high.wait_event(&ready)?;
+    let high_start = high.record_event_with(timed)?;
+    // SAFETY: `x` and `y` hold N floats and live until the end of this function, after the
+    // streams are synchronised (dropping them would wait for the work anyway).
+    unsafe { saxpy(&high, &kernel, N, 2.0, x.device_ptr(), y.device_ptr()) }?;
+    let high_end = high.record_event_with(timed)?;
+
+    low.wait_event(&high_end)?;
+    let low_start = low.record_event_with(timed)?;
+    // SAFETY: as above.
+    unsafe { saxpy(&low, &kernel, N, -1.0, x.device_ptr(), y.device_ptr()) }?;
+    let low_end = low.record_event_with(timed)?;
+
+    // Host functions run in stream order too: `low`'s runs after `high`'s.
     let order = Arc::new(AtomicUsize::new(0));
     let seen = order.clone();
-    producer.launch_host_func(move || {
+    high.launch_host_func(move || {
         seen.fetch_add(1, Ordering::SeqCst);
     })?;
-    let end = producer.record_event_with(timed)?;
-
-    consumer.wait_event(&end)?;
-    consumer.wait_stream(&producer)?;
+    low.wait_stream(&high)?;
     let seen = order.clone();
-    consumer.launch_host_func(move || {
-        // Runs after the producer's host function, thanks to the wait.
-        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    low.launch_host_func(move || {
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "after high's host function");
         seen.fetch_add(1, Ordering::SeqCst);
     })?;
-    consumer.synchronize()?;
-    end.synchronize()?;
+
+    let result = y.to_vec(&low)?; // waits for `low`, and so for everything above
+    if wrong_results("two streams", &result, |i| host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    let (t_high, t_low) = (
+        high_end.elapsed_since(&high_start)?,
+        low_end.elapsed_since(&low_start)?,
+    );
     println!(
-        "host functions ran in order ({}), producer span {:?}",
-        order.load(Ordering::SeqCst),
-        end.elapsed_since(&start)?
+        "saxpy over {N} floats on high then low: {:.1} us ({:.0} GB/s), {:.1} us ({:.0} GB/s); \
+         all {N} results checked",
+        t_high.as_secs_f64() * 1e6,
+        gb_per_s(N, t_high),
+        t_low.as_secs_f64() * 1e6,
+        gb_per_s(N, t_low),
+    );
+    println!(
+        "host functions ran in order ({})",
+        order.load(Ordering::SeqCst)
     );
 
+    // A current-stream guard: code that asks for "the current stream" gets `low`.
     {
-        let _guard = consumer.make_current();
+        let _guard = low.make_current();
         current_stream(&ctx, |s| {
-            println!(
-                "current stream is the consumer: {}",
-                s == consumer.as_stream()
-            )
+            println!("current stream is low: {}", s == low.as_stream())
         });
     }
 
+    // A pool lease: a stream no other lease gets while this one lives.
     let pool = StreamPool::new(&ctx, StreamOptions::new());
     let lease = pool.acquire()?;
-    lease.wait_stream(&consumer)?;
+    lease.wait_stream(&low)?;
+    high.wait_stream(&lease)?;
+    println!("leased a stream from a pool of {}", pool.created());
     drop(lease);
 
-    let joined = producer.scope(|s| {
-        let a = s.fork()?;
-        let b = s.fork()?;
-        a.launch_host_func(|| ())?;
-        b.launch_host_func(|| ())?;
-        Ok(a != b)
+    // Fork/join: two forks each take half of the vectors (y = x + y); `high` waits for both
+    // when the scope ends, however it ends.
+    let half = N / 2;
+    let offset = (half * std::mem::size_of::<f32>()) as u64;
+    high.scope(|s| {
+        let (a, b) = (s.fork()?, s.fork()?);
+        // SAFETY: each fork touches its own half of `x` and `y`, which outlive the scope's work.
+        unsafe {
+            saxpy(&a, &kernel, half, 1.0, x.device_ptr(), y.device_ptr())?;
+            saxpy(
+                &b,
+                &kernel,
+                N - half,
+                1.0,
+                x.device_ptr() + offset,
+                y.device_ptr() + offset,
+            )?;
+        }
+        Ok(())
     })?;
-    producer.synchronize()?;
-    println!("fork/join with two distinct forks: {joined}");
+    let result = y.to_vec(&high)?;
+    if wrong_results("fork/join", &result, |i| 2.0 * host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    println!("fork/join over two forks of the context's pool: all {N} results checked");
     println!("ok");
-    Ok(())
+    Ok(true)
 }
