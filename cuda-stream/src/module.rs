@@ -484,8 +484,9 @@ impl<'m> Function<'m> {
         self.unsigned(ffi::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
     }
 
-    /// The PTX virtual architecture it was compiled for, as `10 * major + minor` (`50` for
-    /// `compute_50`; `CU_FUNC_ATTRIBUTE_PTX_VERSION`).
+    /// The PTX version of the kernel, as `10 * major + minor`, as the driver reports it
+    /// (`CU_FUNC_ATTRIBUTE_PTX_VERSION`: the virtual architecture it was compiled for, such as
+    /// `50` for `.target sm_50`).
     pub fn ptx_version(self) -> Result<u32> {
         self.unsigned(ffi::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PTX_VERSION)
     }

@@ -45,7 +45,7 @@ pub(crate) struct Entry {
 pub(crate) struct ModuleRec {
     pub(crate) ctx: usize,
     pub(crate) entries: Vec<Entry>,
-    /// `.version 7.0` as 70.
+    /// `.target sm_50` as 50 (`CU_FUNC_ATTRIBUTE_PTX_VERSION`).
     pub(crate) ptx_version: i32,
     pub(crate) alive: bool,
 }
@@ -264,7 +264,7 @@ fn param_size(decl: &str) -> Result<usize, String> {
     Ok(size * count)
 }
 
-/// The kernels of PTX text and its `.version` (as `10 * major + minor`), or a `ptxas`-style
+/// The kernels of PTX text and its `.target` architecture (`sm_50` as 50), or a `ptxas`-style
 /// error message.
 pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
     // Comments out.
@@ -279,14 +279,21 @@ pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
         .nth(1)
         .ok_or("ptxas fatal   : no .version directive (cuda-mock-driver)")?;
     let (major, minor) = version.split_once('.').unwrap_or((version, "0"));
-    let ptx_version = match (major.parse::<i32>(), minor.parse::<i32>()) {
-        (Ok(a), Ok(b)) => 10 * a + b,
-        _ => {
-            return Err(format!(
-                "ptxas fatal   : bad .version `{version}` (cuda-mock-driver)"
-            ));
-        }
-    };
+    if major.parse::<u32>().is_err() || minor.parse::<u32>().is_err() {
+        return Err(format!(
+            "ptxas fatal   : bad .version `{version}` (cuda-mock-driver)"
+        ));
+    }
+    let target = clean
+        .split_whitespace()
+        .skip_while(|t| *t != ".target")
+        .nth(1)
+        .ok_or("ptxas fatal   : no .target directive (cuda-mock-driver)")?;
+    let ptx_version = target
+        .trim_end_matches(',')
+        .strip_prefix("sm_")
+        .and_then(|a| a.trim_end_matches(char::is_alphabetic).parse::<i32>().ok())
+        .ok_or_else(|| format!("ptxas fatal   : unknown .target `{target}` (cuda-mock-driver)"))?;
     let mut entries: Vec<Entry> = Vec::new();
     let mut rest = clean.as_str();
     while let Some(i) = rest.find(".entry") {
@@ -357,14 +364,14 @@ mod tests {
     #[test]
     fn parses_entries_params_and_maxntid() {
         let (entries, version) = parse_ptx(
-            ".version 7.8\n.target sm_50\n// .entry commented(\n\
+            ".version 7.8\n.target sm_90a\n// .entry commented(\n\
              .visible .entry a(\n .param .u64 a_0, // the pointer\n .param .u32 a_1\n)\n{ ret; }\n\
              .entry b .maxntid 128, 2, 1\n{ ret; }\n\
              .visible .entry c(.param .align 8 .b8 c_0[24], .param .f64 c_1, .param .u64 .ptr .global .align 4 c_2)\n\
              .maxntid 64\n{ ret; }\n",
         )
         .unwrap();
-        assert_eq!(version, 78);
+        assert_eq!(version, 90);
         assert_eq!(
             entries,
             vec![
@@ -399,7 +406,12 @@ mod tests {
                 .unwrap_err()
                 .contains(".version")
         );
-        assert!(parse_ptx(".version 7.0\n.entry a(.param x) {}").is_err());
+        assert!(
+            parse_ptx(".version 7.0\n.entry a() {}")
+                .unwrap_err()
+                .contains(".target")
+        );
+        assert!(parse_ptx(".version 7.0\n.target sm_50\n.entry a(.param x) {}").is_err());
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn a_module_loads_from_ptx_with_its_logs_and_kernels() {
         assert_eq!(saxpy.context_raw(), ctx.raw());
         assert_eq!(saxpy.max_threads_per_block(), 1024);
         assert_eq!(saxpy.registers().unwrap(), 16 + 2 * 4);
-        assert_eq!(saxpy.ptx_version().unwrap(), 70);
+        assert_eq!(saxpy.ptx_version().unwrap(), 50);
         assert_eq!(saxpy.binary_version().unwrap(), 90);
         assert_eq!(saxpy.static_shared_memory().unwrap(), 0);
         assert_eq!(saxpy.local_memory().unwrap(), 0);
