@@ -27,6 +27,11 @@
 ///   patterns, and nothing whose meaning depends on host memory (a `Box`, a `Vec`).
 /// - The type has no padding bytes (add explicit fields instead): values are read as bytes, and
 ///   padding is uninitialised memory.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not `DeviceCopy`: its bytes cannot travel to and from the device as they are",
+    label = "not `DeviceCopy`",
+    note = "kernel arguments and buffer values are integers, floats, arrays of them, or `#[repr(C)]` structs that implement `DeviceCopy`; pass a buffer to a kernel as its `device_ptr()`"
+)]
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 
 macro_rules! device_copy {
