@@ -165,7 +165,10 @@ pub unsafe fn memcpy_dtoh_async<T: DeviceCopy>(
 /// operations therefore refuse a stream that is capturing ([`Error::Capturing`], asked with
 /// `cuStreamIsCapturing`); record buffer work into a graph with the `unsafe` raw functions
 /// ([`memset_d32_async`], ...) on [`device_ptr`](DeviceBuffer::device_ptr), or with a kernel,
-/// whose contracts make the caller keep the buffer alive while the graph can run.
+/// whose contracts make the caller keep the buffer alive while the graph can run. Allocate and
+/// drop buffers outside captures, as with `cudaMalloc` and `cudaFree`: during a global or
+/// thread-local capture the driver refuses the wait before the free, so a buffer dropped there
+/// stays allocated (and the capture is invalidated).
 ///
 /// ```no_run
 /// use cuda_stream::{Context, DeviceBuffer};
@@ -303,11 +306,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Allocates a buffer in `ctx` holding a copy of `data`: copies on `stream` (of `ctx`) and
     /// waits for it, so `data` is free again on return.
     pub fn from_host(ctx: &Context, stream: impl AsStream, data: &[T]) -> Result<DeviceBuffer<T>> {
-        if stream.as_stream().context_raw() != ctx.raw() {
-            return Err(Error::ContextMismatch { what: "the stream" });
-        }
+        let view = stream.as_stream();
+        // Checked before allocating: a buffer dropped during a capture could not be freed.
+        drop(prepare(
+            ctx.raw(),
+            (view.raw(), view.context_raw()),
+            "DeviceBuffer::from_host",
+        )?);
         let buf = DeviceBuffer::alloc(ctx, data.len())?;
-        buf.copy_from_host(stream, data)?;
+        buf.copy_from_host(view, data)?;
         Ok(buf)
     }
 

@@ -548,6 +548,7 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
         // A stream that is capturing a graph: the safe operations refuse it before enqueueing
         // anything (the graph could run after the buffer is freed).
         let allocations = m.live_allocations();
+        let syncs = m.calls("cuCtxSynchronize");
         let memsets = m.calls("cuMemsetD32Async");
         m.set_capture_status(
             s.raw(),
@@ -567,6 +568,10 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
         capturing(
             DeviceBuffer::<u32>::zeroed(&ctx, &s, 4).map(drop),
             "DeviceBuffer::zeroed",
+        );
+        capturing(
+            DeviceBuffer::<u32>::from_host(&ctx, &s, &[1]).map(drop),
+            "DeviceBuffer::from_host",
         );
         let err = a.fill(&s, 1).unwrap_err();
         assert_eq!(
