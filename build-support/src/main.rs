@@ -11,8 +11,18 @@
 //!
 //! `check` regenerates into a temporary folder and fails on any difference with what is
 //! committed, so the bindings cannot drift from the generator.
+//!
+//! Three bindgen runs feed it: `cuda.h` as a default build sees it (the types and the C names),
+//! as a per-thread-default-stream build sees it (the `_ptds` / `_ptsz` functions), and
+//! `cudaTypedefs.h` as the driver's own build sees it (`__CUDA_API_VERSION_INTERNAL`): every
+//! `PFN_cuX_v<version>` typedef, the declarations of the older exported symbols, and the few
+//! types only those use. Each typedef is matched to its exported symbol (`cuX`, `cuX_v2`, ... in
+//! ABI order, newest to newest, parameter types checked), which gives every binding its ABI
+//! version, and every ABI of a function with several becomes a binding of its own
+//! (`cuX_v<version>`). The files: `types.rs`, `functions.rs` (the `pfn`, `fns`, `Driver` and
+//! C-shaped items), `symbols.rs` (the table of bindings, plain data), `typedefs.rs`, `results.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -61,7 +71,10 @@ fn run() -> Result<()> {
     let out_dir = root.join("cuda-sys/src/generated");
     match mode.as_str() {
         "generate" => {
-            let files = generate(&include)?;
+            let (files, report) = generate(&include)?;
+            for line in &report.lines {
+                println!("{line}");
+            }
             for (name, text) in &files {
                 std::fs::write(out_dir.join(name), text).map_err(|e| format!("{name}: {e}"))?;
             }
@@ -69,7 +82,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         "check" => {
-            let files = generate(&include)?;
+            let (files, _) = generate(&include)?;
             let tmp = std::env::temp_dir().join(format!("cuda-sys-check-{}", std::process::id()));
             std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
             let mut stale = Vec::new();
@@ -159,20 +172,55 @@ fn fetch_wheel(root: &Path) -> Result<PathBuf> {
     Ok(unpacked.join(WHEEL_INCLUDE))
 }
 
-/// One driver function as the generated code exposes it.
-struct Function {
-    /// The name a C programmer writes (`cuStreamDestroy`).
-    name: String,
-    /// The exported symbol the header maps that name to (`cuStreamDestroy_v2`).
-    symbol: String,
-    /// `name: Type` pairs, as bindgen wrote them.
+/// A C function's parameters (`name: Type`, as bindgen wrote them) and return type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Signature {
     params: Vec<(String, String)>,
     ret: String,
-    /// The CUDA version that introduced this ABI, from `cudaTypedefs.h`.
-    since: u32,
 }
 
-fn generate(include: &Path) -> Result<Vec<(String, String)>> {
+/// One `PFN_cuX_v12080` (or `PFN_cuX_v7000_ptsz`) typedef of `cudaTypedefs.h`: one ABI of a
+/// driver function.
+#[derive(Debug, Clone)]
+struct Pfn {
+    /// The typedef's name.
+    typedef: String,
+    /// The name to ask `cuGetProcAddress` for (`cuX`).
+    base: String,
+    /// The ABI's CUDA version (`1000 * major + 10 * minor`).
+    version: u32,
+    /// `""`, `"_ptds"` or `"_ptsz"`.
+    per_thread: &'static str,
+    sig: Signature,
+}
+
+/// One binding as the generated code exposes it.
+#[derive(Debug, Clone)]
+struct Function {
+    /// The binding's name: the name a C programmer writes (`cuStreamDestroy`), or for an older
+    /// ABI kept reachable, the base name and the PFN suffix (`cuEventElapsedTime_v2000`).
+    name: String,
+    /// The exported symbol (`cuStreamDestroy_v2`).
+    symbol: String,
+    /// The name `cuGetProcAddress` knows the function by (`cuStreamDestroy`).
+    base: String,
+    /// A `_ptds` / `_ptsz` variant, asked for with the per-thread flag.
+    per_thread: bool,
+    sig: Signature,
+    /// The CUDA version of this ABI, from `cudaTypedefs.h` (0: not recorded there).
+    since: u32,
+    /// The `cudaTypedefs.h` typedef of this ABI.
+    pfn: Option<String>,
+}
+
+/// What `generate` produces besides the files: the choices a reader of the output may want
+/// to check, printed by the `report` mode.
+#[derive(Debug, Default)]
+struct Report {
+    lines: Vec<String>,
+}
+
+fn generate(include: &Path) -> Result<(Vec<(String, String)>, Report)> {
     let header = include.join("cuda.h");
     let header_text =
         std::fs::read_to_string(&header).map_err(|e| format!("{}: {e}", header.display()))?;
@@ -183,46 +231,177 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
             header.display()
         ));
     }
-    let typedefs = std::fs::read_to_string(include.join("cudaTypedefs.h")).unwrap_or_default();
+    let typedefs_h = include.join("cudaTypedefs.h");
+    if !typedefs_h.is_file() {
+        return Err(format!("{}: missing", typedefs_h.display()));
+    }
+    let include_arg = format!("-I{}", include.display());
+    let mut report = Report::default();
 
-    let file = run_bindgen(&header, &[])?;
+    let file = run_bindgen(&header, &[], false)?;
     // The same header as a per-thread-default-stream build sees it: its `_ptds` / `_ptsz`
     // functions are part of the API too, bound under their exported names.
-    let per_thread = run_bindgen(&header, &["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"])?;
+    let per_thread = run_bindgen(&header, &["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"], false)?;
+    // cudaTypedefs.h (and through it cuda.h) as the driver's own build sees them: every ABI's
+    // typedef, and the declarations of the older exported symbols (`cuEventElapsedTime`,
+    // `cuCtxCreate_v2`, ...). `_ODR` keeps the enums as a default build has them.
+    let internal = run_bindgen(
+        &typedefs_h,
+        &[
+            &include_arg,
+            "-D__CUDA_API_VERSION_INTERNAL",
+            "-D__CUDA_API_VERSION_INTERNAL_ODR",
+        ],
+        true,
+    )?;
 
     let aliases = parse_aliases(&header_text);
-    let since = parse_since(&typedefs);
 
     let mut type_items = Vec::new();
-    let mut raw_fns = Vec::new();
+    let mut default_fns = Vec::new();
     let mut results = Vec::new();
+    // Every exported symbol any of the three runs declares, with its signature.
+    let mut decls: BTreeMap<String, Signature> = BTreeMap::new();
+    let mut add_decl = |f: &syn::ForeignItemFn| -> Result<String> {
+        let symbol = f.sig.ident.to_string();
+        let sig = signature_of_fn(f)?;
+        // Parameter names may differ between declarations; the first one's are kept.
+        match decls.get(&symbol) {
+            Some(old) if !same_types(old, &sig, &HashMap::new()) => {
+                return Err(format!("{symbol}: declared twice, differently"));
+            }
+            Some(_) => {}
+            None => {
+                decls.insert(symbol.clone(), sig);
+            }
+        }
+        Ok(symbol)
+    };
     for item in per_thread.items {
         if let syn::Item::ForeignMod(fm) = item {
             for fi in fm.items {
                 if let syn::ForeignItem::Fn(f) = fi {
                     let name = f.sig.ident.to_string();
                     if name.ends_with("_ptds") || name.ends_with("_ptsz") {
-                        raw_fns.push(f);
+                        default_fns.push(add_decl(&f)?);
                     }
                 }
             }
         }
     }
+    let mut default_type_tokens = HashMap::new();
     for item in file.items {
         match item {
             syn::Item::ForeignMod(fm) => {
                 for fi in fm.items {
                     if let syn::ForeignItem::Fn(f) = fi {
-                        raw_fns.push(f);
+                        default_fns.push(add_decl(&f)?);
                     }
                 }
             }
             mut other => {
                 collect_results(&other, &mut results);
                 strip_docs(&mut other);
+                default_type_tokens.insert(tokens(&other), item_name(&other));
                 type_items.push(other);
             }
         }
+    }
+    let default_names: HashSet<String> = default_type_tokens.values().flatten().cloned().collect();
+
+    // The internal run: the older symbols' declarations, the PFN typedefs, and the types only
+    // the older ABIs use (`CUDA_MEMCPY2D_v1`, ...), appended to the default build's types.
+    let mut pfn_items = Vec::new();
+    let mut extra_types = Vec::new();
+    for item in internal.items {
+        match item {
+            syn::Item::ForeignMod(fm) => {
+                for fi in fm.items {
+                    if let syn::ForeignItem::Fn(f) = fi {
+                        add_decl(&f)?;
+                    }
+                }
+            }
+            syn::Item::Type(t) if t.ident.to_string().starts_with("PFN_") => pfn_items.push(t),
+            mut other => {
+                strip_docs(&mut other);
+                if default_type_tokens.contains_key(&tokens(&other)) {
+                    continue;
+                }
+                if let Some(name) = item_name(&other) {
+                    if default_names.contains(&name) {
+                        return Err(format!(
+                            "{name}: the driver's internal view of cuda.h defines it differently"
+                        ));
+                    }
+                }
+                extra_types.push(other);
+            }
+        }
+    }
+    report.lines.push(format!(
+        "{} types only the older ABIs use",
+        extra_types
+            .iter()
+            .filter(|i| item_name(i).is_some())
+            .count()
+    ));
+    type_items.extend(extra_types);
+
+    let type_aliases = collect_type_aliases(&type_items);
+    let mut pfns = Vec::new();
+    for t in &pfn_items {
+        pfns.push(parse_pfn(t)?);
+    }
+
+    // Which exported symbol each PFN typedef describes. The symbols of one function are
+    // `cuX`, `cuX_v2`, `cuX_v3`, ... (each with the same `_ptds`/`_ptsz` suffix as its typedef)
+    // in the order of their ABI versions; they are matched newest to newest, and each pair's
+    // parameter types must agree.
+    let mut symbols_by_group: BTreeMap<(String, &str), Vec<(u32, String)>> = BTreeMap::new();
+    for symbol in decls.keys() {
+        let (base, n, pt) = split_symbol(symbol);
+        symbols_by_group
+            .entry((base.to_string(), pt))
+            .or_default()
+            .push((n, symbol.clone()));
+    }
+    let mut pfns_by_group: BTreeMap<(String, &str), Vec<Pfn>> = BTreeMap::new();
+    for p in &pfns {
+        pfns_by_group
+            .entry((p.base.clone(), p.per_thread))
+            .or_default()
+            .push(p.clone());
+    }
+    // exported symbol -> its PFN.
+    let mut pfn_of: HashMap<String, Pfn> = HashMap::new();
+    let mut unmatched_pfns = Vec::new();
+    for (group, list) in &mut pfns_by_group {
+        list.sort_by_key(|p| p.version);
+        let mut syms = symbols_by_group.get(group).cloned().unwrap_or_default();
+        syms.sort();
+        let mut s = syms.iter().rev();
+        for p in list.iter().rev() {
+            match s.next() {
+                Some((_, symbol)) => {
+                    let decl = &decls[symbol];
+                    if !same_types(decl, &p.sig, &type_aliases) {
+                        return Err(format!(
+                            "{symbol} does not have the signature of {}: {decl:?} vs {:?}",
+                            p.typedef, p.sig
+                        ));
+                    }
+                    pfn_of.insert(symbol.clone(), p.clone());
+                }
+                None => unmatched_pfns.push(p.typedef.clone()),
+            }
+        }
+    }
+    if !unmatched_pfns.is_empty() {
+        report.lines.push(format!(
+            "typedefs whose exported symbol cuda.h does not declare (not bound): {}",
+            unmatched_pfns.join(", ")
+        ));
     }
 
     // symbol -> the C name that maps to it (identity when no #define renames it).
@@ -230,39 +409,80 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
     for (name, target) in &aliases {
         by_symbol.insert(target.clone(), name.clone());
     }
-    let mut functions = Vec::new();
-    for f in raw_fns {
-        let symbol = f.sig.ident.to_string();
-        let name = by_symbol
-            .get(&symbol)
-            .cloned()
-            .unwrap_or_else(|| symbol.clone());
-        let mut params = Vec::new();
-        for input in &f.sig.inputs {
-            if let syn::FnArg::Typed(pt) = input {
-                let pat = tokens(&pt.pat);
-                let ty = tokens(&pt.ty);
-                params.push((pat, ty));
-            } else {
-                return Err(format!("{symbol}: unexpected receiver"));
+    let binding = |name: String, symbol: &str| -> Function {
+        let sig = decls[symbol].clone();
+        match pfn_of.get(symbol) {
+            Some(p) => Function {
+                name,
+                symbol: symbol.to_string(),
+                base: p.base.clone(),
+                per_thread: !p.per_thread.is_empty(),
+                sig,
+                since: p.version,
+                pfn: Some(p.typedef.clone()),
+            },
+            None => {
+                let (base, _, pt) = split_symbol(symbol);
+                Function {
+                    name,
+                    symbol: symbol.to_string(),
+                    base: base.to_string(),
+                    per_thread: !pt.is_empty(),
+                    sig,
+                    since: 0,
+                    pfn: None,
+                }
             }
         }
-        if f.sig.variadic.is_some() {
-            return Err(format!("{symbol}: variadic functions are not supported"));
+    };
+    let mut functions = Vec::new();
+    let mut without_pfn = Vec::new();
+    for symbol in &default_fns {
+        let name = by_symbol
+            .get(symbol)
+            .cloned()
+            .unwrap_or_else(|| symbol.clone());
+        let f = binding(name, symbol);
+        if f.pfn.is_none() {
+            without_pfn.push(f.name.clone());
         }
-        let ret = match &f.sig.output {
-            syn::ReturnType::Default => "()".to_string(),
-            syn::ReturnType::Type(_, t) => tokens(t),
-        };
-        let since = since_for(&since, &symbol, params.len());
-        functions.push(Function {
-            name,
-            symbol,
-            params,
-            ret,
-            since,
-        });
+        functions.push(f);
     }
+    if !without_pfn.is_empty() {
+        report.lines.push(format!(
+            "functions without a typedef (ABI version 0, resolved by their exported name): {}",
+            without_pfn.join(", ")
+        ));
+    }
+    // Every ABI of a function that has more than one, under the typedef's suffix.
+    let mut variants = 0;
+    for ((base, pt), list) in &pfns_by_group {
+        let matched: Vec<&Pfn> = list
+            .iter()
+            .filter(|p| pfn_of.values().any(|q| q.typedef == p.typedef))
+            .collect();
+        if matched.len() < 2 {
+            continue;
+        }
+        for p in matched {
+            let symbol = pfn_of
+                .iter()
+                .find(|(_, q)| q.typedef == p.typedef)
+                .map(|(s, _)| s.clone())
+                .expect("matched above");
+            let name = format!("{base}_v{}{pt}", p.version);
+            if functions.iter().any(|f| f.name == name) {
+                return Err(format!("{name}: a C name and an ABI variant collide"));
+            }
+            functions.push(binding(name, &symbol));
+            variants += 1;
+        }
+    }
+    report.lines.push(format!(
+        "{} bindings: {} C names, {variants} versioned variants",
+        functions.len(),
+        default_fns.len()
+    ));
     functions.sort_by(|a, b| a.name.cmp(&b.name));
 
     let banner = banner();
@@ -274,20 +494,31 @@ fn generate(include: &Path) -> Result<Vec<(String, String)>> {
     let types = format!("{banner}\n{}", prettyplease::unparse(&types_file));
     let funcs = emit_functions(&banner, &functions);
     let results = emit_results(&banner, &results);
-    Ok(vec![
-        ("types.rs".into(), types),
-        ("functions.rs".into(), funcs),
-        ("results.rs".into(), results),
-    ])
+    let typedefs = emit_typedefs(&banner, pfn_items);
+    let symbols = emit_symbols(&banner, &functions);
+    Ok((
+        vec![
+            ("types.rs".into(), types),
+            ("functions.rs".into(), funcs),
+            ("symbols.rs".into(), symbols),
+            ("results.rs".into(), results),
+            ("typedefs.rs".into(), typedefs),
+        ],
+        report,
+    ))
 }
 
-fn run_bindgen(header: &Path, clang_args: &[&str]) -> Result<syn::File> {
-    let bindings = bindgen::Builder::default()
+fn run_bindgen(header: &Path, clang_args: &[&str], typedefs: bool) -> Result<syn::File> {
+    let mut builder = bindgen::Builder::default()
         .header(header.to_string_lossy())
         .clang_args(clang_args)
         .allowlist_function("cu.*")
         .allowlist_type("(CU|cu).*")
-        .allowlist_var("CU.*")
+        .allowlist_var("CU.*");
+    if typedefs {
+        builder = builder.allowlist_type("PFN_cu.*");
+    }
+    let bindings = builder
         .default_enum_style(bindgen::EnumVariation::NewType {
             is_bitfield: false,
             is_global: false,
@@ -304,6 +535,157 @@ fn run_bindgen(header: &Path, clang_args: &[&str]) -> Result<syn::File> {
         .generate()
         .map_err(|e| format!("bindgen: {e}"))?;
     syn::parse_str(&bindings.to_string()).map_err(|e| format!("parsing bindgen output: {e}"))
+}
+
+fn signature_of_fn(f: &syn::ForeignItemFn) -> Result<Signature> {
+    let symbol = f.sig.ident.to_string();
+    let mut params = Vec::new();
+    for input in &f.sig.inputs {
+        if let syn::FnArg::Typed(pt) = input {
+            params.push((tokens(&pt.pat), tokens(&pt.ty)));
+        } else {
+            return Err(format!("{symbol}: unexpected receiver"));
+        }
+    }
+    if f.sig.variadic.is_some() {
+        return Err(format!("{symbol}: variadic functions are not supported"));
+    }
+    let ret = match &f.sig.output {
+        syn::ReturnType::Default => "()".to_string(),
+        syn::ReturnType::Type(_, t) => tokens(t),
+    };
+    Ok(Signature { params, ret })
+}
+
+/// `pub type PFN_cuX_v2000 = Option<unsafe extern "C" fn(..) -> CUresult>;`
+fn parse_pfn(t: &syn::ItemType) -> Result<Pfn> {
+    let typedef = t.ident.to_string();
+    let err = || format!("{typedef}: not a function pointer typedef");
+    let syn::Type::Path(p) = &*t.ty else {
+        return Err(err());
+    };
+    let last = p.path.segments.last().ok_or_else(err)?;
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return Err(err());
+    };
+    let Some(syn::GenericArgument::Type(syn::Type::BareFn(f))) = args.args.first() else {
+        return Err(err());
+    };
+    let params = f
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let name = a
+                .name
+                .as_ref()
+                .map_or_else(|| format!("arg{i}"), |(n, _)| n.to_string());
+            (name, tokens(&a.ty))
+        })
+        .collect();
+    let ret = match &f.output {
+        syn::ReturnType::Default => "()".to_string(),
+        syn::ReturnType::Type(_, t) => tokens(t),
+    };
+    let name = typedef.strip_prefix("PFN_").ok_or_else(err)?;
+    let (name, per_thread) = split_per_thread(name);
+    let (base, version) = name.rsplit_once("_v").ok_or_else(err)?;
+    let version = version.parse::<u32>().map_err(|_| err())?;
+    Ok(Pfn {
+        typedef: typedef.clone(),
+        base: base.to_string(),
+        version,
+        per_thread,
+        sig: Signature { params, ret },
+    })
+}
+
+/// `cuX_v2_ptsz` -> (`cuX`, 2, `_ptsz`); `cuX` -> (`cuX`, 1, ``).
+fn split_symbol(symbol: &str) -> (&str, u32, &'static str) {
+    let (rest, pt) = split_per_thread(symbol);
+    match rest.rsplit_once("_v") {
+        Some((base, n)) if !n.is_empty() && n.len() <= 2 => match n.parse::<u32>() {
+            Ok(n) => (base, n, pt),
+            Err(_) => (rest, 1, pt),
+        },
+        _ => (rest, 1, pt),
+    }
+}
+
+/// `cuX_v2_ptsz` -> (`cuX_v2`, `_ptsz`); other names unchanged, with an empty suffix.
+fn split_per_thread(name: &str) -> (&str, &'static str) {
+    for suffix in ["_ptds", "_ptsz"] {
+        if let Some(rest) = name.strip_suffix(suffix) {
+            return (rest, suffix);
+        }
+    }
+    (name, "")
+}
+
+/// The name an item defines, if it defines one.
+fn item_name(item: &syn::Item) -> Option<String> {
+    match item {
+        syn::Item::Struct(s) => Some(s.ident.to_string()),
+        syn::Item::Union(u) => Some(u.ident.to_string()),
+        syn::Item::Enum(e) => Some(e.ident.to_string()),
+        syn::Item::Type(t) => Some(t.ident.to_string()),
+        syn::Item::Const(c) if c.ident != "_" => Some(c.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// `type A = B;` items: A -> B's tokens.
+fn collect_type_aliases(items: &[syn::Item]) -> HashMap<String, String> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Type(t) => Some((t.ident.to_string(), tokens(&t.ty))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether two signatures have the same parameter and return types once type aliases are
+/// expanded (`CUdevice` and `CUdevice_v1` are both `c_int`); parameter names do not count.
+fn same_types(a: &Signature, b: &Signature, aliases: &HashMap<String, String>) -> bool {
+    let expand = |t: &str| expand_aliases(t, aliases);
+    a.params.len() == b.params.len()
+        && expand(&a.ret) == expand(&b.ret)
+        && a.params
+            .iter()
+            .zip(&b.params)
+            .all(|((_, x), (_, y))| expand(x) == expand(y))
+}
+
+fn expand_aliases(ty: &str, aliases: &HashMap<String, String>) -> String {
+    let mut cur = ty.to_string();
+    for _ in 0..16 {
+        let mut out = String::new();
+        let mut word = String::new();
+        let flush = |word: &mut String, out: &mut String| {
+            if !word.is_empty() {
+                match aliases.get(word.as_str()) {
+                    Some(t) => out.push_str(t),
+                    None => out.push_str(word),
+                }
+                word.clear();
+            }
+        };
+        for c in cur.chars() {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                word.push(c);
+            } else {
+                flush(&mut word, &mut out);
+                out.push(c);
+            }
+        }
+        flush(&mut word, &mut out);
+        if out == cur {
+            break;
+        }
+        cur = out;
+    }
+    cur.replace(' ', "")
 }
 
 fn banner() -> String {
@@ -357,64 +739,6 @@ fn parse_aliases(header: &str) -> BTreeMap<String, String> {
         }
     }
     map
-}
-
-/// `PFN_cuX_v12080` typedefs: base name -> [(version, parameter count)].
-fn parse_since(typedefs: &str) -> HashMap<String, Vec<(u32, usize)>> {
-    let mut map: HashMap<String, Vec<(u32, usize)>> = HashMap::new();
-    for line in typedefs.lines() {
-        let Some(start) = line.find("(CUDAAPI *PFN_") else {
-            continue;
-        };
-        let rest = &line[start + "(CUDAAPI *PFN_".len()..];
-        let Some(end) = rest.find(')') else { continue };
-        // `PFN_cuX_v7000_ptsz` is recorded under `cuX_ptsz`.
-        let (pfn, per_thread) = split_per_thread(&rest[..end]);
-        let Some((base, ver)) = pfn.rsplit_once("_v") else {
-            continue;
-        };
-        let base = format!("{base}{per_thread}");
-        let Ok(ver) = ver.parse::<u32>() else {
-            continue;
-        };
-        let args = &rest[end + 1..];
-        let nparams = if args.contains("(void)") {
-            0
-        } else {
-            args.matches(',').count() + 1
-        };
-        map.entry(base).or_default().push((ver, nparams));
-    }
-    map
-}
-
-/// `cuX_v2_ptsz` -> (`cuX_v2`, `_ptsz`); other names unchanged, with an empty suffix.
-fn split_per_thread(name: &str) -> (&str, &str) {
-    for suffix in ["_ptds", "_ptsz"] {
-        if let Some(rest) = name.strip_suffix(suffix) {
-            return (rest, suffix);
-        }
-    }
-    (name, "")
-}
-
-/// The version that introduced `symbol`'s ABI: for a suffixed symbol (`cuX_v2`) the newest
-/// matching typedef, for a plain one the oldest; 0 when the typedefs do not say.
-fn since_for(since: &HashMap<String, Vec<(u32, usize)>>, symbol: &str, nparams: usize) -> u32 {
-    let (symbol, per_thread) = split_per_thread(symbol);
-    let (base, suffixed) = match symbol.rsplit_once("_v") {
-        Some((b, v)) if v.parse::<u32>().is_ok() => (b, true),
-        _ => (symbol, false),
-    };
-    let Some(list) = since.get(&format!("{base}{per_thread}")) else {
-        return 0;
-    };
-    let matching = list.iter().filter(|(_, n)| *n == nparams).map(|(v, _)| *v);
-    if suffixed {
-        matching.max().unwrap_or(0)
-    } else {
-        matching.min().unwrap_or(0)
-    }
 }
 
 /// Removes doc attributes (bindgen copies the header's comments, which are not valid rustdoc).
@@ -510,41 +834,97 @@ fn emit_results(banner: &str, results: &[(String, u32, String)]) -> String {
     s
 }
 
-fn emit_functions(banner: &str, functions: &[Function]) -> String {
+/// `symbols.rs`: the table of every binding, as plain data (no `use`), so that a build script
+/// can `include!` it with its own `SymbolInfo` of the same fields (the mock driver's does).
+fn emit_symbols(banner: &str, functions: &[Function]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{banner}");
-    s.push_str(
-        "use super::types::*;\n\
-         use crate::loader::{Driver, LoadError, SymbolInfo, global_symbol};\n\
-         use core::ffi::c_void;\n\n",
-    );
     let _ = writeln!(
         s,
         "/// How many driver functions the bindings cover.\npub const SYMBOL_COUNT: usize = {};\n",
         functions.len()
     );
-    s.push_str("/// Every function: the C name, the exported symbol it stands for, and the CUDA version\n/// (`1000 * major + 10 * minor`) that introduced that symbol (0: not recorded).\n");
+    s.push_str(
+        "/// Every binding: its name, the exported symbol, the name and ABI version to ask\n\
+         /// `cuGetProcAddress` for (the CUDA version, `1000 * major + 10 * minor`, of the\n\
+         /// `cudaTypedefs.h` typedef; 0 where there is none), and whether it is a per-thread\n\
+         /// default-stream variant. Sorted by name.\n",
+    );
     let _ = writeln!(s, "pub static SYMBOLS: [SymbolInfo; SYMBOL_COUNT] = [");
     for f in functions {
         let _ = writeln!(
             s,
-            "    SymbolInfo {{ name: {:?}, symbol: c{:?}, since: {} }},",
-            f.name, f.symbol, f.since
+            "    SymbolInfo {{ name: {:?}, symbol: c{:?}, base: c{:?}, since: {}, per_thread: {} }},",
+            f.name, f.symbol, f.base, f.since, f.per_thread
         );
     }
-    s.push_str("];\n\n");
+    s.push_str("];\n");
+    s
+}
 
-    s.push_str("/// Function-pointer types of the driver functions, named as C call sites name them.\npub mod pfn {\n    use super::*;\n");
+/// `typedefs.rs`: `cudaTypedefs.h`'s function-pointer typedefs, as bindgen writes them.
+fn emit_typedefs(banner: &str, items: Vec<syn::ItemType>) -> String {
+    let mut items: Vec<syn::Item> = items
+        .into_iter()
+        .map(|mut t| {
+            t.attrs.retain(|a| !a.path().is_ident("doc"));
+            syn::Item::Type(t)
+        })
+        .collect();
+    items.sort_by_key(|i| item_name(i).unwrap_or_default());
+    let file = syn::File {
+        shebang: None,
+        attrs: Vec::new(),
+        items,
+    };
+    format!(
+        "{banner}\nuse super::types::*;\n\n{}",
+        prettyplease::unparse(&file)
+    )
+}
+
+/// The ABI a binding stands for, in words: `symbol `cuX_v2`, the CUDA 12.8 ABI`.
+fn abi_words(f: &Function) -> String {
+    let mut s = format!("symbol `{}`", f.symbol);
+    if f.since != 0 {
+        let _ = write!(
+            s,
+            ", the CUDA {}.{} ABI",
+            f.since / 1000,
+            (f.since % 1000) / 10
+        );
+    }
+    if f.per_thread {
+        s.push_str(", per-thread default stream");
+    }
+    s
+}
+
+fn emit_functions(banner: &str, functions: &[Function]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{banner}");
+    s.push_str(
+        "use super::types::*;\n\
+         use crate::loader::{Driver, LoadError, global_symbol};\n\
+         use core::ffi::c_void;\n\n",
+    );
+
+    s.push_str("/// Function-pointer types of the driver functions, named as the bindings name them: the C\n/// name for the ABI the header means, `<name>_v<version>` for each ABI of a function that has\n/// several (the suffix of its `cudaTypedefs.h` typedef).\npub mod pfn {\n    use super::*;\n");
     for f in functions {
-        let params: Vec<String> = f.params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
+        let params: Vec<String> = f
+            .sig
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
         let _ = writeln!(
             s,
-            "    /// `{}` (symbol `{}`).\n    pub type {} = unsafe extern \"C\" fn({}) -> {};",
+            "    /// `{}` ({}).\n    pub type {} = unsafe extern \"C\" fn({}) -> {};",
             f.name,
-            f.symbol,
+            abi_words(f),
             f.name,
             params.join(", "),
-            f.ret
+            f.sig.ret
         );
     }
     s.push_str("}\n\n");
@@ -553,9 +933,10 @@ fn emit_functions(banner: &str, functions: &[Function]) -> String {
     for (i, f) in functions.iter().enumerate() {
         let _ = writeln!(
             s,
-            "    /// The process-wide driver's `{name}`.\n    #[inline(always)]\n    pub fn {name}() -> Result<pfn::{name}, LoadError> {{\n        let p = global_symbol({i})?;\n        // SAFETY: slot {i} holds `{sym}`, whose C type `pfn::{name}` mirrors.\n        Ok(unsafe {{ core::mem::transmute::<*mut c_void, pfn::{name}>(p) }})\n    }}",
+            "    /// The process-wide driver's `{name}` ({abi}).\n    #[inline(always)]\n    pub fn {name}() -> Result<pfn::{name}, LoadError> {{\n        let p = global_symbol({i})?;\n        // SAFETY: slot {i} holds `{sym}`, whose C type `pfn::{name}` mirrors.\n        Ok(unsafe {{ core::mem::transmute::<*mut c_void, pfn::{name}>(p) }})\n    }}",
             name = f.name,
-            sym = f.symbol
+            sym = f.symbol,
+            abi = abi_words(f),
         );
     }
     s.push_str("}\n\n");
@@ -564,31 +945,54 @@ fn emit_functions(banner: &str, functions: &[Function]) -> String {
     for (i, f) in functions.iter().enumerate() {
         let _ = writeln!(
             s,
-            "    /// This driver's `{name}` (symbol `{sym}`).\n    #[inline]\n    pub fn {name}(&self) -> Result<pfn::{name}, LoadError> {{\n        let p = self.symbol({i})?;\n        // SAFETY: slot {i} holds `{sym}`, whose C type `pfn::{name}` mirrors.\n        Ok(unsafe {{ core::mem::transmute::<*mut c_void, pfn::{name}>(p) }})\n    }}",
+            "    /// This driver's `{name}` ({abi}).\n    #[inline]\n    pub fn {name}(&self) -> Result<pfn::{name}, LoadError> {{\n        let p = self.symbol({i})?;\n        // SAFETY: slot {i} holds `{sym}`, whose C type `pfn::{name}` mirrors.\n        Ok(unsafe {{ core::mem::transmute::<*mut c_void, pfn::{name}>(p) }})\n    }}",
             name = f.name,
-            sym = f.symbol
+            sym = f.symbol,
+            abi = abi_words(f),
         );
     }
     s.push_str("}\n\n");
 
     for f in functions {
-        let params: Vec<String> = f.params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
-        let args: Vec<&str> = f.params.iter().map(|(n, _)| n.as_str()).collect();
-        let fail = if f.ret == "CUresult" {
+        let params: Vec<String> = f
+            .sig
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
+        let args: Vec<&str> = f.sig.params.iter().map(|(n, _)| n.as_str()).collect();
+        let fail = if f.sig.ret == "CUresult" {
             "Err(e) => e.to_cuda_result(),".to_string()
         } else {
-            return_default_for(&f.ret)
+            return_default_for(&f.sig.ret)
         };
         let _ = writeln!(
             s,
-            "/// `{name}` from the process-wide driver (symbol `{sym}`). If the driver or the symbol\n/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::{name}`]\n/// gives the reason.\n///\n/// # Safety\n/// The C contract of `{name}`: see the CUDA driver API documentation.\n#[inline]\npub unsafe fn {name}({params}) -> {ret} {{\n    match fns::{name}() {{\n        // SAFETY: the caller upholds the C contract of `{name}`.\n        Ok(driver_fn) => unsafe {{ driver_fn({args}) }},\n        {fail}\n    }}\n}}\n",
+            "/// `{name}` from the process-wide driver ({abi}). If the driver or the symbol\n/// cannot be loaded it returns the code of [`LoadError::to_cuda_result`]; [`fns::{name}`]\n/// gives the reason.\n///\n/// # Safety\n/// The C contract of `{name}`: see the CUDA driver API documentation.\n#[inline]\npub unsafe fn {name}({params}) -> {ret} {{\n    match fns::{name}() {{\n        // SAFETY: the caller upholds the C contract of `{name}`.\n        Ok(driver_fn) => unsafe {{ driver_fn({args}) }},\n        {fail}\n    }}\n}}\n",
             name = f.name,
-            sym = f.symbol,
+            abi = abi_words(f),
             params = params.join(", "),
-            ret = f.ret,
+            ret = f.sig.ret,
             args = args.join(", "),
         );
     }
+
+    // The signature check: each binding's type against its ABI's `cudaTypedefs.h` typedef.
+    let checked: Vec<&Function> = functions.iter().filter(|f| f.pfn.is_some()).collect();
+    let _ = writeln!(
+        s,
+        "/// `(binding, typedef, the binding's type, the typedef's type)` for every binding whose ABI\n/// `cudaTypedefs.h` describes; a test checks that the types are the same.\n#[cfg(test)]\npub(crate) static PFN_TYPES: [(&str, &str, fn() -> core::any::TypeId, fn() -> core::any::TypeId); {}] = [",
+        checked.len()
+    );
+    for f in checked {
+        let pfn = f.pfn.as_deref().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "    ({name:?}, {pfn:?}, core::any::TypeId::of::<Option<pfn::{name}>>, core::any::TypeId::of::<super::typedefs::{pfn}>),",
+            name = f.name,
+        );
+    }
+    s.push_str("];\n");
     s
 }
 

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -35,11 +36,46 @@ impl Shared {
 /// Resolves once the work enqueued before [`Stream::completed`] or [`Event::completed`] was
 /// called has finished. Dropping it early is safe: the host function that completes it still
 /// runs and finds nobody waiting.
+///
+/// It is woken from a host function, so the waker runs on the driver's thread, where no CUDA
+/// call may be made: a waker should only schedule the task (as every executor's does). A task
+/// whose last reference the waker drops there may own streams, events or contexts: their
+/// destroys are deferred to an ordinary thread (see
+/// [`Stream::launch_host_func`](crate::Stream::launch_host_func)), as is anything a
+/// `Completion` dropped inside a host function owns.
+///
+/// # How it waits
+///
+/// A host function enqueued by `completed` marks the future done and wakes the task. A task whose
+/// thread has gone to sleep then pays a wake-up (a futex wake from the driver's thread, then the
+/// scheduler), about as long again as the host function's own round trip, where `synchronize`
+/// spins and sees the work finish at once. So **the first poll that finds the work unfinished
+/// spins** (a busy loop reading one atomic flag, as `synchronize` spins by default) for up to
+/// [`Completion::DEFAULT_SPIN`] (20 µs) before it registers the waker and returns
+/// `Poll::Pending`.
+///
+/// - Work that finishes within the limit, such as an idle stream's round trip, resolves in that
+///   poll, about as fast as `synchronize`.
+/// - Longer work costs the polling thread up to the limit, once per future, then waits without
+///   blocking anything; later polls never spin.
+/// - [`Completion::spin_limit`] sets the limit per future: `Duration::ZERO` never spins (for
+///   executors whose threads must not be held at all, or machines with more busy threads than
+///   cores, where the spin holds a core the driver's thread may need and parking at once wakes
+///   sooner); a longer limit suits work known to take a bit longer than an idle round trip.
+///
+/// ```no_run
+/// # async fn f(stream: cuda_stream::OwnedStream) -> cuda_stream::Result<()> {
+/// use std::time::Duration;
+/// stream.completed().spin_limit(Duration::ZERO).await?; // never holds the executor's thread
+/// # Ok(()) }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct Completion {
     shared: Option<Arc<Shared>>,
     error: Option<Error>,
     stream: Option<(usize, usize)>,
+    /// How long the next poll that finds the work unfinished may spin; zero once it has.
+    spin: Duration,
 }
 
 impl std::fmt::Debug for Completion {
@@ -64,13 +100,34 @@ impl Completion {
                 shared: Some(shared),
                 error: None,
                 stream: Some((stream.raw() as usize, stream.context_raw() as usize)),
+                spin: Completion::DEFAULT_SPIN,
             },
-            Err(e) => Completion {
-                shared: None,
-                error: Some(e),
-                stream: None,
-            },
+            Err(e) => Completion::failed(e),
         }
+    }
+
+    fn failed(e: Error) -> Completion {
+        Completion {
+            shared: None,
+            error: Some(e),
+            stream: None,
+            spin: Duration::ZERO,
+        }
+    }
+
+    /// How long the first poll that finds the work unfinished spins before returning
+    /// `Poll::Pending`, unless [`Completion::spin_limit`] says otherwise: about twice an idle
+    /// stream's host-function round trip.
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+
+    /// Sets how long the first poll that finds the work unfinished may spin, waiting for it,
+    /// before it returns `Poll::Pending` (see [How it waits](Completion#how-it-waits)).
+    /// `Duration::ZERO` never spins.
+    pub fn spin_limit(mut self, limit: Duration) -> Completion {
+        if self.shared.is_some() {
+            self.spin = limit;
+        }
+        self
     }
 
     /// Whether the work has completed (never blocks).
@@ -86,14 +143,15 @@ impl Completion {
 impl Future for Completion {
     type Output = Result<()>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
-        if let Some(e) = self.error.take() {
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        if let Some(e) = this.error.take() {
             return Poll::Ready(Err(e));
         }
-        let Some(shared) = self.shared.clone() else {
+        let Some(shared) = this.shared.as_deref() else {
             return Poll::Ready(Ok(()));
         };
-        if !shared.done.load(Ordering::Acquire) {
+        if !shared.done.load(Ordering::Acquire) && !spin_until_done(shared, &mut this.spin) {
             let mut slot = shared.waker.lock().unwrap_or_else(|e| e.into_inner());
             match &*slot {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -106,7 +164,7 @@ impl Future for Completion {
             }
         }
         // Report a panic of a host function that ran before this one on the stream.
-        if let Some((raw, ctx)) = self.stream {
+        if let Some((raw, ctx)) = this.stream {
             let view = Stream::from_parts(raw as _, ctx as _);
             crate::panics::report(view.raw(), view.context_raw())?;
         }
@@ -114,9 +172,37 @@ impl Future for Completion {
     }
 }
 
+/// Spins until the host function has run or `limit` has passed, then sets `limit` to zero, so a
+/// future spins once. Returns whether the work is done.
+///
+/// A plain busy loop, as the driver's own default wait (`CU_CTX_SCHED_SPIN` where there are more
+/// cores than contexts): yielding between checks was measured to delay the wake-up by several
+/// microseconds on an idle machine (`tests/perf`, BENCHMARKS.md).
+fn spin_until_done(shared: &Shared, limit: &mut Duration) -> bool {
+    let limit = std::mem::take(limit);
+    if limit.is_zero() {
+        return false;
+    }
+    let start = Instant::now();
+    loop {
+        // Reading the clock costs more than a check of the flag: check a few times per read.
+        for _ in 0..8 {
+            if shared.done.load(Ordering::Acquire) {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= limit {
+            return shared.done.load(Ordering::Acquire);
+        }
+    }
+}
+
 impl<'a> Stream<'a> {
     /// A future that resolves when the work enqueued on this stream so far has finished. It is
     /// woken from a host function enqueued now, so no thread blocks; it works under any executor.
+    /// Its first poll that finds the work unfinished spins briefly before it returns
+    /// `Poll::Pending`; see [`Completion`] for the trade-off and [`Completion::spin_limit`].
     ///
     /// ```no_run
     /// # async fn f(ctx: cuda_stream::Context) -> cuda_stream::Result<()> {
@@ -141,18 +227,10 @@ impl Event {
                 let s = notifier.as_stream();
                 match s.wait_event(self) {
                     Ok(()) => Completion::on(s),
-                    Err(e) => Completion {
-                        shared: None,
-                        error: Some(e),
-                        stream: None,
-                    },
+                    Err(e) => Completion::failed(e),
                 }
             }
-            Err(e) => Completion {
-                shared: None,
-                error: Some(e),
-                stream: None,
-            },
+            Err(e) => Completion::failed(e),
         }
     }
 }
@@ -189,11 +267,8 @@ impl AsStream for Notifier {
 impl Drop for Notifier {
     fn drop(&mut self) {
         if self.temporary {
-            if let Ok(f) = ffi::fns::cuStreamDestroy() {
-                // SAFETY: created by `notifier` for this value alone; destroyed once.
-                let _ = unsafe { f(self.raw) };
-                crate::panics::forget(self.raw);
-            }
+            // Created by `notifier` for this value alone; destroyed (or queued) once.
+            let _ = crate::owned::destroy_or_defer(self.raw);
         }
     }
 }

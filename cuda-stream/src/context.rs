@@ -1,19 +1,22 @@
 //! Contexts: a retained primary context ([`Context`]), making a context current for one call
-//! (`bind`), and the context's stream-priority range.
+//! (`bind`), the context's stream-priority range, and its spare events.
 
 use std::fmt;
 use std::ptr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use crate::deferred::{self, Deferred};
 use crate::device::{Device, init};
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
 use crate::priority::PriorityRange;
+use crate::spare_events::{self, SpareEvents};
 
 impl Device {
     /// Retains the device's primary context (the one the CUDA runtime, PyTorch and CuPy use).
     pub fn primary_context(self) -> Result<Context> {
         init()?;
+        deferred::drain_if_pending();
         let f = driver_fn!(cuDevicePrimaryCtxRetain);
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
@@ -22,13 +25,22 @@ impl Device {
         if raw.is_null() {
             return Err(Error::NullHandle { what: "context" });
         }
-        Ok(Context(Arc::new(ContextInner {
+        let inner = Arc::new(ContextInner {
             raw,
             device: self,
             range: OnceLock::new(),
-        })))
+            spare: SpareEvents::new(),
+        });
+        let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|(_, w)| w.strong_count() > 0);
+        live.push((raw as usize, Arc::downgrade(&inner)));
+        Ok(Context(inner))
     }
 }
+
+/// The `ContextInner`s alive now, by raw handle, so that an event recorded through a borrowed
+/// view of a stream finds the context's spare events without retaining it again.
+static LIVE: Mutex<Vec<(usize, Weak<ContextInner>)>> = Mutex::new(Vec::new());
 
 impl PriorityRange {
     /// `priority` if in range, else [`Error::InvalidPriority`] stating the range.
@@ -54,19 +66,48 @@ struct ContextInner {
     raw: ffi::CUcontext,
     device: Device,
     range: OnceLock<PriorityRange>,
+    /// Handles of dropped events, reused by `Event::new` and `record_event`.
+    spare: SpareEvents,
 }
 
 // SAFETY: a CUcontext is a driver object usable from any thread; the retain is released once.
 unsafe impl Send for ContextInner {}
-// SAFETY: as above; the only interior state is a `OnceLock`.
+// SAFETY: as above; the interior state is a `OnceLock` and atomics.
 unsafe impl Sync for ContextInner {}
 
+/// `cuDevicePrimaryCtxRelease` of device `device` (a drop ignores the answer; a deferred
+/// release counts a failure).
+fn release_primary(device: usize) -> Result<()> {
+    let f = driver_fn!(cuDevicePrimaryCtxRelease);
+    // SAFETY: the caller gives up one retain of the device's primary context that it holds.
+    check(
+        unsafe { f(device as ffi::CUdevice) },
+        "cuDevicePrimaryCtxRelease",
+    )
+}
+
 impl Drop for ContextInner {
+    /// Destroys the spare events, then releases the retain. Inside a host function both are
+    /// queued, in that order. On an ordinary thread the queue is drained first: streams and
+    /// events of this context that host functions dropped are destroyed before the context goes.
     fn drop(&mut self) {
-        if let Ok(f) = ffi::fns::cuDevicePrimaryCtxRelease() {
-            // SAFETY: this value holds one retain of the device's primary context.
-            let _ = unsafe { f(self.device.raw()) };
+        let spare = self.spare.take_all();
+        let device = self.device.raw() as usize;
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(_, w)| w.strong_count() > 0);
+        if deferred::in_host_fn() {
+            let events = spare
+                .into_iter()
+                .map(|e| Deferred::new(e, spare_events::destroy));
+            deferred::defer(events.chain([Deferred::new(device, release_primary)]));
+            return;
         }
+        deferred::drain_if_pending();
+        for e in spare {
+            let _ = spare_events::destroy(e);
+        }
+        let _ = release_primary(device);
     }
 }
 
@@ -145,12 +186,77 @@ impl Context {
         Ok(*self.0.range.get_or_init(|| r))
     }
 
-    /// Waits for all work in the context (`cuCtxSynchronize`).
+    /// Waits for all work in the context (`cuCtxSynchronize`), then destroys what host functions
+    /// dropped meanwhile (see [`drain_deferred`](crate::drain_deferred)).
     pub fn synchronize(&self) -> Result<()> {
         let _bound = bind(self.0.raw)?;
         let f = driver_fn!(cuCtxSynchronize);
         // SAFETY: no arguments; the context is current.
-        check(unsafe { f() }, "cuCtxSynchronize")
+        let r = check(unsafe { f() }, "cuCtxSynchronize");
+        deferred::drain_if_pending();
+        r
+    }
+
+    /// How many spare events the context keeps now: handles of dropped [`Event`](crate::Event)s
+    /// that `Event::new` and `record_event` hand out again instead of creating new ones (at most
+    /// 32 per kind of event options, 128 in all).
+    pub fn cached_events(&self) -> usize {
+        self.0.spare.len()
+    }
+
+    /// Destroys the context's spare events (`cuEventDestroy`) and returns how many it destroyed;
+    /// the first driver error is returned after trying them all. They are destroyed anyway when
+    /// the context's last clone is dropped. Inside a host function they are queued for an
+    /// ordinary thread instead, and the answer is [`Error::InHostFunction`].
+    pub fn clear_event_cache(&self) -> Result<usize> {
+        let spare = self.0.spare.take_all();
+        if deferred::in_host_fn() {
+            deferred::defer(
+                spare
+                    .into_iter()
+                    .map(|e| Deferred::new(e, spare_events::destroy)),
+            );
+            return Err(Error::InHostFunction {
+                call: "cuEventDestroy",
+            });
+        }
+        let mut first = Ok(());
+        let mut destroyed = 0;
+        for e in spare {
+            match spare_events::try_destroy(e as ffi::CUevent) {
+                Ok(()) => destroyed += 1,
+                Err(err) => {
+                    if first.is_ok() {
+                        first = Err(err);
+                    }
+                }
+            }
+        }
+        first.map(|()| destroyed)
+    }
+
+    /// A spare event of kind `kind` of this context, if one is kept.
+    #[inline(always)]
+    pub(crate) fn take_spare_event(&self, kind: usize) -> Option<ffi::CUevent> {
+        self.0.spare.take(kind)
+    }
+
+    /// Keeps `raw`, an event of this context of kind `kind`, for reuse; false if the kind is
+    /// full (the caller still owns it).
+    #[inline(always)]
+    pub(crate) fn put_spare_event(&self, kind: usize, raw: ffi::CUevent) -> bool {
+        self.0.spare.put(kind, raw)
+    }
+
+    /// A clone of a `Context` alive now for the raw handle `raw`, without a driver call: a
+    /// retained primary context is found by its handle, which cannot denote another context
+    /// while the retain lasts.
+    pub(crate) fn find_live(raw: ffi::CUcontext) -> Option<Context> {
+        let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.iter()
+            .filter(|(r, _)| *r == raw as usize)
+            .find_map(|(_, w)| w.upgrade())
+            .map(Context)
     }
 
     /// Makes this context current on the calling thread for as long as the guard lives, then
@@ -182,6 +288,7 @@ pub(crate) fn priority_range_current() -> Result<PriorityRange> {
 }
 
 /// The context current on the calling thread (null if none).
+#[inline]
 pub fn current_context_raw() -> Result<ffi::CUcontext> {
     let f = driver_fn!(cuCtxGetCurrent);
     let mut cur = ptr::null_mut();
@@ -199,29 +306,96 @@ pub(crate) struct Bound {
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
+/// The check is inlined into callers (one `cuCtxGetCurrent` and a compare when `ctx` is already
+/// current, the common case); the push and pop are out of line.
+#[inline]
 pub(crate) fn bind(ctx: ffi::CUcontext) -> Result<Bound> {
-    let pushed = if current_context_raw()? == ctx {
-        false
-    } else {
-        let f = driver_fn!(cuCtxPushCurrent);
-        // SAFETY: `ctx` is a live context handle held by the caller.
-        check(unsafe { f(ctx) }, "cuCtxPushCurrent")?;
-        true
-    };
+    let pushed = current_context_raw()? != ctx && push(ctx)?;
     Ok(Bound {
         pushed,
         _not_send: std::marker::PhantomData,
     })
 }
 
+#[cold]
+#[inline(never)]
+fn push(ctx: ffi::CUcontext) -> Result<bool> {
+    let f = driver_fn!(cuCtxPushCurrent);
+    // SAFETY: `ctx` is a live context handle held by the caller.
+    check(unsafe { f(ctx) }, "cuCtxPushCurrent")?;
+    Ok(true)
+}
+
+#[cold]
+#[inline(never)]
+fn pop() {
+    if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
+        let mut popped = ptr::null_mut();
+        // SAFETY: pops the context a `Bound` pushed on this thread.
+        let _ = unsafe { f(&mut popped) };
+    }
+}
+
 impl Drop for Bound {
+    #[inline]
     fn drop(&mut self) {
         if self.pushed {
-            if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
-                let mut popped = ptr::null_mut();
-                // SAFETY: pops the context this value pushed on this thread.
-                let _ = unsafe { f(&mut popped) };
-            }
+            pop();
         }
     }
+}
+
+/// A destroy that must wait for the work of the object's context first (freeing memory or
+/// unloading a module that queued work may still use): binds `ctx`, waits for all of its work
+/// (`cuCtxSynchronize`), then calls `destroy(handle)`. If binding or waiting fails the object is
+/// left alive (leaked): work might still be using it.
+///
+/// Inside a host function no CUDA call is made: the whole destroy is queued for an ordinary
+/// thread (see `deferred`) and the answer is [`Error::InHostFunction`] naming `call`. The queued
+/// item keeps only the context's raw handle; the caller's owner holds a [`Context`] clone, whose
+/// release (queued after this item, or made on an ordinary thread, which drains first) comes
+/// later, so the context is alive when the item runs.
+pub(crate) fn destroy_after_work(
+    ctx: &Context,
+    handle: usize,
+    call: &'static str,
+    destroy: fn(usize) -> Result<()>,
+) -> Result<()> {
+    let job = AfterWork {
+        ctx: ctx.raw() as usize,
+        handle,
+        destroy,
+    };
+    if deferred::in_host_fn() {
+        let queued = Box::into_raw(Box::new(job)) as usize;
+        deferred::defer([Deferred::new(queued, run_queued_after_work)]);
+        return Err(Error::InHostFunction { call });
+    }
+    deferred::drain_if_pending();
+    job.run()
+}
+
+/// A destroy of [`destroy_after_work`], as queued.
+struct AfterWork {
+    ctx: usize,
+    handle: usize,
+    destroy: fn(usize) -> Result<()>,
+}
+
+impl AfterWork {
+    fn run(self) -> Result<()> {
+        let _bound = bind(self.ctx as ffi::CUcontext)?;
+        let f = driver_fn!(cuCtxSynchronize);
+        // SAFETY: no arguments; the object's context is current.
+        check(unsafe { f() }, "cuCtxSynchronize")?;
+        (self.destroy)(self.handle)
+    }
+}
+
+/// The queued form of [`AfterWork::run`]: `queued` is a `Box<AfterWork>` turned into an address.
+fn run_queued_after_work(queued: usize) -> Result<()> {
+    // SAFETY: `queued` came from `Box::into_raw` in `destroy_after_work`, and the queue hands
+    // each item to its function exactly once.
+    let job = unsafe { Box::from_raw(queued as *mut AfterWork) };
+    job.run()
 }

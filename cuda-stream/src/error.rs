@@ -21,8 +21,9 @@ pub enum Error {
     /// The driver library could not be loaded.
     #[error("no usable CUDA driver")]
     Load(#[source] ffi::LoadError),
-    /// The loaded driver lacks a function this operation needs.
-    #[error("{call} is not supported by this CUDA driver{}", version(*driver_version))]
+    /// The loaded driver lacks a function this operation needs (in every ABI this crate can use),
+    /// or has it only in an ABI above the configured limit (`CUDA_SYS_ABI_VERSION`).
+    #[error("{}", unsupported(call, *driver_version, source))]
     Unsupported {
         /// The missing driver function.
         call: &'static str,
@@ -96,6 +97,14 @@ pub enum Error {
         ordinal: usize,
         /// How many devices there are.
         count: usize,
+    },
+    /// A destroy (`close`) was asked for inside a host function or stream callback, where no
+    /// CUDA call may be made. The handle was not destroyed there: its destroy was queued and is
+    /// made later on an ordinary thread, as for a drop (see [`drain_deferred`](crate::drain_deferred)).
+    #[error("{call} cannot be made inside a host function; the destroy was deferred")]
+    InHostFunction {
+        /// The destroy that was deferred, such as `cuStreamDestroy`.
+        call: &'static str,
     },
     /// A stream pool at its size limit has no free stream.
     #[error("the stream pool is exhausted ({limit} streams leased)")]
@@ -179,6 +188,23 @@ impl std::error::Error for JitLog {}
 fn version(v: Option<i32>) -> String {
     v.map(|v| format!(" (CUDA {})", ffi::format_version(v)))
         .unwrap_or_default()
+}
+
+fn unsupported(call: &str, driver_version: Option<i32>, source: &ffi::LoadError) -> String {
+    match source {
+        ffi::LoadError::MissingSymbol {
+            abi_limit: Some(limit),
+            ..
+        } => format!(
+            "{call} is not available with the driver's ABI limited to CUDA {}{}",
+            ffi::format_version(*limit),
+            version(driver_version)
+        ),
+        _ => format!(
+            "{call} is not supported by this CUDA driver{}",
+            version(driver_version)
+        ),
+    }
 }
 
 /// A `CUresult` that is not `CUDA_SUCCESS`, as the `source()` of [`Error::Driver`]; `Display`

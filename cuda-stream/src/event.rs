@@ -4,12 +4,14 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use crate::abi::Newest;
 use crate::context::{Context, bind};
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
+use crate::spare_events;
 
 /// How to create an event. The default is what synchronisation needs and nothing more: timing
 /// off (cheaper to record and wait on), spin-waiting, not interprocess.
@@ -71,6 +73,15 @@ impl EventOptions {
 
 /// An event this value created (or opened) and destroys on `Drop`.
 ///
+/// Events of a [`Context`] are recycled: dropping one returns its handle to the context's spare
+/// events (no driver call, so also safe inside a host function), and [`Event::new`] and
+/// `record_event` take one from there before creating a new one (no driver call either). A
+/// recycled event is indistinguishable from a new one: it is not recorded, and
+/// [`Event::query`], [`Event::synchronize`] and waits on it answer as for a new event without
+/// asking the driver until it is recorded again. Interprocess events, [`Event::open_ipc`] and
+/// [`Event::from_raw`] events are never recycled, and [`Event::close`] always destroys. See
+/// [`Context::clear_event_cache`].
+///
 /// ```no_run
 /// use cuda_stream::{Context, EventOptions, OwnedStream, StreamOptions};
 ///
@@ -88,8 +99,27 @@ pub struct Event {
     raw: ffi::CUevent,
     ctx: ffi::CUcontext,
     options: EventOptions,
-    recorded: AtomicBool,
+    /// [`RECORDED`] once this value recorded the event; [`FOREIGN`] when the handle's state may
+    /// come from records this value did not make (so the driver must be asked).
+    state: AtomicU8,
+    /// Whether drop returns the handle to the context's spare events.
+    spare: bool,
     _keep: Option<Context>,
+}
+
+/// `Event::state`: this value recorded the event.
+const RECORDED: u8 = 1;
+/// `Event::state`: the handle came from elsewhere (`from_raw`, `open_ipc`).
+const FOREIGN: u8 = 2;
+
+/// The spare-event kind of `options` (its index in the context's spare events), or `None` for
+/// options whose events are never recycled.
+#[inline(always)]
+fn spare_kind(options: EventOptions) -> Option<usize> {
+    if options.interprocess {
+        return None;
+    }
+    Some(usize::from(options.timing) | usize::from(options.blocking_sync) << 1)
 }
 
 // SAFETY: an event handle is a driver object usable from any thread; destroyed exactly once.
@@ -130,9 +160,34 @@ impl Ord for Event {
 }
 
 impl Event {
-    /// Creates an event in `ctx`, making it current for the call only.
+    /// Creates an event in `ctx`: one of the context's spare events if it keeps one of these
+    /// options (no driver call), else `cuEventCreate` with `ctx` made current for the call only.
+    #[inline]
     pub fn new(ctx: &Context, options: EventOptions) -> Result<Event> {
-        Event::create_in(ctx.raw(), Some(ctx.clone()), options)
+        match Event::from_spare(ctx, options) {
+            Some(e) => Ok(e),
+            None => Event::create_in(ctx.raw(), Some(ctx.clone()), options),
+        }
+    }
+
+    /// One of `ctx`'s spare events with these options, if it keeps one. The handle belongs to
+    /// `ctx`, so no context check is needed.
+    #[inline(always)]
+    fn from_spare(ctx: &Context, options: EventOptions) -> Option<Event> {
+        let raw = ctx.take_spare_event(spare_kind(options)?)?;
+        Some(Event::recycled(raw, ctx.clone(), options))
+    }
+
+    #[inline(always)]
+    fn recycled(raw: ffi::CUevent, ctx: Context, options: EventOptions) -> Event {
+        Event {
+            raw,
+            ctx: ctx.raw(),
+            options,
+            state: AtomicU8::new(0),
+            spare: true,
+            _keep: Some(ctx),
+        }
     }
 
     /// Creates an event in `ctx` without checking which context is current: saves the one
@@ -144,7 +199,11 @@ impl Event {
     /// the event in whichever context is current, and this value would hold the wrong context
     /// alive and could outlive the event's real one.
     pub unsafe fn new_in_current(ctx: &Context, options: EventOptions) -> Result<Event> {
+        if let Some(e) = Event::from_spare(ctx, options) {
+            return Ok(e);
+        }
         let flags = options.flags()?;
+        crate::deferred::drain_if_pending();
         let f = driver_fn!(cuEventCreate);
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the caller promises `ctx` is current.
@@ -153,13 +212,15 @@ impl Event {
             raw,
             ctx: ctx.raw(),
             options,
-            recorded: AtomicBool::new(false),
+            state: AtomicU8::new(0),
+            spare: true,
             _keep: Some(ctx.clone()),
         })
     }
 
     /// Creates an event in the context `ctx`; keeps `keep` (or, when `None`, the context if it is
-    /// a primary one) alive for the event's life.
+    /// a primary one) alive for the event's life. Takes a spare event of that context when one
+    /// is kept; only a context this crate does not retain gets events that are never recycled.
     pub(crate) fn create_in(
         ctx: ffi::CUcontext,
         keep: Option<Context>,
@@ -168,8 +229,19 @@ impl Event {
         let flags = options.flags()?;
         let keep = match keep {
             Some(k) => Some(k),
-            None => Context::retain_if_primary(ctx)?,
+            None => match Context::find_live(ctx) {
+                Some(k) => Some(k),
+                None => Context::retain_if_primary(ctx)?,
+            },
         };
+        if let (Some(k), Some(kind)) = (&keep, spare_kind(options)) {
+            if let Some(raw) = k.take_spare_event(kind) {
+                if let Some(k) = keep {
+                    return Ok(Event::recycled(raw, k, options));
+                }
+            }
+        }
+        crate::deferred::drain_if_pending();
         let _bound = bind(ctx)?;
         let f = driver_fn!(cuEventCreate);
         let mut raw = ptr::null_mut();
@@ -179,12 +251,15 @@ impl Event {
             raw,
             ctx,
             options,
-            recorded: AtomicBool::new(false),
+            state: AtomicU8::new(0),
+            spare: keep.is_some(),
             _keep: keep,
         })
     }
 
-    /// Takes ownership of an event handle: it will be destroyed when the value drops.
+    /// Takes ownership of an event handle: it will be destroyed when the value drops (never
+    /// recycled). `query` and `synchronize` always ask the driver, since the handle may have
+    /// been recorded before.
     ///
     /// # Safety
     /// `raw` must be a live event of `ctx`, created with `options`' flags, that nothing else
@@ -194,7 +269,8 @@ impl Event {
             raw,
             ctx: ctx.raw(),
             options,
-            recorded: AtomicBool::new(false),
+            state: AtomicU8::new(FOREIGN),
+            spare: false,
             _keep: Some(ctx.clone()),
         }
     }
@@ -216,19 +292,33 @@ impl Event {
 
     /// Whether this value has recorded the event at least once.
     pub fn is_recorded(&self) -> bool {
-        self.recorded.load(Ordering::Relaxed)
+        self.state.load(Ordering::Relaxed) & RECORDED != 0
     }
 
     #[inline(always)]
     pub(crate) fn mark_recorded(&self) {
-        if !self.recorded.load(Ordering::Relaxed) {
-            self.recorded.store(true, Ordering::Relaxed);
+        let state = self.state.load(Ordering::Relaxed);
+        if state & RECORDED == 0 {
+            // Only ever adds bits, and FOREIGN never changes: a racing store writes the same.
+            self.state.store(state | RECORDED, Ordering::Relaxed);
         }
     }
 
+    /// Whether the driver's state of the handle can hold a record: false for an event this crate
+    /// created (or recycled) and never recorded, which has nothing to wait for.
+    #[inline(always)]
+    pub(crate) fn may_hold_record(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether the captured work has completed (`cuEventQuery`); `true` for an event never
-    /// recorded, as in the driver. Errors other than `CUDA_ERROR_NOT_READY` are returned.
+    /// recorded, as in the driver (answered without asking it for an event this crate created,
+    /// whose handle may be a recycled one). Errors other than `CUDA_ERROR_NOT_READY` are
+    /// returned.
     pub fn query(&self) -> Result<bool> {
+        if !self.may_hold_record() {
+            return Ok(true);
+        }
         let f = driver_fn!(cuEventQuery);
         // SAFETY: the event is live while `self` is.
         match unsafe { f(self.raw) } {
@@ -238,14 +328,22 @@ impl Event {
         }
     }
 
-    /// Blocks until the captured work has completed (`cuEventSynchronize`).
+    /// Blocks until the captured work has completed (`cuEventSynchronize`), then destroys what
+    /// host functions dropped meanwhile (see [`drain_deferred`](crate::drain_deferred)). Returns
+    /// at once for an event never recorded, as the driver does.
     pub fn synchronize(&self) -> Result<()> {
+        if !self.may_hold_record() {
+            return Ok(());
+        }
         let f = driver_fn!(cuEventSynchronize);
         // SAFETY: the event is live while `self` is.
-        check(unsafe { f(self.raw) }, "cuEventSynchronize")
+        let r = check(unsafe { f(self.raw) }, "cuEventSynchronize");
+        crate::deferred::drain_if_pending();
+        r
     }
 
-    /// The GPU time between `start` completing and `self` completing (`cuEventElapsedTime`).
+    /// The GPU time between `start` completing and `self` completing (`cuEventElapsedTime`: the
+    /// CUDA 12.8 ABI where the driver has it, else the original one, so any driver will do).
     /// Fails with [`Error::TimingDisabled`], [`Error::NotRecorded`] or [`Error::NotCompleted`]
     /// rather than a bare driver code, and with [`Error::NegativeElapsed`] when `self` completed
     /// before `start`.
@@ -256,7 +354,14 @@ impl Event {
         if !self.is_recorded() || !start.is_recorded() {
             return Err(Error::NotRecorded);
         }
-        let f = driver_fn!(cuEventElapsedTime);
+        // The CUDA 12.8 ABI, else the original one: the same call on events, and the same answer.
+        static ELAPSED: Newest<ffi::pfn::cuEventElapsedTime> = Newest::new();
+        let f = ELAPSED
+            .get(&[
+                ffi::fns::cuEventElapsedTime_v12080,
+                ffi::fns::cuEventElapsedTime_v2000,
+            ])
+            .map_err(|e| Error::from_load(e.clone(), "cuEventElapsedTime"))?;
         let mut ms = 0f32;
         // SAFETY: both events are live; `ms` is a valid out-pointer.
         match unsafe { f(&mut ms, start.raw, self.raw) } {
@@ -299,12 +404,15 @@ impl Event {
             ctx: ctx.raw(),
             options: EventOptions::new().interprocess(true),
             // Another process records it.
-            recorded: AtomicBool::new(true),
+            state: AtomicU8::new(RECORDED | FOREIGN),
+            spare: false,
             _keep: Some(ctx.clone()),
         })
     }
 
-    /// Hands the handle over without destroying it.
+    /// Hands the handle over without destroying it (it is never recycled). The handle may be
+    /// one this crate recycled: until it is recorded again, the driver may answer
+    /// `cuEventQuery` for an earlier record.
     pub fn into_raw(self) -> ffi::CUevent {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; its context retain is released here.
@@ -312,24 +420,31 @@ impl Event {
         this.raw
     }
 
-    /// Destroys the event, returning the driver's error if `cuEventDestroy` fails.
+    /// Destroys the event (never recycles it), returning the driver's error if
+    /// `cuEventDestroy` fails. Inside a host function or stream callback, where no CUDA call may
+    /// be made, the destroy is queued for an ordinary thread and the answer is
+    /// [`Error::InHostFunction`].
     pub fn close(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the retain is released after the destroy.
         let _keep = unsafe { ptr::read(&this._keep) };
-        destroy(this.raw)
+        spare_events::destroy_or_defer(this.raw)
     }
 }
 
-fn destroy(raw: ffi::CUevent) -> Result<()> {
-    let f = driver_fn!(cuEventDestroy);
-    // SAFETY: the caller owns `raw` and never uses it again.
-    check(unsafe { f(raw) }, "cuEventDestroy")
-}
-
 impl Drop for Event {
+    /// Returns the handle to the context's spare events, or destroys it (queued for an ordinary
+    /// thread inside a host function). The context retain is released after.
+    #[inline]
     fn drop(&mut self) {
-        let _ = destroy(self.raw);
+        if self.spare {
+            if let (Some(ctx), Some(kind)) = (&self._keep, spare_kind(self.options)) {
+                if ctx.put_spare_event(kind, self.raw) {
+                    return;
+                }
+            }
+        }
+        let _ = spare_events::destroy_or_defer(self.raw);
     }
 }
 

@@ -2,9 +2,11 @@
 //! stream's earlier work has completed. Adds `launch_host_func` and `add_callback` to [`Stream`]
 //! and to the owners that lend one.
 
+mod blocks;
+
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::ptr;
+use std::ptr::{self, NonNull};
 
 use crate::context::bind;
 use crate::error::{Error, Result, check, driver_fn};
@@ -15,11 +17,33 @@ use crate::stream::{AsStream, Stream};
 
 impl Stream<'_> {
     /// Runs `f` on a driver thread once the work enqueued so far has completed
-    /// (`cuLaunchHostFunc`). Work enqueued after it waits for it to return. `f` must not call
-    /// CUDA. If enqueueing fails, `f` is dropped here and the error returned. A panic in `f` is
-    /// caught on the driver's thread (it never unwinds into the driver) and reported by a later
+    /// (`cuLaunchHostFunc`). Work enqueued after it waits for it to return. If enqueueing fails,
+    /// `f` is dropped here and the error returned. A panic in `f` is caught on the driver's
+    /// thread (it never unwinds into the driver) and reported by a later
     /// [`Stream::synchronize`], [`Stream::query`] or `launch_host_func` on this stream as
     /// [`Error::HostFnPanicked`].
+    ///
+    /// # No CUDA calls inside
+    ///
+    /// `f` must not call CUDA: the driver forbids it, and it can deadlock. That includes this
+    /// crate's operations (enqueueing, querying, synchronizing, creating). *Dropping* this
+    /// crate's values inside `f` is fine: an [`OwnedStream`], [`Event`](crate::Event),
+    /// [`StreamPool`](crate::StreamPool) or lease, [`Completion`](crate::Completion) or
+    /// [`Context`](crate::Context) whose last owner is dropped here (for example an
+    /// `Arc<OwnedStream>` moved into its own host function to keep the stream alive until its
+    /// work is done) makes no driver call: the destroy is queued and made later on an ordinary
+    /// thread, by the next call that creates something or synchronizes, by the release of the
+    /// context, or by [`drain_deferred`](crate::drain_deferred). `close()` inside `f` queues the
+    /// destroy the same way and returns [`Error::InHostFunction`].
+    ///
+    /// ```no_run
+    /// # let ctx = cuda_stream::Context::primary(0)?;
+    /// use std::sync::Arc;
+    /// let s = Arc::new(ctx.new_stream()?);
+    /// let keep = s.clone();
+    /// s.launch_host_func(move || drop(keep))?; // the last owner may end here: destroyed later
+    /// # Ok::<(), cuda_stream::Error>(())
+    /// ```
     #[inline]
     pub fn launch_host_func<F>(self, f: F) -> Result<()>
     where
@@ -31,7 +55,9 @@ impl Stream<'_> {
     /// Runs `f` once the work enqueued so far has completed, passing the stream's status: `Ok`,
     /// or the error that put the stream (context) in a failed state (`cuStreamAddCallback`).
     /// Prefer [`Stream::launch_host_func`], which NVIDIA recommends; this exists for callers that
-    /// want the status.
+    /// want the status. The same rule holds: `f` must not call CUDA, and values of this crate
+    /// dropped inside it are destroyed later on an ordinary thread (see
+    /// [`Stream::launch_host_func`]).
     pub fn add_callback<F>(self, f: F) -> Result<()>
     where
         F: FnOnce(Result<()>) + Send + 'static,
@@ -67,17 +93,33 @@ macro_rules! forward_host_ops {
 forward_host_ops!(OwnedStream);
 forward_host_ops!(PooledStream<'_>);
 
+/// What a closure that captures data travels in: a recycled block (see `blocks`), written by
+/// `launch` and taken back by the trampoline, which recycles the block before the closure runs.
 struct HostCall<F> {
     f: F,
     stream: usize,
     ctx: usize,
 }
 
+impl<F> HostCall<F> {
+    fn put(self) -> *mut c_void {
+        blocks::put(self).as_ptr().cast()
+    }
+
+    /// # Safety
+    /// `data` came from [`HostCall::put`] for this `F` and is taken back once.
+    unsafe fn take(data: *mut c_void) -> HostCall<F> {
+        // SAFETY: the caller's promise; `put` never returns null.
+        unsafe { blocks::take(NonNull::new_unchecked(data.cast::<HostCall<F>>())) }
+    }
+}
+
 unsafe extern "C" fn host_trampoline<F: FnOnce() + Send + 'static>(user_data: *mut c_void) {
-    // SAFETY: `user_data` is the `Box<HostCall<F>>` leaked by `launch`; the driver calls each
-    // host function exactly once, so ownership comes back exactly once.
-    let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
-    let HostCall { f, stream, ctx } = *call;
+    // SAFETY: `user_data` is the `HostCall<F>` put by `launch`; the driver calls each host
+    // function exactly once, so it is taken back exactly once.
+    let HostCall { f, stream, ctx } = unsafe { HostCall::<F>::take(user_data) };
+    // Destroys of what the closure drops are deferred (the scope ends after every drop here).
+    let _in_host_fn = crate::deferred::HostFnScope::enter();
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         crate::panics::record(stream, ctx, payload);
     }
@@ -89,6 +131,7 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
     // SAFETY: `F` is zero-sized, so reading it from a dangling, aligned pointer is valid; `launch`
     // forgot the original and the driver calls this exactly once, so the value exists once.
     let f = unsafe { ptr::read(ptr::NonNull::<F>::dangling().as_ptr()) };
+    let _in_host_fn = crate::deferred::HostFnScope::enter();
     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
         // Only the stream travels in `user_data`; 0 matches any context.
         crate::panics::record(user_data as usize, 0, payload);
@@ -98,10 +141,10 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
 fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
     crate::panics::report(stream.raw(), stream.context_raw())?;
     let launch = driver_fn!(cuLaunchHostFunc);
-    // Default streams go the boxed way, which records their context for panic reports.
+    // Default streams go through a `HostCall`, which records their context for panic reports.
     if std::mem::size_of::<F>() == 0 && !stream.is_default() {
-        // No allocation for a closure that captures nothing: a malloc on this thread freed on the
-        // driver's thread costs more than the enqueue itself under load (see BENCHMARKS.md).
+        // No memory at all for a closure that captures nothing: the stream travels as the user
+        // data (see BENCHMARKS.md for what a block per call costs under load).
         let f = std::mem::ManuallyDrop::new(f);
         // SAFETY: the stream is live; the trampoline matches `CUhostFn` and conjures `f` back.
         let rc = unsafe { launch(stream.raw(), Some(zst_trampoline::<F>), stream.raw().cast()) };
@@ -112,17 +155,18 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         }
         return Ok(());
     }
-    let data = Box::into_raw(Box::new(HostCall {
+    let data = HostCall {
         f,
         stream: stream.raw() as usize,
         ctx: stream.context_raw() as usize,
-    }));
+    }
+    .put();
     let _bound = if stream.is_default() {
         match bind(stream.context_raw()) {
             Ok(b) => Some(b),
             Err(e) => {
-                // SAFETY: never handed to the driver; reclaimed once.
-                drop(unsafe { Box::from_raw(data) });
+                // SAFETY: never handed to the driver; taken back once.
+                drop(unsafe { HostCall::<F>::take(data) });
                 return Err(e);
             }
         }
@@ -130,11 +174,11 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         None
     };
     // SAFETY: the stream is live; the trampoline matches `CUhostFn` and takes back `data`.
-    let rc = unsafe { launch(stream.raw(), Some(host_trampoline::<F>), data.cast()) };
+    let rc = unsafe { launch(stream.raw(), Some(host_trampoline::<F>), data) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
-        // SAFETY: the driver refused the call, so it will never run the trampoline: the box is
-        // still ours, reclaimed exactly once.
-        drop(unsafe { Box::from_raw(data) });
+        // SAFETY: the driver refused the call, so it will never run the trampoline: `data` is
+        // still ours, taken back exactly once.
+        drop(unsafe { HostCall::<F>::take(data) });
         return Err(Error::driver("cuLaunchHostFunc", rc));
     }
     Ok(())
@@ -145,9 +189,9 @@ unsafe extern "C" fn callback_trampoline<F: FnOnce(Result<()>) + Send + 'static>
     status: ffi::CUresult,
     user_data: *mut c_void,
 ) {
-    // SAFETY: as in `host_trampoline`: the box leaked by `add_callback`, returned exactly once.
-    let call = unsafe { Box::from_raw(user_data.cast::<HostCall<F>>()) };
-    let HostCall { f, stream, ctx } = *call;
+    // SAFETY: as in `host_trampoline`: the `HostCall<F>` put by `add_callback`, taken once.
+    let HostCall { f, stream, ctx } = unsafe { HostCall::<F>::take(user_data) };
+    let _in_host_fn = crate::deferred::HostFnScope::enter();
     let status = check(status, "cuStreamAddCallback");
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(status))) {
         crate::panics::record(stream, ctx, payload);
@@ -162,16 +206,17 @@ fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(stream: Stream<'_>, f: F
     } else {
         None
     };
-    let data = Box::into_raw(Box::new(HostCall {
+    let data = HostCall {
         f,
         stream: stream.raw() as usize,
         ctx: stream.context_raw() as usize,
-    }));
+    }
+    .put();
     // SAFETY: the stream is live; the trampoline matches `CUstreamCallback`; flags must be 0.
-    let rc = unsafe { add(stream.raw(), Some(callback_trampoline::<F>), data.cast(), 0) };
+    let rc = unsafe { add(stream.raw(), Some(callback_trampoline::<F>), data, 0) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
-        // SAFETY: the driver refused the callback and will never call it.
-        drop(unsafe { Box::from_raw(data) });
+        // SAFETY: the driver refused the callback and will never call it: taken back once.
+        drop(unsafe { HostCall::<F>::take(data) });
         return Err(Error::driver("cuStreamAddCallback", rc));
     }
     Ok(())

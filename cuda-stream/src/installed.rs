@@ -11,11 +11,18 @@ use crate::ffi;
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static STREAMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-/// Whether a live guard names `raw` (one atomic load when no guard exists).
+/// Whether a live guard names `raw` (one atomic load, inlined, when no guard exists).
+#[inline]
 pub(crate) fn contains(raw: ffi::CUstream) -> bool {
     if COUNT.load(Ordering::Acquire) == 0 {
         return false;
     }
+    contains_slow(raw)
+}
+
+#[cold]
+#[inline(never)]
+fn contains_slow(raw: ffi::CUstream) -> bool {
     let list = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
     list.contains(&(raw as usize))
 }

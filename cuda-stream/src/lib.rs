@@ -89,13 +89,27 @@
 //! [`CurrentStreamGuard`] is neither. Resetting a device's primary context
 //! (`cuDevicePrimaryCtxReset`) while objects of this crate exist invalidates their handles, as it
 //! does for every CUDA library.
+//!
+//! # Host functions
+//!
+//! No CUDA call may be made inside a host function or stream callback, and this crate makes
+//! none there: a stream, event, pool, context, completion, [`Module`] or [`DeviceBuffer`] whose
+//! last owner is dropped inside one is destroyed later, on an ordinary thread (the next call that
+//! creates something or synchronizes, the release of its context, or [`drain_deferred`]; a module
+//! or buffer after its context's work, as on any thread); `close()` or `free()` there returns
+//! [`Error::InHostFunction`]. See [`Stream::launch_host_func`].
+//!
 //! # Layout
 //!
 //! The modules form layers whose imports only point down (the test `tests/layers.rs` fails on a
 //! circle). From the bottom:
 //!
 //! - **Values and errors**: `priority` ([`PriorityRange`]), `device_copy` ([`DeviceCopy`]),
-//!   `error` ([`Error`], and the one chokepoint that turns a `CUresult` into a `Result`).
+//!   `error` ([`Error`], and the one chokepoint that turns a `CUresult` into a `Result`), `abi`
+//!   (the newest of a driver function's ABIs that the driver has, chosen once).
+//! - **The host-function rule**: `deferred` (whether this thread runs a host function, and the
+//!   queue of destroys made later on an ordinary thread; every destroy path consults it; see
+//!   [`drain_deferred`]), `spare_events` (a context's recycled event handles).
 //! - **Driver objects**: `device` ([`Device`], [`init`]), `context` ([`Context`], and making a
 //!   context current for one call), `event` ([`Event`]), `module` ([`Module`], [`Function`]).
 //! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
@@ -116,9 +130,13 @@
 pub use ffi;
 
 // Bottom to top; see the table above.
+mod abi;
 mod device_copy;
 mod error;
 mod priority;
+
+mod deferred;
+mod spare_events;
 
 mod context;
 mod device;
@@ -144,6 +162,7 @@ mod scope;
 pub use completion::Completion;
 pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
+pub use deferred::{deferred_failed, deferred_pending, deferred_total, drain_deferred};
 pub use device::{Device, driver_version, init};
 pub use device_copy::DeviceCopy;
 pub use error::{DriverCode, Error, JitLog, Result};

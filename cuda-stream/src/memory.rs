@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, size_of};
 use std::ptr;
 
-use crate::context::{Bound, Context, bind};
+use crate::context::{Bound, Context, bind, destroy_after_work};
 use crate::device_copy::DeviceCopy;
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
@@ -279,6 +279,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             })?;
         let mut ptr = 0;
         if bytes > 0 {
+            // Frees that host functions queued are made before more memory is taken.
+            crate::deferred::drain_if_pending();
             let f = driver_fn!(cuMemAlloc);
             let _bound = bind(ctx.raw())?;
             // SAFETY: `ptr` is a valid out-pointer; the context is current.
@@ -578,6 +580,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Frees the memory, returning the driver's error: waits for all work of the buffer's context
     /// (`cuCtxSynchronize`), then `cuMemFree`. If the wait fails the memory is left allocated
     /// (leaked): work might still be using it.
+    ///
+    /// Inside a host function no CUDA call is made: the wait and the free are queued for an
+    /// ordinary thread, as for a drop, and the answer is [`Error::InHostFunction`](crate::Error::InHostFunction).
     pub fn free(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context clone is released after the
@@ -587,21 +592,25 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
+/// Frees `ptr` after the work of `ctx` (queued inside a host function).
 fn free(ptr: ffi::CUdeviceptr, ctx: &Context) -> Result<()> {
     if ptr == 0 {
         return Ok(());
     }
-    let _bound = bind(ctx.raw())?;
-    let sync = driver_fn!(cuCtxSynchronize);
-    // SAFETY: no arguments; the buffer's context is current.
-    check(unsafe { sync() }, "cuCtxSynchronize")?;
+    destroy_after_work(ctx, ptr as usize, "cuMemFree", free_now)
+}
+
+/// `cuMemFree`, in the form [`destroy_after_work`] takes; the context is current and idle.
+fn free_now(ptr: usize) -> Result<()> {
     let f = driver_fn!(cuMemFree);
     // SAFETY: the caller owns the allocation and never uses it again; no work of the context is
     // pending, so none can still use it.
-    check(unsafe { f(ptr) }, "cuMemFree")
+    check(unsafe { f(ptr as ffi::CUdeviceptr) }, "cuMemFree")
 }
 
 impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
+    /// Frees the memory after its context's work; inside a host function, later, on an ordinary
+    /// thread.
     fn drop(&mut self) {
         let _ = free(self.ptr, &self.ctx);
     }

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr;
 
-use crate::context::{Context, bind};
+use crate::context::{Context, bind, destroy_after_work};
 use crate::error::{Error, JitLog, Result, check, driver_fn};
 use crate::ffi;
 
@@ -241,6 +241,7 @@ impl Module {
     /// # Safety
     /// `image` is a complete image the driver can read to its end.
     unsafe fn load(ctx: &Context, image: *const c_void, options: JitOptions) -> Result<Module> {
+        crate::deferred::drain_if_pending();
         let f = driver_fn!(cuModuleLoadDataEx);
         let mut info = vec![0u8; LOG_BYTES];
         let mut error = vec![0u8; LOG_BYTES];
@@ -364,6 +365,9 @@ impl Module {
     /// Unloads the module, returning the driver's error: waits for the context's work first
     /// (`cuCtxSynchronize`), so no kernel of the module is still running, then `cuModuleUnload`.
     /// If the wait fails, the module is left loaded (a launch might still be running).
+    ///
+    /// Inside a host function no CUDA call is made: the wait and the unload are queued for an
+    /// ordinary thread, as for a drop, and the answer is [`Error::InHostFunction`](crate::Error::InHostFunction).
     pub fn close(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the fields are read once each.
@@ -373,17 +377,21 @@ impl Module {
     }
 }
 
+/// Unloads `raw` after the work of `ctx` (queued inside a host function).
 fn unload(raw: ffi::CUmodule, ctx: &Context) -> Result<()> {
-    let _bound = bind(ctx.raw())?;
-    let sync = driver_fn!(cuCtxSynchronize);
-    // SAFETY: no arguments; the module's context is current.
-    check(unsafe { sync() }, "cuCtxSynchronize")?;
+    destroy_after_work(ctx, raw as usize, "cuModuleUnload", unload_now)
+}
+
+/// `cuModuleUnload`, in the form [`destroy_after_work`] takes; the context is current and idle.
+fn unload_now(raw: usize) -> Result<()> {
     let f = driver_fn!(cuModuleUnload);
     // SAFETY: the caller owns the module and never uses it again; no work of it is pending.
-    check(unsafe { f(raw) }, "cuModuleUnload")
+    check(unsafe { f(raw as ffi::CUmodule) }, "cuModuleUnload")
 }
 
 impl Drop for Module {
+    /// Unloads the module after its context's work; inside a host function, later, on an
+    /// ordinary thread.
     fn drop(&mut self) {
         let _ = unload(self.raw, &self.ctx);
     }

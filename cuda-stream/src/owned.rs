@@ -7,6 +7,7 @@ use std::mem::ManuallyDrop;
 use std::ptr;
 
 use crate::context::{Context, bind, priority_range_current};
+use crate::deferred::Deferred;
 use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
 use crate::stream::{AsStream, KnownContext, Stream, forward_stream_ops, is_special};
@@ -163,13 +164,15 @@ impl OwnedStream {
     }
 
     /// Destroys the stream, returning the driver's error if `cuStreamDestroy` fails. Work already
-    /// enqueued still completes, as the driver guarantees.
+    /// enqueued still completes, as the driver guarantees. Inside a host function or stream
+    /// callback, where no CUDA call may be made, the destroy is queued for an ordinary thread and
+    /// the answer is [`Error::InHostFunction`].
     pub fn close(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context clone is dropped after the
         // destroy below.
         let _ctx = unsafe { ptr::read(&this.ctx) };
-        destroy(this.raw)
+        destroy_or_defer(this.raw)
     }
 }
 
@@ -181,6 +184,7 @@ pub(crate) fn create_raw(
     known: Option<&Context>,
     options: StreamOptions,
 ) -> Result<ffi::CUstream> {
+    crate::deferred::drain_if_pending();
     let _bound = bind(ctx)?;
     let priority = match options.requested_priority() {
         None => None,
@@ -217,11 +221,26 @@ pub(crate) fn create_raw(
     Ok(raw)
 }
 
-fn destroy(raw: ffi::CUstream) -> Result<()> {
+/// Destroys a stream this crate created (an owned stream, a pool's, a temporary notifier),
+/// unless a leaked current-stream guard still names it. Inside a host function the destroy is
+/// queued for an ordinary thread (see `deferred.rs`), and the answer is
+/// [`Error::InHostFunction`].
+pub(crate) fn destroy_or_defer(raw: ffi::CUstream) -> Result<()> {
     if crate::installed::contains(raw) {
         // A leaked `CurrentStreamGuard` still names this stream: keep the handle valid.
         return Ok(());
     }
+    if crate::deferred::in_host_fn() {
+        crate::deferred::defer([Deferred::new(raw as usize, destroy_deferred)]);
+        return Err(Error::InHostFunction {
+            call: "cuStreamDestroy",
+        });
+    }
+    crate::deferred::drain_if_pending();
+    destroy_now(raw)
+}
+
+fn destroy_now(raw: ffi::CUstream) -> Result<()> {
     let f = driver_fn!(cuStreamDestroy);
     // SAFETY: the caller owns `raw` and never uses it again.
     check(unsafe { f(raw) }, "cuStreamDestroy")?;
@@ -229,9 +248,14 @@ fn destroy(raw: ffi::CUstream) -> Result<()> {
     Ok(())
 }
 
+/// The queued form of [`destroy_now`].
+fn destroy_deferred(raw: usize) -> Result<()> {
+    destroy_now(raw as ffi::CUstream)
+}
+
 impl Drop for OwnedStream {
     fn drop(&mut self) {
-        let _ = destroy(self.raw);
+        let _ = destroy_or_defer(self.raw);
     }
 }
 

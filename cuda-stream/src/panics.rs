@@ -65,11 +65,19 @@ fn report_slow(raw: usize, ctx: usize) -> Result<()> {
 }
 
 /// Drops the unreported panics of a stream that is being destroyed, so that a later stream that
-/// gets the same handle value does not inherit them.
+/// gets the same handle value does not inherit them (one atomic load, inlined, when there are
+/// none).
+#[inline]
 pub(crate) fn forget(raw: ffi::CUstream) {
     if PENDING.load(Ordering::Acquire) == 0 {
         return;
     }
+    forget_slow(raw)
+}
+
+#[cold]
+#[inline(never)]
+fn forget_slow(raw: ffi::CUstream) {
     let mut list = PANICS.lock().unwrap_or_else(|e| e.into_inner());
     let before = list.len();
     list.retain(|(s, _, _)| *s != raw as usize);

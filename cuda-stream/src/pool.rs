@@ -244,20 +244,12 @@ impl PoolInner {
 }
 
 impl Drop for PoolInner {
+    /// Destroys the free streams (no lease exists: leases borrow the pool), each exactly once,
+    /// except one a leaked current-stream guard still names; inside a host function the destroys
+    /// are queued for an ordinary thread.
     fn drop(&mut self) {
-        let free = self.free.drain();
-        if let Ok(f) = ffi::fns::cuStreamDestroy() {
-            for raw in free {
-                let raw = raw as ffi::CUstream;
-                if crate::installed::contains(raw) {
-                    // A leaked `CurrentStreamGuard` still names it: keep the handle valid.
-                    continue;
-                }
-                // SAFETY: the pool created these streams; no lease exists (leases borrow the
-                // pool), so each is destroyed exactly once.
-                let _ = unsafe { f(raw) };
-                crate::panics::forget(raw);
-            }
+        for raw in self.free.drain() {
+            let _ = crate::owned::destroy_or_defer(raw as ffi::CUstream);
         }
     }
 }

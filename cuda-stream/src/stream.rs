@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::ptr;
 
+use crate::abi::Newest;
 use crate::context::{Bound, Context, bind};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver_fn};
@@ -174,7 +175,9 @@ impl<'a> Stream<'a> {
     /// in particular for as long as any [`CurrentStreamGuard`](crate::CurrentStreamGuard) made
     /// from it lives (do not leak one with `mem::forget`). An [`Event`] recorded through the view
     /// with [`Stream::record_event`] keeps the context alive only if it is a primary context; for
-    /// any other context, the caller keeps the context alive until such events are dropped. The
+    /// any other context, the caller keeps the context alive until such events are dropped (and,
+    /// for one dropped inside a host function, until its queued destroy was made: call
+    /// [`drain_deferred`](crate::drain_deferred) before destroying the context). The
     /// driver cannot validate a dangling handle (looking one up can crash the process), so this
     /// cannot be checked.
     pub unsafe fn borrow_raw<O: ?Sized>(raw: ffi::CUstream, owner: &'a O) -> Result<Stream<'a>> {
@@ -236,17 +239,23 @@ impl<'a> Stream<'a> {
     }
 
     /// Blocks until all work enqueued so far has completed (`cuStreamSynchronize`), then reports
-    /// a panic of one of this stream's host functions, if any.
+    /// a panic of one of this stream's host functions, if any. Also destroys what host functions
+    /// dropped meanwhile (one atomic load when they dropped nothing; see
+    /// [`drain_deferred`](crate::drain_deferred)).
     #[inline]
     pub fn synchronize(self) -> Result<()> {
         let f = driver_fn!(cuStreamSynchronize);
         let _bound = self.bind_if_default()?;
         // SAFETY: `self.raw` is live for 'a.
-        check(unsafe { f(self.raw) }, "cuStreamSynchronize")?;
+        let r = check(unsafe { f(self.raw) }, "cuStreamSynchronize");
+        crate::deferred::drain_if_pending();
+        r?;
         crate::panics::report(self.raw, self.ctx)
     }
 
-    /// Records a new event (timing disabled) capturing the work enqueued so far.
+    /// Records a new event (timing disabled) capturing the work enqueued so far. The event is
+    /// one of the context's spare events when it keeps one (see [`Event`]): then the only driver
+    /// call is `cuEventRecord`.
     pub fn record_event(self) -> Result<Event> {
         self.record_event_with(EventOptions::new())
     }
@@ -257,7 +266,8 @@ impl<'a> Stream<'a> {
     }
 
     /// Records a new event that keeps `known` (the stream's context, when the caller has it)
-    /// alive; with `None` the context is looked up and retained if it is a primary one.
+    /// alive; with `None` the context is found among the live `Context`s, or looked up and
+    /// retained if it is a primary one.
     pub(crate) fn record_event_in(
         self,
         known: Option<Context>,
@@ -285,9 +295,14 @@ impl<'a> Stream<'a> {
     }
 
     /// Makes work enqueued here from now on wait for `event` (`cuStreamWaitEvent`). Returns at
-    /// once. The event may belong to another context, even of another device.
+    /// once. The event may belong to another context, even of another device. An event this
+    /// crate created and never recorded has nothing to wait for: no driver call is made (its
+    /// handle may be a recycled one, whose earlier record must not be waited for).
     #[inline]
     pub fn wait_event(self, event: &Event) -> Result<()> {
+        if !event.may_hold_record() {
+            return Ok(());
+        }
         // SAFETY: the event is live while borrowed.
         unsafe { self.wait_event_raw(event.raw()) }
     }
@@ -332,8 +347,10 @@ impl<'a> Stream<'a> {
     /// The device the stream's work runs on (`cuStreamGetDevice` on CUDA 12.8 and later, else
     /// the device of its context).
     pub fn device(self) -> Result<Device> {
+        // Looked up once: on older drivers every call goes straight to the context.
+        static GET_DEVICE: Newest<ffi::pfn::cuStreamGetDevice> = Newest::new();
         if !self.is_default() {
-            if let Ok(f) = ffi::fns::cuStreamGetDevice() {
+            if let Ok(f) = GET_DEVICE.get(&[ffi::fns::cuStreamGetDevice]) {
                 let mut d = 0;
                 // SAFETY: `self.raw` is live; `d` is a valid out-pointer.
                 check(unsafe { f(self.raw, &mut d) }, "cuStreamGetDevice")?;

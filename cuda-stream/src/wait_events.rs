@@ -7,6 +7,7 @@ use std::ptr;
 use crate::context::{Context, bind};
 use crate::error::{Result, check, driver_fn};
 use crate::ffi;
+use crate::spare_events;
 
 /// One event per (thread, context) for `wait_stream`: recording it and waiting on it right away
 /// is all `wait_stream` needs, and reuse is safe because a wait captures the event's state at the
@@ -21,11 +22,14 @@ struct CachedEvent {
 }
 
 impl Drop for CachedEvent {
+    /// At thread exit: destroys the event while `_keep` still holds the context (fields drop
+    /// after this body), or queues the destroy if the thread is in a host function.
     fn drop(&mut self) {
-        if let Ok(f) = ffi::fns::cuEventDestroy() {
-            // SAFETY: the cache created this event and destroys it once; `_keep` still holds the
-            // context (fields drop after this body).
-            let _ = unsafe { f(self.event) };
+        if crate::deferred::in_host_fn() {
+            let e = crate::deferred::Deferred::new(self.event as usize, spare_events::destroy);
+            crate::deferred::defer([e]);
+        } else {
+            let _ = spare_events::destroy(self.event as usize);
         }
     }
 }

@@ -9,10 +9,31 @@
 //! constants and structs come with them. The bindings are generated offline by `build-support` and
 //! committed: building needs no CUDA toolkit, no libclang and no build script.
 //!
+//! # One build for every driver
+//!
+//! Every ABI of a function that has had several is bound too, each with its own signature, under
+//! the suffix of its `cudaTypedefs.h` typedef: [`cuEventElapsedTime_v2000`] (the original,
+//! every driver) next to [`cuEventElapsedTime_v12080`] (CUDA 12.8, which [`cuEventElapsedTime`]
+//! means), [`cuCtxCreate_v3020`] to [`cuCtxCreate_v12050`], [`cuStreamGetCaptureInfo_v10010`] to
+//! [`cuStreamGetCaptureInfo_v12030_ptsz`], the removed ABIs the driver still exports
+//! ([`cuGraphInstantiate_v10000`], [`cuMemAlloc_v2000`], ...). [`SymbolInfo`] records each
+//! binding's exported symbol, the base name and ABI version to ask `cuGetProcAddress` for, and
+//! whether it is a per-thread default-stream variant; [`typedefs`] has the typedefs themselves,
+//! and a test checks that each binding's type is its typedef's.
+//!
 //! Nothing links against libcuda. The driver library is opened with [`libloading`] the first time a
-//! function needs it, and each symbol is resolved once, on first use; after that a call costs one
-//! load of the cached pointer and the indirect call. A missing library or symbol is an error value
+//! function needs it, and each binding is resolved once, on first use, through the driver's own
+//! `cuGetProcAddress` at the binding's ABI version (with the per-thread flag for the `_ptds` /
+//! `_ptsz` variants), or by its exported name on drivers before CUDA 11.3. A binding whose ABI is
+//! newer than the driver is missing, even if a symbol of that name exists: a pointer is never
+//! handed out with another ABI than its type says. After the first call a call costs one load of
+//! the cached pointer and the indirect call. A missing library or symbol is an error value
 //! ([`LoadError`]), never a panic.
+//!
+//! The ABIs resolved can be capped below the driver's, to run as on an older driver (and so take
+//! the fallbacks code has for one): [`DriverOptions::abi_version`] for an explicitly opened
+//! driver, the `CUDA_SYS_ABI_VERSION` environment variable (`12000` or `12.0`) for the
+//! process-wide one. [`Driver::abi_version`] tells the newest ABI a driver resolves.
 //!
 //! Three ways to call a function:
 //!
@@ -33,7 +54,8 @@
 //!
 //! The process-wide driver is found by [`Driver::open_default`]: the file named by the
 //! `CUDA_SYS_LIBCUDA` environment variable if set, then `libcuda.so.1` and `libcuda.so` on Linux,
-//! or `nvcuda.dll` from the system folder on Windows.
+//! or `nvcuda.dll` from the system folder on Windows. A file that is missing, a directory, empty,
+//! or a library that is not a CUDA driver is refused with an error naming it and what is wrong.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -57,14 +79,30 @@ mod results;
 mod generated {
     pub mod functions;
     pub(crate) mod results;
+    pub mod symbols {
+        //! The table of bindings: plain data, also read by the mock driver's build script.
+        use crate::loader::SymbolInfo;
+        include!("generated/symbols.rs");
+    }
+    pub mod typedefs;
     // bindgen's own accessors (unions, bitfields): generated, not hand-written unsafe.
     #[allow(clippy::undocumented_unsafe_blocks)]
     pub mod types;
 }
 
 pub use generated::functions::*;
+pub use generated::symbols::{SYMBOL_COUNT, SYMBOLS};
 pub use generated::types::*;
-pub use loader::{Candidate, Driver, LoadError, SymbolInfo};
+/// `cudaTypedefs.h`'s function-pointer typedefs (`PFN_cuEventElapsedTime_v2000`), one per ABI of
+/// each driver function, for use with `cuGetProcAddress`. Each binding's [`pfn`] type is the
+/// `fn` inside its typedef's `Option` (a test checks it).
+pub mod typedefs {
+    pub use crate::generated::typedefs::*;
+}
+pub use loader::{
+    ABI_VERSION_VAR, Candidate, DRIVER_PATH_VAR, Driver, DriverOptions, LoadError, Resolver,
+    SymbolInfo, parse_cuda_version,
+};
 pub use results::{result_description, result_name};
 
 /// `CUDA_VERSION` of the header the bindings were generated from (`1000 * major + 10 * minor`).

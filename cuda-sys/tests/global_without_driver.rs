@@ -23,5 +23,4 @@ fn global_driver_failure_is_remembered_and_never_panics() {
     let rc = unsafe { cuStreamQuery(std::ptr::null_mut()) };
     assert_eq!(rc, CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED);
     assert!(Driver::global_if_loaded().is_none());
-    assert!(Driver::install_global(Driver::open("libm.so.6").unwrap()).is_err());
 }

@@ -21,69 +21,136 @@ fn missing_file_is_a_not_found_error_naming_the_candidate() {
     );
 }
 
-fn libm() -> Driver {
-    Driver::open("libm.so.6").expect("libm is on every Linux machine")
+/// A folder of its own under the system's temporary folder, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("cuda-sys-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The single candidate of a `NotFound` error.
+fn only_candidate(err: &LoadError) -> &Candidate {
+    match err {
+        LoadError::NotFound { tried } if tried.len() == 1 => &tried[0],
+        other => panic!("expected NotFound with one candidate, got {other:?}"),
+    }
 }
 
 #[test]
-fn a_library_without_the_symbols_reports_each_missing_symbol() {
-    let d = libm();
-    let err = d.cuInit().unwrap_err();
-    match &err {
-        LoadError::MissingSymbol {
-            name,
-            symbol,
-            since,
-            driver_version,
-        } => {
-            assert_eq!(*name, "cuInit");
-            assert_eq!(*symbol, "cuInit");
-            assert_eq!(*since, 2000);
-            // libm has no cuDriverGetVersion either, so no version can be named.
-            assert_eq!(*driver_version, None);
-        }
-        other => panic!("expected MissingSymbol, got {other:?}"),
+fn a_missing_file_a_directory_and_an_empty_file_each_say_what_is_wrong() {
+    let dir = TempDir::new("not-a-library");
+    let empty = dir.0.join("libcuda.so.1");
+    std::fs::write(&empty, b"").unwrap();
+    let text = dir.0.join("libcuda-text.so");
+    std::fs::write(&text, b"not a shared object\n").unwrap();
+    let missing = dir.0.join("missing/libcuda.so.1");
+    let cases = [
+        (missing.as_path(), "no such file"),
+        (dir.0.as_path(), "a directory, not a library file"),
+        (empty.as_path(), "an empty file, not a library"),
+    ];
+    for (path, reason) in cases {
+        let err = Driver::open(path).unwrap_err();
+        let c = only_candidate(&err);
+        assert_eq!(c.path, path.as_os_str());
+        assert_eq!(c.reason, reason);
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&*path.to_string_lossy()) && shown.contains(reason),
+            "{shown}"
+        );
+        assert_eq!(
+            err.to_cuda_result(),
+            CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
+        );
     }
+    // A file that is no shared object: the dynamic loader's own words.
+    let err = Driver::open(&text).unwrap_err();
+    let c = only_candidate(&err);
+    assert!(!c.reason.is_empty());
+    assert!(err.to_string().contains(&*text.to_string_lossy()));
+}
+
+#[test]
+fn a_library_that_is_not_a_driver_is_refused_when_opened() {
+    let err = Driver::open("libm.so.6").unwrap_err();
+    assert_eq!(
+        err,
+        LoadError::NotADriver {
+            path: "libm.so.6".into(),
+            reason: "it exports neither cuInit nor cuDriverGetVersion".into(),
+        }
+    );
     assert_eq!(
         err.to_string(),
-        "cuInit is not exported by the CUDA driver; it needs CUDA 2.0 or later"
+        "libm.so.6 is not a CUDA driver: it exports neither cuInit nor cuDriverGetVersion"
     );
-    assert_eq!(err.to_cuda_result(), CUresult::CUDA_ERROR_NOT_FOUND);
-    // Asking again is answered from the cache, with the same error.
-    assert_eq!(d.cuInit().unwrap_err(), err);
-    assert!(!d.has("cuStreamCreate"));
-    assert_eq!(d.version(), Err(d.cuDriverGetVersion().unwrap_err()));
+    assert_eq!(
+        err.to_cuda_result(),
+        CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED
+    );
+}
+
+#[test]
+fn an_abi_limit_below_any_cuda_version_is_refused() {
+    let err = Driver::open_with("libm.so.6", DriverOptions::new().abi_version(12)).unwrap_err();
+    assert_eq!(
+        err,
+        LoadError::InvalidAbiVersion {
+            setting: "DriverOptions::abi_version",
+            value: "12".into(),
+        }
+    );
+    assert!(err.to_string().contains("not a CUDA version"), "{err}");
+    assert_eq!(err.to_cuda_result(), CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(parse_cuda_version("12.2"), Some(12020));
+    assert_eq!(
+        DriverOptions::new().abi_version(12020).abi_limit(),
+        Some(12020)
+    );
 }
 
 #[test]
 fn versioned_symbols_keep_the_header_meaning() {
-    let d = libm();
-    match d.cuStreamGetDevice().unwrap_err() {
-        LoadError::MissingSymbol { since, .. } => assert_eq!(since, 12080),
-        e => panic!("{e:?}"),
-    }
+    let get_device = SymbolInfo::find("cuStreamGetDevice").unwrap();
+    assert_eq!(get_device.since, 12080);
     let destroy = SymbolInfo::find("cuStreamDestroy").unwrap();
     assert_eq!(destroy.symbol.to_str().unwrap(), "cuStreamDestroy_v2");
+    assert_eq!(destroy.base.to_str().unwrap(), "cuStreamDestroy");
     assert_eq!(destroy.since, 4000);
+    assert!(!destroy.per_thread);
     let ctx = SymbolInfo::find("cuCtxCreate").unwrap();
     assert_eq!(ctx.symbol.to_str().unwrap(), "cuCtxCreate_v4");
     let elapsed = SymbolInfo::find("cuEventElapsedTime").unwrap();
     assert_eq!(elapsed.symbol.to_str().unwrap(), "cuEventElapsedTime_v2");
+    assert_eq!(elapsed.since, 12080);
     // A C name means what a default build calls; the per-thread-default-stream variants are
-    // bound too, under their exported names.
+    // bound too, under their exported names (or the typedef's suffix, for several ABIs).
     for s in SymbolInfo::all() {
         let symbol = s.symbol.to_str().unwrap();
-        if symbol.ends_with("_ptsz") || symbol.ends_with("_ptds") {
-            assert_eq!(s.name, symbol, "{s:?}");
-        } else {
-            assert!(
-                !s.name.ends_with("_ptsz") && !s.name.ends_with("_ptds"),
-                "{s:?}"
-            );
-        }
+        let pt = symbol.ends_with("_ptsz") || symbol.ends_with("_ptds");
+        assert_eq!(s.per_thread, pt, "{s:?}");
+        assert_eq!(
+            s.per_thread,
+            s.name.ends_with("_ptsz") || s.name.ends_with("_ptds"),
+            "{s:?}"
+        );
+        assert!(s.symbol.to_bytes().starts_with(s.base.to_bytes()), "{s:?}");
     }
     let ptsz = SymbolInfo::find("cuMemcpyHtoDAsync_v2_ptsz").unwrap();
     assert_eq!(ptsz.since, 7000);
+    assert_eq!(ptsz.base.to_str().unwrap(), "cuMemcpyHtoDAsync");
+    assert!(ptsz.per_thread);
     assert_eq!(
         SymbolInfo::find("cuMemcpyHtoDAsync")
             .unwrap()
@@ -95,6 +162,116 @@ fn versioned_symbols_keep_the_header_meaning() {
     assert!(SymbolInfo::find("cuStreamQuery_ptsz").is_some());
     assert!(SymbolInfo::find("cuMemcpy_ptds").is_some());
     assert!(SymbolInfo::find("cuStreamDestroy_v2").is_none());
+    // cuGraphInstantiate means cuGraphInstantiateWithFlags, asked for under that name.
+    let inst = SymbolInfo::find("cuGraphInstantiate").unwrap();
+    assert_eq!(inst.symbol.to_str().unwrap(), "cuGraphInstantiateWithFlags");
+    assert_eq!(inst.base.to_str().unwrap(), "cuGraphInstantiateWithFlags");
+    assert_eq!(inst.since, 11040);
+}
+
+/// `(binding, exported symbol, ABI version, per-thread)`.
+fn abi(name: &str) -> (&'static str, &'static str, u32, bool) {
+    let s = SymbolInfo::find(name).unwrap_or_else(|| panic!("{name} is not bound"));
+    (s.name, s.symbol.to_str().unwrap(), s.since, s.per_thread)
+}
+
+#[test]
+fn every_abi_of_a_function_is_bound_under_its_typedef_suffix() {
+    let expected = [
+        (
+            "cuEventElapsedTime_v2000",
+            "cuEventElapsedTime",
+            2000,
+            false,
+        ),
+        (
+            "cuEventElapsedTime_v12080",
+            "cuEventElapsedTime_v2",
+            12080,
+            false,
+        ),
+        (
+            "cuStreamGetCaptureInfo_v10010",
+            "cuStreamGetCaptureInfo",
+            10010,
+            false,
+        ),
+        (
+            "cuStreamGetCaptureInfo_v11030",
+            "cuStreamGetCaptureInfo_v2",
+            11030,
+            false,
+        ),
+        (
+            "cuStreamGetCaptureInfo_v12030",
+            "cuStreamGetCaptureInfo_v3",
+            12030,
+            false,
+        ),
+        (
+            "cuStreamGetCaptureInfo_v12030_ptsz",
+            "cuStreamGetCaptureInfo_v3_ptsz",
+            12030,
+            true,
+        ),
+        ("cuCtxCreate_v2000", "cuCtxCreate", 2000, false),
+        ("cuCtxCreate_v3020", "cuCtxCreate_v2", 3020, false),
+        ("cuCtxCreate_v11040", "cuCtxCreate_v3", 11040, false),
+        ("cuCtxCreate_v12050", "cuCtxCreate_v4", 12050, false),
+        (
+            "cuGraphInstantiate_v10000",
+            "cuGraphInstantiate",
+            10000,
+            false,
+        ),
+        (
+            "cuGraphInstantiate_v11000",
+            "cuGraphInstantiate_v2",
+            11000,
+            false,
+        ),
+        (
+            "cuGraphExecUpdate_v10020",
+            "cuGraphExecUpdate",
+            10020,
+            false,
+        ),
+        (
+            "cuGraphExecUpdate_v12000",
+            "cuGraphExecUpdate_v2",
+            12000,
+            false,
+        ),
+        (
+            "cuStreamBeginCapture_v10000_ptsz",
+            "cuStreamBeginCapture_ptsz",
+            10000,
+            true,
+        ),
+        ("cuMemGetInfo_v2000", "cuMemGetInfo", 2000, false),
+        ("cuGetProcAddress_v11030", "cuGetProcAddress", 11030, false),
+        (
+            "cuGetProcAddress_v12000",
+            "cuGetProcAddress_v2",
+            12000,
+            false,
+        ),
+        ("cuCtxGetDevice_v2000", "cuCtxGetDevice", 2000, false),
+        ("cuCtxGetDevice_v13000", "cuCtxGetDevice_v2", 13000, false),
+    ];
+    for e in expected {
+        assert_eq!(abi(e.0), e);
+    }
+    let elapsed: Vec<_> = SymbolInfo::abis("cuEventElapsedTime")
+        .iter()
+        .map(|s| s.symbol.to_str().unwrap())
+        .collect();
+    assert_eq!(elapsed, ["cuEventElapsedTime", "cuEventElapsedTime_v2"]);
+    assert_eq!(SymbolInfo::abis("cuCtxCreate").len(), 4);
+    assert_eq!(SymbolInfo::abis("cuInit").len(), 1);
+    assert!(SymbolInfo::abis("cuNothing").is_empty());
+    // The typedefs are there for callers of cuGetProcAddress.
+    let _: typedefs::PFN_cuEventElapsedTime_v2000 = None;
 }
 
 #[test]

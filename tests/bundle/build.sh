@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: every GPU test binary, the example, the benchmark, the interop library
-# and its Python test, stripped, with run.sh, in one git-ignored folder (gpu-bundle/, < 64 MiB).
+# Builds the GPU bundle: every GPU test binary, the example, the benchmark and its Python peers
+# and combiner, its experiments (probe, gpu-experiments.sh), the interop library and its Python
+# test, stripped, with run.sh, in one git-ignored folder (gpu-bundle/, < 64 MiB).
 #
 #   tests/bundle/build.sh            # here (no GPU needed)
 #   gpu-bundle/run.sh [--bench]      # on the GPU machine, from the repository root
@@ -9,11 +10,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 out="$root/gpu-bundle"
 rm -rf "$out"
-mkdir -p "$out/tests" "$out/bin" "$out/lib"
+mkdir -p "$out/tests" "$out/bin" "$out/lib" "$out/bench"
 
 echo "== building test binaries (release)"
 cargo test --release --workspace --exclude ui-tests --exclude build-support \
-    --exclude cuda-mock-driver --exclude cuda-mock-driver-old --no-run \
+    --exclude 'cuda-mock-driver*' --no-run \
     --message-format=json 2>/dev/null >"$out/.cargo-tests.json"
 python3 - "$out" <<'PY'
 import json, os, shutil, sys
@@ -47,9 +48,13 @@ rm -f "$out/.cargo-tests.json"
 echo "== building the example, the benchmark and the interop library"
 cargo build --release -p cuda-stream --example streams
 cp target/release/examples/streams "$out/bin/streams"
-if cargo build --release -p cuda-stream-tests --bin cuda-stream-bench 2>/dev/null; then
-    cp target/release/cuda-stream-bench "$out/bin/"
-fi
+cargo build --release -p cuda-stream-bench
+cp target/release/cuda-stream-bench "$out/bin/"
+cp tests/bench/peers.py tests/bench/combine.py "$out/bench/"
+# The experiments behind the benchmark's analysis (tests/perf/gpu-experiments.sh).
+cargo build --release -p cuda-stream-tests --example probe
+cp target/release/examples/probe "$out/bin/probe"
+cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
     cargo build --release -p cuda-stream-interop
     cp target/release/libcuda_stream_interop.so "$out/lib/"

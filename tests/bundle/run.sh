@@ -2,26 +2,50 @@
 # Runs the whole GPU bundle on a machine with an NVIDIA GPU: every test binary, the example, the
 # Python interop test, then the GPU tests again under compute-sanitizer (memcheck, racecheck,
 # synccheck) where it is installed. Prints a pass/fail summary with the GPU and driver, and exits
-# non-zero on any failure. `--bench` also runs the benchmark; `--quick` skips the sanitizers;
-# `--sanitize-only` runs only the sanitizers. The sanitizer runs stop starting new binaries after
-# SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit; SANITIZER_TOOLS
-# picks the tools (default "memcheck racecheck synccheck"); SANITIZER_PER_BINARY_S bounds each
-# binary (default 120); SANITIZER_ONLY="query pool" limits the binaries.
+# non-zero on any failure. `--quick` skips the sanitizers; `--sanitize-only` runs only the
+# sanitizers. `--bench` also runs the benchmark: `cuda-stream-bench` twice (two full processes),
+# then the Python peers (bench/peers.py: PyTorch, CuPy, cuda.core), then bench/combine.py, which
+# prints each target row's ratio in both runs (`met` only when both are within the target) and one
+# table of every column (raw, cuda-stream, cudarc, PyTorch, CuPy, cuda.core); the JSON and logs
+# go to $OUT/gpu-logs (or /tmp/gpu-logs). `--bench-only` runs only that; `--bench-quick` passes
+# `--quick` to the benchmark and the peers (a smoke test). The sanitizer runs stop starting new
+# binaries after SANITIZER_BUDGET_S seconds (default 480), so one call fits a 10-minute limit;
+# SANITIZER_TOOLS picks the tools (default "memcheck racecheck synccheck");
+# SANITIZER_PER_BINARY_S bounds each binary (default 120); SANITIZER_ONLY="query pool" limits the
+# binaries. `--abi 12000` (or `--abi 12.0`) runs every test binary a second time with
+# CUDA_SYS_ABI_VERSION set to that version, so cuda-sys resolves only the ABIs of that CUDA
+# version and cuda-stream takes its fallbacks on the real driver (`elapsed_since` through the
+# original cuEventElapsedTime, ...); it prints its own PASS/FAIL lines and libtest counts,
+# prefixed `abi 12000`. `--abi-only 12000` runs just that pass.
+# Every plain run is bounded too, so a hang fails (exit 124, reported as a timeout) instead of
+# stalling: PER_BINARY_S for each test binary (default 300), the example and the Python interop
+# test (120 s each), each benchmark run (BENCH_S, default 300).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=0
+bench_quick=()
 sanitize=1
 tests=1
+abi=""
+next_is_abi=0
 for a in "$@"; do
+    if [ $next_is_abi -eq 1 ]; then abi=$a; next_is_abi=0; continue; fi
     case "$a" in
+        --abi) next_is_abi=1 ;;
+        --abi-only) next_is_abi=1; tests=0; sanitize=0 ;;
         --bench) bench=1 ;;
+        --bench-only) bench=1; tests=0; sanitize=0 ;;
+        --bench-quick) bench=1; bench_quick=(--quick) ;;
         --quick) sanitize=0 ;;
         --sanitize-only) tests=0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
 done
+if [ $next_is_abi -eq 1 ]; then echo "--abi needs a CUDA version (12000 or 12.0)" >&2; exit 2; fi
 budget=${SANITIZER_BUDGET_S:-480}
 per_binary=${SANITIZER_PER_BINARY_S:-120}
+plain_per_binary=${PER_BINARY_S:-300}
+bench_s=${BENCH_S:-300}
 only=${SANITIZER_ONLY:-}
 log_dir=${OUT:-/tmp}/gpu-logs
 mkdir -p "$log_dir"
@@ -40,6 +64,8 @@ tests_failed=0
 record() { # name status
     if [ "$2" -eq 0 ]; then
         pass=$((pass + 1)); echo "PASS $1"
+    elif [ "$2" -eq 124 ] || [ "$2" -eq 137 ]; then
+        fail=$((fail + 1)); failed+=("$1 (timed out)"); echo "FAIL $1 (timed out, exit $2)"
     else
         fail=$((fail + 1)); failed+=("$1"); echo "FAIL $1 (exit $2)"
     fi
@@ -48,35 +74,76 @@ record() { # name status
 for t in "$here"/tests/*; do
     [ $tests -eq 1 ] || break
     name=$(basename "$t")
-    "$t" --test-threads=4 >"$log_dir/$name.log" 2>&1
+    timeout -k 10 "$plain_per_binary" "$t" --test-threads=4 >"$log_dir/$name.log" 2>&1
     st=$?
     # libtest's own counts, summed over binaries.
     while read -r p f; do
         tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
     done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/$name.log")
     grep -h "^skipped\|^  *skipped\|skipped:" "$log_dir/$name.log" | sort | uniq -c | head -5
+    # What cuda-sys resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+    grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
+        "$log_dir/$name.log"
     record "$name" $st
     if [ $st -ne 0 ]; then tail -n 40 "$log_dir/$name.log"; fi
 done
 
+abi_passed=0
+abi_failed=0
+if [ -n "$abi" ]; then
+    echo "== the test binaries again, with CUDA_SYS_ABI_VERSION=$abi (the ABIs of CUDA $abi only)"
+    for t in "$here"/tests/*; do
+        name=$(basename "$t")
+        CUDA_SYS_ABI_VERSION=$abi timeout -k 10 "$plain_per_binary" "$t" --test-threads=4 \
+            >"$log_dir/abi-$abi-$name.log" 2>&1
+        st=$?
+        while read -r p f; do
+            abi_passed=$((abi_passed + p)); abi_failed=$((abi_failed + f))
+        done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/abi-$abi-$name.log")
+        # What resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+        grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
+            "$log_dir/abi-$abi-$name.log" | sed "s/^/abi $abi: /"
+        record "abi $abi $name" $st
+        if [ $st -ne 0 ]; then tail -n 40 "$log_dir/abi-$abi-$name.log"; fi
+    done
+    echo "abi $abi: libtest $abi_passed tests passed, $abi_failed failed"
+fi
+
 if [ $tests -eq 1 ]; then
-    "$here/bin/streams" >"$log_dir/example.log" 2>&1
+    timeout -k 10 120 "$here/bin/streams" >"$log_dir/example.log" 2>&1
     st=$?
     cat "$log_dir/example.log"
     record "example streams" $st
 fi
 
 if [ $tests -eq 1 ] && [ -f "$here/lib/test_interop.py" ]; then
-    PYTHONUNBUFFERED=1 python3 "$here/lib/test_interop.py" "$here/lib/libcuda_stream_interop.so" \
-        >"$log_dir/interop.log" 2>&1
+    PYTHONUNBUFFERED=1 timeout -k 10 120 python3 "$here/lib/test_interop.py" \
+        "$here/lib/libcuda_stream_interop.so" >"$log_dir/interop.log" 2>&1
     st=$?
     cat "$log_dir/interop.log"
     record "python interop" $st
 fi
 
 if [ $bench -eq 1 ] && [ -x "$here/bin/cuda-stream-bench" ]; then
-    "$here/bin/cuda-stream-bench" 2>&1 | tee "$log_dir/bench.log"
-    record "benchmark" "${PIPESTATUS[0]}"
+    # Two full runs: a target counts as met only when both are within it.
+    for run in 1 2; do
+        echo "== benchmark, run $run of 2"
+        rm -f "$log_dir/bench-$run.json"
+        timeout -k 10 "$bench_s" "$here/bin/cuda-stream-bench" "${bench_quick[@]}" --json "$log_dir/bench-$run.json" 2>&1 \
+            | tee "$log_dir/bench-$run.log"
+        record "benchmark run $run" "${PIPESTATUS[0]}"
+    done
+    if [ -f "$here/bench/peers.py" ]; then
+        echo "== Python peers (PyTorch, CuPy, cuda.core)"
+        rm -f "$log_dir/peers.json"
+        PYTHONUNBUFFERED=1 timeout -k 10 1000 python3 "$here/bench/peers.py" "${bench_quick[@]}" --json "$log_dir/peers.json" \
+            2>&1 | tee "$log_dir/peers.log"
+        record "python peers" "${PIPESTATUS[0]}"
+        echo "== benchmark: both runs and every column"
+        python3 "$here/bench/combine.py" "$log_dir/bench-1.json" "$log_dir/bench-2.json" \
+            --peers "$log_dir/peers.json" | tee "$log_dir/bench-combined.md"
+        record "benchmark tables" "${PIPESTATUS[0]}"
+    fi
 fi
 
 # `--report-api-errors no`: the tests provoke driver errors on purpose (CUDA_ERROR_NOT_READY from
@@ -106,7 +173,7 @@ if [ $sanitize -eq 1 ]; then
                     # passes 20 of 20 times without a sanitizer and under memcheck and synccheck.
                     skip=(--skip completed_on_a_default_stream_from_a_thread_without_context)
                 fi
-                timeout $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" \
+                timeout -k 10 $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" \
                     >"$log_dir/san-$tool-$name.log" 2>&1
                 st=$?
                 # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
@@ -120,7 +187,8 @@ if [ $sanitize -eq 1 ]; then
                 if [ "$st" -ne 0 ] && [ "$st" -ne 99 ]; then
                     tail -n 20 "$log_dir/san-$tool-$name.log"
                 fi
-                record "sanitizer $tool $name" "$([ "$st" -eq 0 ] && echo 0 || echo 1)"
+                case "$st" in 0|124|137) ;; *) st=1 ;; esac
+                record "sanitizer $tool $name" "$st"
             done
         done
     else
@@ -131,6 +199,9 @@ fi
 echo
 echo "== summary (${gpu:-unknown GPU})"
 echo "libtest: $tests_passed tests passed, $tests_failed failed"
+if [ -n "$abi" ]; then
+    echo "libtest with CUDA_SYS_ABI_VERSION=$abi: $abi_passed tests passed, $abi_failed failed"
+fi
 echo "sanitizer errors: $sanitizer_errors"
 for f in "${failed[@]}"; do echo "failed: $f"; done
 echo "$pass passed, $fail failed"

@@ -109,12 +109,16 @@ impl RawContext {
     pub fn create(device: Device) -> RawContext {
         let before = current_context();
         let mut raw = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; null creation parameters mean the defaults
-        // (`cuCtxCreate_v4`); the device came from the driver.
-        check(
-            unsafe { sys::cuCtxCreate(&mut raw, ptr::null_mut(), 0, device.raw()) },
-            "cuCtxCreate",
-        );
+        let rc = match sys::fns::cuCtxCreate_v12050() {
+            // SAFETY: `raw` is a valid out-pointer; null creation parameters mean the defaults
+            // (`cuCtxCreate_v4`); the device came from the driver.
+            Ok(create) => unsafe { create(&mut raw, ptr::null_mut(), 0, device.raw()) },
+            // Before CUDA 12.5, or with the bindings limited below it (CUDA_SYS_ABI_VERSION):
+            // the CUDA 3.2 ABI, flags and device only.
+            // SAFETY: as above.
+            Err(_) => unsafe { sys::cuCtxCreate_v3020(&mut raw, 0, device.raw()) },
+        };
+        check(rc, "cuCtxCreate");
         assert!(!raw.is_null(), "cuCtxCreate returned a null context");
         // cuCtxCreate pushed the new context: pop it so the caller's state is unchanged.
         let mut popped = ptr::null_mut();

@@ -86,6 +86,44 @@ fn stream_completed_resolves_after_the_work() {
 }
 
 #[test]
+fn work_that_ends_within_the_spin_resolves_in_the_first_poll_and_later_work_is_woken() {
+    let Some(ctx) = gpu() else { return };
+    let k = Kernels::load(&ctx);
+    let s = ctx.new_stream().unwrap();
+    let buf = DeviceBuffer::new(&ctx, 1);
+    // 2 ms of work and a spin limit far beyond it: the first poll sees it finish.
+    let w = Window::start(Duration::from_millis(2));
+    k.store_after_spin(&s, buf.ptr(), 5, Duration::from_millis(2));
+    let mut fut = s.completed().spin_limit(Duration::from_secs(5));
+    let (state, waker) = thread_waker();
+    let first = std::pin::Pin::new(&mut fut).poll(&mut TaskContext::from_waker(&waker));
+    assert!(
+        matches!(first, Poll::Ready(Ok(()))),
+        "the first poll spun until the work ended: {first:?}"
+    );
+    assert!(w.elapsed() >= Duration::from_millis(2) * 9 / 10);
+    assert_eq!(
+        state.wakes.load(Ordering::SeqCst),
+        0,
+        "nothing had to wake it"
+    );
+    assert_eq!(buf.get(0), 5);
+    // The default limit is far shorter than 100 ms of work: pending, then woken.
+    let w = Window::start(SPIN);
+    k.store_after_spin(&s, buf.ptr(), 6, SPIN);
+    let mut fut = s.completed();
+    let first = poll_once(&mut fut);
+    w.assert_pending(first.is_pending(), "the first poll after the default spin");
+    let (r, wakes) = block_on(fut);
+    r.unwrap();
+    if w.open() {
+        panic!("resolved inside the work's window");
+    }
+    println!("woken {wakes} time(s) after {:?}", w.elapsed());
+    assert_eq!(buf.get(0), 6);
+}
+
+#[test]
 fn event_completed_resolves_after_the_captured_work() {
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);

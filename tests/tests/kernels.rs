@@ -2,17 +2,19 @@
 //! PTX JIT-compiled from a string and a cubin linked by the driver, launches on two streams
 //! ordered by an event, on every default stream, without a current context, with dynamic
 //! shared memory; memsets and copies that round-trip; what is refused before the driver sees
-//! it; and drops that wait for the work still using the memory or the module.
+//! it; and drops that wait for the work still using the memory or the module, also when made
+//! inside a host function (queued, then made on an ordinary thread).
 
 use std::error::Error as _;
 use std::ffi::{CString, c_void};
 use std::ptr;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
     AsStream, Context, DeviceBuffer, Error, EventOptions, Function, JitOptions, LaunchConfig,
-    Module, Stream, StreamOptions, kernel_args,
+    Module, Stream, StreamOptions, deferred_failed, drain_deferred, kernel_args,
 };
 use cuda_stream_tests::{
     Kernels, RawContext, Window, bind, check, current_context, error_chain, gpu, raw_stream_create,
@@ -476,6 +478,52 @@ fn dropping_a_buffer_or_a_module_waits_for_the_work_using_it() {
         "the unload returned before the kernel finished"
     );
     println!("module drop waited {:?}", w.elapsed());
+}
+
+/// No CUDA call inside a host function, on the real driver: a buffer and a module dropped there,
+/// and a buffer freed there, are freed later on an ordinary thread, and still only after their
+/// context's work: a kernel on another stream that writes the dropped buffer is still running
+/// when the host function drops it, and the drain waits for it.
+#[test]
+fn a_buffer_and_a_module_dropped_inside_a_host_function_are_freed_later() {
+    let Some(ctx) = gpu() else { return };
+    let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let k = Kernels::load(&ctx);
+    let buf = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1).unwrap();
+    let freed = DeviceBuffer::<u8>::alloc(&ctx, 64).unwrap();
+    let m = module(&ctx);
+    s.synchronize().unwrap();
+    let failed = deferred_failed();
+    // `t` writes the buffer late; `s`'s host function drops it meanwhile.
+    let w = Window::start(SPIN);
+    k.store_after_spin(&t, buf.device_ptr(), 7, SPIN);
+    let (tx, rx) = mpsc::channel();
+    s.launch_host_func(move || {
+        drop(m);
+        drop(buf);
+        let _ = tx.send(freed.free());
+    })
+    .unwrap();
+    let r = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the host function ran");
+    assert!(
+        matches!(r, Err(Error::InHostFunction { call: "cuMemFree" })),
+        "{r:?}"
+    );
+    // Whoever drains (this call, or a creation in another test of this process), the frees
+    // wait for the context's work; a drain returns after any drain in progress.
+    drain_deferred();
+    assert!(
+        t.query().unwrap(),
+        "the deferred free returned before the kernel writing the memory finished"
+    );
+    assert_eq!(
+        deferred_failed(),
+        failed,
+        "a deferred free or unload failed"
+    );
+    println!("the deferred frees waited {:?}", w.elapsed());
 }
 
 #[test]

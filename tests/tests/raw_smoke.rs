@@ -1,6 +1,7 @@
 //! The raw driver API (cuda-sys only) against a real driver, and the test kernels themselves.
 
 use std::ffi::c_char;
+use std::io::Write as _;
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -141,4 +142,91 @@ fn test_kernels_compute_what_they_claim() {
     k.store(&s, buf.at(3), 1);
     s.synchronize().unwrap();
     assert_eq!(buf.get(3), 1);
+}
+
+/// Every binding the driver has resolves, through the driver's own `cuGetProcAddress` at the
+/// binding's ABI version (the per-thread flag for `_ptsz` / `_ptds`), and none newer than
+/// [`Driver::abi_version`](sys::Driver::abi_version) does. Prints how many resolved, and how many
+/// of those are the very address the driver exports under the binding's symbol.
+#[test]
+fn every_binding_the_driver_has_resolves_at_its_abi_version() {
+    let Some(_ctx) = gpu() else { return };
+    let d = sys::Driver::global().unwrap();
+    let abi = d.abi_version();
+    let version = d.driver_version().expect("the driver tells its version");
+    // Past the harness's capture, so that the GPU bundle's log shows it for a passing test.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "driver CUDA {}, bindings resolve ABIs up to CUDA {}{}, through {}",
+        sys::format_version(version),
+        sys::format_version(abi as i32),
+        d.abi_limit()
+            .map(|l| format!(" (limit {})", sys::format_version(l as i32)))
+            .unwrap_or_default(),
+        d.resolver()
+    );
+    if version >= 12000 {
+        assert_eq!(d.resolver(), sys::Resolver::ProcAddressV2);
+    }
+    // SAFETY: the same library the driver was opened from; only addresses are compared.
+    let lib = unsafe { libloading::Library::new(d.path()) }.unwrap();
+    let (mut resolved, mut same, mut only_by_proc, mut absent) = (0, 0, 0, 0);
+    let mut elsewhere = Vec::new();
+    let mut wrong = Vec::new();
+    for s in sys::SymbolInfo::all() {
+        let got = d.address(s.name).expect("a binding");
+        if s.since > abi {
+            if got.is_ok() {
+                wrong.push(format!(
+                    "{} (CUDA {}) resolved above the ABI",
+                    s.name, s.since
+                ));
+            }
+            continue;
+        }
+        // SAFETY: only the address is read.
+        let exported = unsafe { lib.get::<*mut std::ffi::c_void>(s.symbol.to_bytes_with_nul()) }
+            .ok()
+            .map(|p| *p);
+        match (got, exported) {
+            (Ok(p), Some(e)) => {
+                resolved += 1;
+                if p == e {
+                    same += 1;
+                } else {
+                    elsewhere.push(s.name);
+                }
+            }
+            (Ok(_), None) => {
+                resolved += 1;
+                only_by_proc += 1;
+            }
+            (Err(e), Some(_)) => {
+                wrong.push(format!("{} is exported but did not resolve: {e}", s.name))
+            }
+            (Err(_), None) => absent += 1,
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{resolved} bindings resolved ({same} at the exported symbol's address, {only_by_proc} not \
+         exported but handed out by cuGetProcAddress, {} elsewhere), {absent} absent",
+        elsewhere.len()
+    );
+    if !elsewhere.is_empty() {
+        let _ = writeln!(
+            out,
+            "resolved elsewhere than the exported symbol: {elsewhere:?}"
+        );
+    }
+    drop(out);
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert!(resolved >= 400, "only {resolved} bindings resolved");
+    // The two ABIs of cuEventElapsedTime, when both are there, are two functions.
+    if abi >= 12080 {
+        let v1 = d.address("cuEventElapsedTime_v2000").unwrap().unwrap();
+        let v2 = d.address("cuEventElapsedTime_v12080").unwrap().unwrap();
+        println!("cuEventElapsedTime: v1 at {v1:?}, v2 at {v2:?}");
+    }
 }

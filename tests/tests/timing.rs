@@ -1,9 +1,10 @@
 //! Elapsed time between events, and its errors.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use cuda_stream::{Error, Event, EventOptions};
-use cuda_stream_tests::{Kernels, Window, gpu};
+use cuda_stream_tests::{Kernels, Window, gpu, sys};
 
 fn timed() -> EventOptions {
     EventOptions::new().timing(true)
@@ -47,6 +48,69 @@ fn elapsed_time_brackets_a_100ms_spin() {
         !matches!(reversed, Ok(d) if d > Duration::ZERO),
         "a reversed interval came out positive: {reversed:?}"
     );
+}
+
+/// `elapsed_since` on whichever ABI the bindings resolve: `cuEventElapsedTime_v12080` on a CUDA
+/// 12.8 driver and later, the original `cuEventElapsedTime_v2000` on older drivers and when the
+/// bindings are limited below 12.8 (`CUDA_SYS_ABI_VERSION=12000`, the GPU bundle's `--abi 12000`
+/// pass). Prints which ran.
+#[test]
+fn elapsed_time_through_the_abi_the_bindings_resolve() {
+    let Some(ctx) = gpu() else { return };
+    let d = sys::Driver::global().unwrap();
+    let abi = d.abi_version();
+    if let Ok(limit) = std::env::var(sys::ABI_VERSION_VAR) {
+        let limit = sys::parse_cuda_version(&limit).expect("a valid CUDA_SYS_ABI_VERSION");
+        assert_eq!(d.abi_limit(), Some(limit));
+        assert!(abi <= limit);
+    }
+    let newest = d.has("cuEventElapsedTime_v12080");
+    assert_eq!(
+        newest,
+        abi >= 12080,
+        "the 12.8 ABI resolves exactly from CUDA 12.8"
+    );
+    assert!(
+        d.has("cuEventElapsedTime_v2000"),
+        "every driver has the original ABI"
+    );
+    let k = Kernels::load(&ctx);
+    let s = ctx.new_stream().unwrap();
+    let start = s.record_event_with(timed()).unwrap();
+    k.spin(&s, Duration::from_millis(20));
+    let end = s.record_event_with(timed()).unwrap();
+    end.synchronize().unwrap();
+    let elapsed = end.elapsed_since(&start).unwrap();
+    // Past the harness's capture, so that the GPU bundle's log shows it for a passing test.
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "driver CUDA {}, ABIs up to CUDA {} ({}): elapsed_since ran through {} and measured {:?}",
+        sys::format_version(d.driver_version().unwrap_or(0)),
+        sys::format_version(abi as i32),
+        d.resolver(),
+        if newest {
+            "cuEventElapsedTime_v12080"
+        } else {
+            "cuEventElapsedTime_v2000"
+        },
+        elapsed
+    );
+    assert!(
+        elapsed >= Duration::from_millis(15) && elapsed <= Duration::from_secs(1),
+        "{elapsed:?}"
+    );
+    // The other operations with a version threshold, on the same ABI.
+    assert_eq!(
+        s.device().unwrap(),
+        ctx.device(),
+        "cuStreamGetDevice or the context"
+    );
+    match s.id() {
+        Ok(_) => assert!(abi >= 12000),
+        Err(e) => {
+            assert!(abi < 12000 && e.is_unsupported(), "{e:?}");
+        }
+    }
 }
 
 #[test]

@@ -7939,3 +7939,300 @@ pub type CUlogsCallback = ::core::option::Option<
     ),
 >;
 pub type CUlogIterator = ::core::ffi::c_uint;
+pub type CUdeviceptr_v1 = ::core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUDA_MEMCPY2D_v1_st {
+    pub srcXInBytes: ::core::ffi::c_uint,
+    pub srcY: ::core::ffi::c_uint,
+    pub srcMemoryType: CUmemorytype,
+    pub srcHost: *const ::core::ffi::c_void,
+    pub srcDevice: CUdeviceptr_v1,
+    pub srcArray: CUarray,
+    pub srcPitch: ::core::ffi::c_uint,
+    pub dstXInBytes: ::core::ffi::c_uint,
+    pub dstY: ::core::ffi::c_uint,
+    pub dstMemoryType: CUmemorytype,
+    pub dstHost: *mut ::core::ffi::c_void,
+    pub dstDevice: CUdeviceptr_v1,
+    pub dstArray: CUarray,
+    pub dstPitch: ::core::ffi::c_uint,
+    pub WidthInBytes: ::core::ffi::c_uint,
+    pub Height: ::core::ffi::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEMCPY2D_v1_st",
+    ][::core::mem::size_of::<CUDA_MEMCPY2D_v1_st>() - 96usize];
+    [
+        "Alignment of CUDA_MEMCPY2D_v1_st",
+    ][::core::mem::align_of::<CUDA_MEMCPY2D_v1_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcXInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcXInBytes) - 0usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcY",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcY) - 4usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcMemoryType",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcMemoryType) - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcHost",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcHost) - 16usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcDevice",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcDevice) - 24usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcArray",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcArray) - 32usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::srcPitch",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, srcPitch) - 40usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstXInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstXInBytes) - 44usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstY",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstY) - 48usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstMemoryType",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstMemoryType) - 52usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstHost",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstHost) - 56usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstDevice",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstDevice) - 64usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstArray",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstArray) - 72usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::dstPitch",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, dstPitch) - 80usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::WidthInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, WidthInBytes) - 84usize];
+    [
+        "Offset of field: CUDA_MEMCPY2D_v1_st::Height",
+    ][::core::mem::offset_of!(CUDA_MEMCPY2D_v1_st, Height) - 88usize];
+};
+impl Default for CUDA_MEMCPY2D_v1_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEMCPY2D_v1 = CUDA_MEMCPY2D_v1_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUDA_MEMCPY3D_v1_st {
+    pub srcXInBytes: ::core::ffi::c_uint,
+    pub srcY: ::core::ffi::c_uint,
+    pub srcZ: ::core::ffi::c_uint,
+    pub srcLOD: ::core::ffi::c_uint,
+    pub srcMemoryType: CUmemorytype,
+    pub srcHost: *const ::core::ffi::c_void,
+    pub srcDevice: CUdeviceptr_v1,
+    pub srcArray: CUarray,
+    pub reserved0: *mut ::core::ffi::c_void,
+    pub srcPitch: ::core::ffi::c_uint,
+    pub srcHeight: ::core::ffi::c_uint,
+    pub dstXInBytes: ::core::ffi::c_uint,
+    pub dstY: ::core::ffi::c_uint,
+    pub dstZ: ::core::ffi::c_uint,
+    pub dstLOD: ::core::ffi::c_uint,
+    pub dstMemoryType: CUmemorytype,
+    pub dstHost: *mut ::core::ffi::c_void,
+    pub dstDevice: CUdeviceptr_v1,
+    pub dstArray: CUarray,
+    pub reserved1: *mut ::core::ffi::c_void,
+    pub dstPitch: ::core::ffi::c_uint,
+    pub dstHeight: ::core::ffi::c_uint,
+    pub WidthInBytes: ::core::ffi::c_uint,
+    pub Height: ::core::ffi::c_uint,
+    pub Depth: ::core::ffi::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEMCPY3D_v1_st",
+    ][::core::mem::size_of::<CUDA_MEMCPY3D_v1_st>() - 144usize];
+    [
+        "Alignment of CUDA_MEMCPY3D_v1_st",
+    ][::core::mem::align_of::<CUDA_MEMCPY3D_v1_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcXInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcXInBytes) - 0usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcY",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcY) - 4usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcZ",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcZ) - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcLOD",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcLOD) - 12usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcMemoryType",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcMemoryType) - 16usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcHost",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcHost) - 24usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcDevice",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcDevice) - 32usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcArray",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcArray) - 40usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::reserved0",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, reserved0) - 48usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcPitch",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcPitch) - 56usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::srcHeight",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, srcHeight) - 60usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstXInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstXInBytes) - 64usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstY",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstY) - 68usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstZ",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstZ) - 72usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstLOD",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstLOD) - 76usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstMemoryType",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstMemoryType) - 80usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstHost",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstHost) - 88usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstDevice",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstDevice) - 96usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstArray",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstArray) - 104usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::reserved1",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, reserved1) - 112usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstPitch",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstPitch) - 120usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::dstHeight",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, dstHeight) - 124usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::WidthInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, WidthInBytes) - 128usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::Height",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, Height) - 132usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_v1_st::Depth",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_v1_st, Depth) - 136usize];
+};
+impl Default for CUDA_MEMCPY3D_v1_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_MEMCPY3D_v1 = CUDA_MEMCPY3D_v1_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUDA_ARRAY_DESCRIPTOR_v1_st {
+    pub Width: ::core::ffi::c_uint,
+    pub Height: ::core::ffi::c_uint,
+    pub Format: CUarray_format,
+    pub NumChannels: ::core::ffi::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_ARRAY_DESCRIPTOR_v1_st",
+    ][::core::mem::size_of::<CUDA_ARRAY_DESCRIPTOR_v1_st>() - 16usize];
+    [
+        "Alignment of CUDA_ARRAY_DESCRIPTOR_v1_st",
+    ][::core::mem::align_of::<CUDA_ARRAY_DESCRIPTOR_v1_st>() - 4usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_v1_st::Width",
+    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_v1_st, Width) - 0usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_v1_st::Height",
+    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_v1_st, Height) - 4usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_v1_st::Format",
+    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_v1_st, Format) - 8usize];
+    [
+        "Offset of field: CUDA_ARRAY_DESCRIPTOR_v1_st::NumChannels",
+    ][::core::mem::offset_of!(CUDA_ARRAY_DESCRIPTOR_v1_st, NumChannels) - 12usize];
+};
+impl Default for CUDA_ARRAY_DESCRIPTOR_v1_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_ARRAY_DESCRIPTOR_v1 = CUDA_ARRAY_DESCRIPTOR_v1_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR_v1_st {
+    pub Width: ::core::ffi::c_uint,
+    pub Height: ::core::ffi::c_uint,
+    pub Depth: ::core::ffi::c_uint,
+    pub Format: CUarray_format,
+    pub NumChannels: ::core::ffi::c_uint,
+    pub Flags: ::core::ffi::c_uint,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_ARRAY3D_DESCRIPTOR_v1_st",
+    ][::core::mem::size_of::<CUDA_ARRAY3D_DESCRIPTOR_v1_st>() - 24usize];
+    [
+        "Alignment of CUDA_ARRAY3D_DESCRIPTOR_v1_st",
+    ][::core::mem::align_of::<CUDA_ARRAY3D_DESCRIPTOR_v1_st>() - 4usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_v1_st::Width",
+    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_v1_st, Width) - 0usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_v1_st::Height",
+    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_v1_st, Height) - 4usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_v1_st::Depth",
+    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_v1_st, Depth) - 8usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_v1_st::Format",
+    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_v1_st, Format) - 12usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_v1_st::NumChannels",
+    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_v1_st, NumChannels) - 16usize];
+    [
+        "Offset of field: CUDA_ARRAY3D_DESCRIPTOR_v1_st::Flags",
+    ][::core::mem::offset_of!(CUDA_ARRAY3D_DESCRIPTOR_v1_st, Flags) - 20usize];
+};
+impl Default for CUDA_ARRAY3D_DESCRIPTOR_v1_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUDA_ARRAY3D_DESCRIPTOR_v1 = CUDA_ARRAY3D_DESCRIPTOR_v1_st;

@@ -2,6 +2,30 @@
 //!
 //! Every function runs its body under [`std::panic::catch_unwind`], so nothing unwinds into C: a
 //! panic becomes `CUDA_ERROR_UNKNOWN` (or the control function's neutral answer).
+//!
+//! # Adding a driver function (one convention, for every flavour)
+//!
+//! 1. Name the Rust function after the **exported symbol** of the ABI it implements
+//!    (`cuStreamDestroy_v2`, `cuEventElapsedTime`, `cuStreamQuery_ptsz`: the `symbol` of its
+//!    `cuda_sys::SymbolInfo`), with the C types of that ABI (`cuda_sys::pfn::<binding>`).
+//! 2. Put `#[cfg_attr(exported = "<that symbol>", unsafe(no_mangle))]` on it, never a bare
+//!    `#[unsafe(no_mangle)]` (that is for the `cuda_mock_*` control functions only). The build
+//!    script sets `exported = "<symbol>"` exactly for the symbols whose ABI version is no newer
+//!    than the flavour being built (from cuda-sys's generated table), so the CUDA 12.2 flavour
+//!    exports it only if CUDA 12.2 had it; a misspelt symbol is an `unexpected_cfgs` warning.
+//! 3. Add it to [`driver_functions`], so that `cuGetProcAddress` can hand it out.
+//! 4. Where the driver has older ABIs of the function with the same meaning, implement them too
+//!    (one shared body taking the symbol name, as `destroy_stream` does), so that old flavours
+//!    have the function at all and new ones have every ABI the real driver exports.
+//! 5. Start the body with [`api`] (or [`entry_point`] for functions that may be called from a host
+//!    function), passing the symbol: it counts the call, applies the failure rules and checks
+//!    `cuInit`.
+//!
+//! A unit test (`driver_exports_follow_the_convention`) checks 1 to 3 on this file and on its
+//! submodules (`exports/kernels.rs`, `exports/memory.rs`).
+
+// The driver functions have the exported C names, also where a flavour does not export them.
+#![allow(non_snake_case)]
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -9,8 +33,9 @@ use std::sync::{LazyLock, MutexGuard};
 use std::time::Instant;
 
 use cuda_sys::{
-    CUcontext, CUdevice, CUdevice_attribute, CUevent, CUhostFn, CUipcEventHandle, CUresult,
-    CUstream, CUstreamCallback,
+    CUcontext, CUdevice, CUdevice_attribute, CUdriverProcAddress_flags,
+    CUdriverProcAddressQueryResult, CUevent, CUgreenCtx, CUhostFn, CUipcEventHandle, CUresult,
+    CUstream, CUstreamCallback, cuuint64_t,
 };
 
 use crate::state::{
@@ -59,6 +84,22 @@ fn api(
     })
 }
 
+/// The prologue of a function the driver answers even from a host function (`cuGetProcAddress`):
+/// counts the call and applies the failure rules, then runs `body` with the state locked.
+fn entry_point(
+    symbol: &'static str,
+    body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
+) -> CUresult {
+    guard(CUresult::CUDA_ERROR_UNKNOWN, || {
+        let mut st = state::lock();
+        *st.calls.entry(symbol).or_default() += 1;
+        if let Some(code) = st.injected_failure(symbol) {
+            return code;
+        }
+        body(st)
+    })
+}
+
 /// `?` for functions that return a `CUresult`.
 macro_rules! tri {
     ($e:expr) => {
@@ -88,7 +129,7 @@ unsafe fn put<T>(p: *mut T, v: T) {
 /// # Safety
 ///
 /// None beyond the C contract; takes no pointers.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuInit", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     api("cuInit", true, |mut st| {
         if flags != 0 {
@@ -102,12 +143,12 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     })
 }
 
-/// `cuDriverGetVersion`: the configured version (default 13000, or 11080 for the old flavour).
+/// `cuDriverGetVersion`: the configured version (default: the flavour's).
 ///
 /// # Safety
 ///
 /// `version` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDriverGetVersion", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
     api("cuDriverGetVersion", true, |st| {
         if version.is_null() {
@@ -163,7 +204,7 @@ fn error_string(
 /// # Safety
 ///
 /// `p_str` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGetErrorName", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) -> CUresult {
     error_string("cuGetErrorName", error, p_str, true)
 }
@@ -173,9 +214,191 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_ch
 /// # Safety
 ///
 /// `p_str` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuGetErrorString", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) -> CUresult {
     error_string("cuGetErrorString", error, p_str, false)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+
+/// `cuGetProcAddress_v2` (CUDA 12.0): the mock's function for `symbol` (a base name such as
+/// `cuStreamDestroy`) of the newest ABI no newer than `cuda_version` that this flavour exports;
+/// with `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`, its per-thread variant if there is one.
+/// As the driver documents: `CUDA_ERROR_INVALID_VALUE` for a version above the driver's; a
+/// function it does not have is `CUDA_SUCCESS` with a null pointer, and `symbol_status` says
+/// `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`, or `_VERSION_NOT_SUFFICIENT` when only newer ABIs
+/// exist. Needs no `cuInit`.
+///
+/// # Safety
+///
+/// `symbol` is null or a NUL-terminated string; `pfn` and `symbol_status` are each null or valid
+/// for a write.
+#[cfg_attr(exported = "cuGetProcAddress_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: cuuint64_t,
+    symbol_status: *mut CUdriverProcAddressQueryResult,
+) -> CUresult {
+    get_proc_address(
+        "cuGetProcAddress_v2",
+        symbol,
+        pfn,
+        cuda_version,
+        flags,
+        symbol_status,
+    )
+}
+
+/// `cuGetProcAddress` (CUDA 11.3): as `_v2`, without the status, and `CUDA_ERROR_NOT_FOUND` for a
+/// function it does not have.
+///
+/// # Safety
+///
+/// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for a write.
+#[cfg_attr(exported = "cuGetProcAddress", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: cuuint64_t,
+) -> CUresult {
+    get_proc_address(
+        "cuGetProcAddress",
+        symbol,
+        pfn,
+        cuda_version,
+        flags,
+        std::ptr::null_mut(),
+    )
+}
+
+fn get_proc_address(
+    entry: &'static str,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: cuuint64_t,
+    symbol_status: *mut CUdriverProcAddressQueryResult,
+) -> CUresult {
+    type Flags = CUdriverProcAddress_flags;
+    type Status = CUdriverProcAddressQueryResult;
+    entry_point(entry, |st| {
+        // SAFETY: the caller's promise.
+        let base = unsafe { c_str(symbol) };
+        let known = Flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM.0
+            | Flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.0;
+        let (Some(base), false, false) = (base, pfn.is_null(), flags & !u64::from(known) != 0)
+        else {
+            return INVALID_VALUE;
+        };
+        if cuda_version > st.version {
+            return INVALID_VALUE;
+        }
+        let per_thread =
+            flags & u64::from(Flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.0) != 0;
+        let (found, status) = match state::proc_address(base, cuda_version, per_thread) {
+            Ok(address) => (address as *mut c_void, Status::CU_GET_PROC_ADDRESS_SUCCESS),
+            Err(status) => (std::ptr::null_mut(), status),
+        };
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pfn, found) };
+        if !symbol_status.is_null() {
+            // SAFETY: as above.
+            unsafe { put(symbol_status, status) };
+        }
+        if found.is_null() && entry == "cuGetProcAddress" {
+            CUresult::CUDA_ERROR_NOT_FOUND
+        } else {
+            SUCCESS
+        }
+    })
+}
+
+/// Every driver function the mock implements, by exported symbol, with its address: what
+/// `cuGetProcAddress` can hand out (of those this flavour exports). Every export with
+/// `cfg_attr(exported = ..)` belongs here.
+pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
+    macro_rules! table {
+        ($($f:ident),* $(,)?) => {
+            vec![$((stringify!($f), $f as *const () as usize)),*]
+        };
+    }
+    static TABLE: LazyLock<Vec<(&'static str, usize)>> = LazyLock::new(|| {
+        table![
+            cuInit,
+            cuDriverGetVersion,
+            cuGetErrorName,
+            cuGetErrorString,
+            cuGetProcAddress,
+            cuGetProcAddress_v2,
+            cuDeviceGetCount,
+            cuDeviceGet,
+            cuDeviceGetName,
+            cuDeviceGetAttribute,
+            cuDevicePrimaryCtxRetain,
+            cuDevicePrimaryCtxGetState,
+            cuDevicePrimaryCtxRelease,
+            cuDevicePrimaryCtxRelease_v2,
+            cuCtxGetCurrent,
+            cuCtxSetCurrent,
+            cuCtxPushCurrent,
+            cuCtxPushCurrent_v2,
+            cuCtxPopCurrent,
+            cuCtxPopCurrent_v2,
+            cuCtxGetDevice,
+            cuCtxSynchronize,
+            cuCtxGetStreamPriorityRange,
+            cuStreamCreate,
+            cuStreamCreateWithPriority,
+            cuStreamDestroy,
+            cuStreamDestroy_v2,
+            cuStreamQuery,
+            cuStreamQuery_ptsz,
+            cuStreamSynchronize,
+            cuStreamSynchronize_ptsz,
+            cuStreamWaitEvent,
+            cuStreamAddCallback,
+            cuLaunchHostFunc,
+            cuStreamGetCtx,
+            cuStreamGetCtx_v2,
+            cuStreamGetDevice,
+            cuStreamGetFlags,
+            cuStreamGetPriority,
+            cuStreamGetId,
+            cuEventCreate,
+            cuEventDestroy,
+            cuEventDestroy_v2,
+            cuEventRecord,
+            cuEventQuery,
+            cuEventSynchronize,
+            cuEventElapsedTime,
+            cuEventElapsedTime_v2,
+            cuIpcGetEventHandle,
+            cuIpcOpenEventHandle,
+            cuMemGetInfo,
+            cuMemGetInfo_v2,
+            // Modules, kernels and device memory (`exports/kernels.rs`, `exports/memory.rs`).
+            cuModuleLoadDataEx,
+            cuModuleUnload,
+            cuModuleGetFunction,
+            cuFuncGetAttribute,
+            cuFuncSetAttribute,
+            cuLaunchKernel,
+            cuMemAlloc_v2,
+            cuMemFree_v2,
+            cuMemsetD8Async,
+            cuMemsetD16Async,
+            cuMemsetD32Async,
+            cuMemcpyDtoDAsync_v2,
+            cuMemcpyHtoDAsync_v2,
+            cuMemcpyDtoHAsync_v2,
+            cuStreamIsCapturing,
+        ]
+    });
+    &TABLE
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -186,7 +409,7 @@ pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_
 /// # Safety
 ///
 /// `count` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDeviceGetCount", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     api("cuDeviceGetCount", false, |st| {
         if count.is_null() {
@@ -211,7 +434,7 @@ fn valid_device(st: &State, dev: CUdevice) -> Result<(), CUresult> {
 /// # Safety
 ///
 /// `device` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDeviceGet", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
     api("cuDeviceGet", false, |st| {
         if device.is_null() {
@@ -229,7 +452,7 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> C
 /// # Safety
 ///
 /// `name` is null or valid for writes of `len` bytes.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDeviceGetName", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     api("cuDeviceGetName", false, |st| {
         if name.is_null() || len <= 0 {
@@ -272,7 +495,7 @@ fn attribute(attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
 /// # Safety
 ///
 /// `pi` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDeviceGetAttribute", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDeviceGetAttribute(
     pi: *mut c_int,
     attrib: CUdevice_attribute,
@@ -301,7 +524,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 /// # Safety
 ///
 /// `pctx` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDevicePrimaryCtxRetain", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     api("cuDevicePrimaryCtxRetain", false, |mut st| {
         if pctx.is_null() {
@@ -324,7 +547,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 /// # Safety
 ///
 /// `flags` and `active` are each null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDevicePrimaryCtxGetState", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     dev: CUdevice,
     flags: *mut c_uint,
@@ -348,6 +571,14 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     })
 }
 
+fn primary_ctx_release(symbol: &'static str, dev: CUdevice) -> CUresult {
+    api(symbol, false, |mut st| {
+        tri!(valid_device(&st, dev));
+        tri!(st.release_ctx(dev));
+        SUCCESS
+    })
+}
+
 /// `cuDevicePrimaryCtxRelease_v2`: at zero references the context is destroyed with every stream
 /// and event still in it (counted as orphans). Releasing an unretained context is counted as a
 /// bad destroy.
@@ -355,13 +586,19 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 /// # Safety
 ///
 /// None beyond the C contract; takes no pointers.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuDevicePrimaryCtxRelease_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
-    api("cuDevicePrimaryCtxRelease_v2", false, |mut st| {
-        tri!(valid_device(&st, dev));
-        tri!(st.release_ctx(dev));
-        SUCCESS
-    })
+    primary_ctx_release("cuDevicePrimaryCtxRelease_v2", dev)
+}
+
+/// `cuDevicePrimaryCtxRelease` (the CUDA 7.0 ABI): as `_v2`.
+///
+/// # Safety
+///
+/// None beyond the C contract; takes no pointers.
+#[cfg_attr(exported = "cuDevicePrimaryCtxRelease", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    primary_ctx_release("cuDevicePrimaryCtxRelease", dev)
 }
 
 /// A context handle from the caller: known, or counted as a bad use.
@@ -380,7 +617,7 @@ fn known_ctx(st: &mut State, ctx: CUcontext) -> Result<usize, CUresult> {
 /// # Safety
 ///
 /// `pctx` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxGetCurrent", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     api("cuCtxGetCurrent", false, |_st| {
         if pctx.is_null() {
@@ -399,7 +636,7 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only compared, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxSetCurrent", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     api("cuCtxSetCurrent", false, |mut st| {
         if ctx.is_null() {
@@ -420,9 +657,23 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only compared, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxPushCurrent_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
-    api("cuCtxPushCurrent_v2", false, |mut st| {
+    push_current("cuCtxPushCurrent_v2", ctx)
+}
+
+/// `cuCtxPushCurrent` (the CUDA 2.0 ABI): as `_v2`.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only compared, never dereferenced.
+#[cfg_attr(exported = "cuCtxPushCurrent", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuCtxPushCurrent(ctx: CUcontext) -> CUresult {
+    push_current("cuCtxPushCurrent", ctx)
+}
+
+fn push_current(symbol: &'static str, ctx: CUcontext) -> CUresult {
+    api(symbol, false, |mut st| {
         if ctx.is_null() {
             return CUresult::CUDA_ERROR_INVALID_CONTEXT;
         }
@@ -437,9 +688,23 @@ pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 /// # Safety
 ///
 /// `pctx` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxPopCurrent_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
-    api("cuCtxPopCurrent_v2", false, |_st| {
+    pop_current("cuCtxPopCurrent_v2", pctx)
+}
+
+/// `cuCtxPopCurrent` (the CUDA 2.0 ABI): as `_v2`.
+///
+/// # Safety
+///
+/// `pctx` is null or valid for a write.
+#[cfg_attr(exported = "cuCtxPopCurrent", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut CUcontext) -> CUresult {
+    pop_current("cuCtxPopCurrent", pctx)
+}
+
+fn pop_current(symbol: &'static str, pctx: *mut CUcontext) -> CUresult {
+    api(symbol, false, |_st| {
         let Some(h) = state::with_stack(|s| s.pop()).flatten() else {
             return CUresult::CUDA_ERROR_INVALID_CONTEXT;
         };
@@ -456,7 +721,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 /// # Safety
 ///
 /// `device` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxGetDevice", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
     api("cuCtxGetDevice", false, |st| {
         if device.is_null() {
@@ -474,7 +739,7 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; takes no pointers.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxSynchronize", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     api("cuCtxSynchronize", false, |st| {
         let ctx = tri!(st.current_ctx());
@@ -489,7 +754,7 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
 /// # Safety
 ///
 /// Each pointer is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuCtxGetStreamPriorityRange", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
     least_priority: *mut c_int,
     greatest_priority: *mut c_int,
@@ -542,7 +807,7 @@ fn create_stream(
 /// # Safety
 ///
 /// `ph_stream` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamCreate", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint) -> CUresult {
     create_stream("cuStreamCreate", ph_stream, flags, 0)
 }
@@ -552,7 +817,7 @@ pub unsafe extern "C" fn cuStreamCreate(ph_stream: *mut CUstream, flags: c_uint)
 /// # Safety
 ///
 /// `ph_stream` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamCreateWithPriority", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamCreateWithPriority(
     ph_stream: *mut CUstream,
     flags: c_uint,
@@ -568,9 +833,23 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamDestroy_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamDestroy_v2(h_stream: CUstream) -> CUresult {
-    api("cuStreamDestroy_v2", false, |mut st| {
+    destroy_stream("cuStreamDestroy_v2", h_stream)
+}
+
+/// `cuStreamDestroy` (the CUDA 2.0 ABI): as `_v2`.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[cfg_attr(exported = "cuStreamDestroy", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamDestroy(h_stream: CUstream) -> CUresult {
+    destroy_stream("cuStreamDestroy", h_stream)
+}
+
+fn destroy_stream(symbol: &'static str, h_stream: CUstream) -> CUresult {
+    api(symbol, false, |mut st| {
         match st.objects.get_mut(&(h_stream as usize)) {
             Some(Object::Stream(s)) if s.alive => {
                 s.alive = false;
@@ -592,12 +871,36 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h_stream: CUstream) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamQuery", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamQuery(h_stream: CUstream) -> CUresult {
-    api("cuStreamQuery", false, |mut st| {
-        let s = tri!(st.stream(h_stream));
+    stream_query("cuStreamQuery", h_stream, false)
+}
+
+/// `cuStreamQuery_ptsz`: as `cuStreamQuery`, with the null stream meaning the calling thread's
+/// per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[cfg_attr(exported = "cuStreamQuery_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamQuery_ptsz(h_stream: CUstream) -> CUresult {
+    stream_query("cuStreamQuery_ptsz", h_stream, true)
+}
+
+fn stream_query(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> CUresult {
+    api(symbol, false, |mut st| {
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         if st.idle(s.key) { SUCCESS } else { NOT_READY }
     })
+}
+
+/// The stream a `_ptsz` / `_ptds` function means by `h`: the null stream is the per-thread one.
+fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
+    if per_thread && h.is_null() {
+        std::ptr::without_provenance_mut(2)
+    } else {
+        h
+    }
 }
 
 /// `cuStreamSynchronize`: waits for the stream's queued host functions.
@@ -605,10 +908,25 @@ pub unsafe extern "C" fn cuStreamQuery(h_stream: CUstream) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamSynchronize", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamSynchronize(h_stream: CUstream) -> CUresult {
-    api("cuStreamSynchronize", false, |mut st| {
-        let s = tri!(st.stream(h_stream));
+    stream_synchronize("cuStreamSynchronize", h_stream, false)
+}
+
+/// `cuStreamSynchronize_ptsz`: as `cuStreamSynchronize`, with the null stream meaning the
+/// calling thread's per-thread default stream.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[cfg_attr(exported = "cuStreamSynchronize_ptsz", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamSynchronize_ptsz(h_stream: CUstream) -> CUresult {
+    stream_synchronize("cuStreamSynchronize_ptsz", h_stream, true)
+}
+
+fn stream_synchronize(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> CUresult {
+    api(symbol, false, |mut st| {
+        let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -621,7 +939,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(h_stream: CUstream) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamWaitEvent", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamWaitEvent(
     h_stream: CUstream,
     h_event: CUevent,
@@ -651,7 +969,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
 /// # Safety
 ///
 /// `callback` must be sound to call from another thread with these arguments.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamAddCallback", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamAddCallback(
     h_stream: CUstream,
     callback: CUstreamCallback,
@@ -677,7 +995,7 @@ pub unsafe extern "C" fn cuStreamAddCallback(
 /// # Safety
 ///
 /// `f` must be sound to call from another thread with `user_data`.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuLaunchHostFunc", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuLaunchHostFunc(
     h_stream: CUstream,
     f: CUhostFn,
@@ -698,7 +1016,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
 /// # Safety
 ///
 /// `pctx` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamGetCtx", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamGetCtx(h_stream: CUstream, pctx: *mut CUcontext) -> CUresult {
     api("cuStreamGetCtx", false, |mut st| {
         let s = tri!(st.stream(h_stream));
@@ -711,13 +1029,38 @@ pub unsafe extern "C" fn cuStreamGetCtx(h_stream: CUstream, pctx: *mut CUcontext
     })
 }
 
-/// `cuStreamGetDevice` (CUDA 12.8; only with the `newer-symbols` feature).
+/// `cuStreamGetCtx_v2` (CUDA 12.5): the stream's context, and no green context (the mock has
+/// none).
+///
+/// # Safety
+///
+/// `pctx` and `p_green_ctx` are each null or valid for a write.
+#[cfg_attr(exported = "cuStreamGetCtx_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuStreamGetCtx_v2(
+    h_stream: CUstream,
+    pctx: *mut CUcontext,
+    p_green_ctx: *mut CUgreenCtx,
+) -> CUresult {
+    api("cuStreamGetCtx_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if pctx.is_null() || p_green_ctx.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(pctx, s.ctx as CUcontext);
+            put(p_green_ctx, std::ptr::null_mut());
+        }
+        SUCCESS
+    })
+}
+
+/// `cuStreamGetDevice` (CUDA 12.8).
 ///
 /// # Safety
 ///
 /// `device` is null or valid for a write.
-#[cfg(feature = "newer-symbols")]
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamGetDevice", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamGetDevice(h_stream: CUstream, device: *mut CUdevice) -> CUresult {
     api("cuStreamGetDevice", false, |mut st| {
         let s = tri!(st.stream(h_stream));
@@ -735,7 +1078,7 @@ pub unsafe extern "C" fn cuStreamGetDevice(h_stream: CUstream, device: *mut CUde
 /// # Safety
 ///
 /// `flags` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamGetFlags", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamGetFlags(h_stream: CUstream, flags: *mut c_uint) -> CUresult {
     api("cuStreamGetFlags", false, |mut st| {
         let s = tri!(st.stream(h_stream));
@@ -753,7 +1096,7 @@ pub unsafe extern "C" fn cuStreamGetFlags(h_stream: CUstream, flags: *mut c_uint
 /// # Safety
 ///
 /// `priority` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamGetPriority", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamGetPriority(h_stream: CUstream, priority: *mut c_int) -> CUresult {
     api("cuStreamGetPriority", false, |mut st| {
         let s = tri!(st.stream(h_stream));
@@ -766,14 +1109,12 @@ pub unsafe extern "C" fn cuStreamGetPriority(h_stream: CUstream, priority: *mut 
     })
 }
 
-/// `cuStreamGetId` (CUDA 12.0; only with the `newer-symbols` feature): unique per stream, never
-/// reused.
+/// `cuStreamGetId` (CUDA 12.0): unique per stream, never reused.
 ///
 /// # Safety
 ///
 /// `stream_id` is null or valid for a write.
-#[cfg(feature = "newer-symbols")]
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamGetId", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamGetId(
     h_stream: CUstream,
     stream_id: *mut std::ffi::c_ulonglong,
@@ -808,7 +1149,7 @@ fn new_event(st: &mut State, ctx: usize, flags: c_uint, core: u64) -> usize {
 /// # Safety
 ///
 /// `ph_event` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventCreate", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventCreate(ph_event: *mut CUevent, flags: c_uint) -> CUresult {
     api("cuEventCreate", false, |mut st| {
         let known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
@@ -833,9 +1174,23 @@ pub unsafe extern "C" fn cuEventCreate(ph_event: *mut CUevent, flags: c_uint) ->
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventDestroy_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventDestroy_v2(h_event: CUevent) -> CUresult {
-    api("cuEventDestroy_v2", false, |mut st| {
+    destroy_event("cuEventDestroy_v2", h_event)
+}
+
+/// `cuEventDestroy` (the CUDA 2.0 ABI): as `_v2`.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up, never dereferenced.
+#[cfg_attr(exported = "cuEventDestroy", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuEventDestroy(h_event: CUevent) -> CUresult {
+    destroy_event("cuEventDestroy", h_event)
+}
+
+fn destroy_event(symbol: &'static str, h_event: CUevent) -> CUresult {
+    api(symbol, false, |mut st| {
         match st.objects.get_mut(&(h_event as usize)) {
             Some(Object::Event(e)) if e.alive => {
                 e.alive = false;
@@ -857,7 +1212,7 @@ pub unsafe extern "C" fn cuEventDestroy_v2(h_event: CUevent) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handles are only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventRecord", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventRecord(h_event: CUevent, h_stream: CUstream) -> CUresult {
     api("cuEventRecord", false, |mut st| {
         let (ctx, _, core) = tri!(st.event(h_event as usize));
@@ -888,7 +1243,7 @@ fn event_state(st: &State, core: u64) -> Option<(bool, Option<Instant>)> {
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventQuery", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
     api("cuEventQuery", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
@@ -904,7 +1259,7 @@ pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventSynchronize", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
     api("cuEventSynchronize", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
@@ -918,19 +1273,36 @@ pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
     })
 }
 
-/// `cuEventElapsedTime_v2` (CUDA 12.8; only with the `newer-symbols` feature).
+/// `cuEventElapsedTime_v2` (CUDA 12.8).
 ///
 /// # Safety
 ///
 /// `ms` is null or valid for a write.
-#[cfg(feature = "newer-symbols")]
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuEventElapsedTime_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuEventElapsedTime_v2(
     ms: *mut f32,
     h_start: CUevent,
     h_end: CUevent,
 ) -> CUresult {
-    api("cuEventElapsedTime_v2", false, |mut st| {
+    elapsed_time("cuEventElapsedTime_v2", ms, h_start, h_end)
+}
+
+/// `cuEventElapsedTime` (the CUDA 2.0 ABI): the same answers as `_v2` in the mock.
+///
+/// # Safety
+///
+/// `ms` is null or valid for a write.
+#[cfg_attr(exported = "cuEventElapsedTime", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut f32,
+    h_start: CUevent,
+    h_end: CUevent,
+) -> CUresult {
+    elapsed_time("cuEventElapsedTime", ms, h_start, h_end)
+}
+
+fn elapsed_time(symbol: &'static str, ms: *mut f32, h_start: CUevent, h_end: CUevent) -> CUresult {
+    api(symbol, false, |mut st| {
         if ms.is_null() {
             return INVALID_VALUE;
         }
@@ -964,7 +1336,7 @@ const IPC_TAG: &[u8; 16] = b"cuda-mock-ipc-ev";
 /// # Safety
 ///
 /// `p_handle` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuIpcGetEventHandle", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuIpcGetEventHandle(
     p_handle: *mut CUipcEventHandle,
     event: CUevent,
@@ -997,7 +1369,7 @@ pub unsafe extern "C" fn cuIpcGetEventHandle(
 /// # Safety
 ///
 /// `ph_event` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuIpcOpenEventHandle", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuIpcOpenEventHandle(
     ph_event: *mut CUevent,
     handle: CUipcEventHandle,
@@ -1044,7 +1416,7 @@ pub unsafe extern "C" fn cuIpcOpenEventHandle(
 /// # Safety
 ///
 /// Each pointer is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemGetInfo_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     api("cuMemGetInfo_v2", false, |st| {
         if free.is_null() || total.is_null() {
@@ -1055,6 +1427,28 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
         unsafe {
             put(total, 80 << 30);
             put(free, 79 << 30);
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemGetInfo` (the CUDA 2.0 ABI, 32-bit sizes): the sizes of `_v2`, saturated to
+/// `u32::MAX`.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuMemGetInfo", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
+    api("cuMemGetInfo", false, |st| {
+        if free.is_null() || total.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(st.current_ctx());
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(total, c_uint::MAX);
+            put(free, c_uint::MAX);
         }
         SUCCESS
     })
@@ -1147,6 +1541,27 @@ pub unsafe extern "C" fn cuda_mock_fail(name: *const c_char, nth: u32, code: u32
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuda_mock_fail_always(name: *const c_char, code: u32) -> c_int {
     add_rule(name, None, code)
+}
+
+/// The flavour this library was built as, such as `CUDA 12.2, no cuGetProcAddress`: a string
+/// that lives as long as the process.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_flavour() -> *const c_char {
+    static NAME: LazyLock<CString> =
+        LazyLock::new(|| CString::new(state::FLAVOUR.name).unwrap_or_default());
+    NAME.as_ptr()
+}
+
+/// 1 if this flavour exports the symbol `name` means (as for [`cuda_mock_fail`]), else 0.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mock_exports(name: *const c_char) -> c_int {
+    // SAFETY: the caller's promise.
+    let name = unsafe { c_str(name) };
+    guard(0, || c_int::from(name.and_then(state::canonical).is_some()))
 }
 
 /// Sets the version `cuDriverGetVersion` reports.
@@ -1261,6 +1676,80 @@ pub extern "C" fn cuda_mock_destroyed(handle: *mut c_void) -> c_int {
     })
 }
 
-// Modules, kernels and device memory (after the helpers above, which they use).
+/// The creation flags of an event handle the mock created (alive or destroyed), or -1 for
+/// anything else.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_event_flags(handle: *mut c_void) -> i64 {
+    guard(-1, || match state::lock().objects.get(&(handle as usize)) {
+        Some(Object::Event(e)) => i64::from(e.flags),
+        _ => -1,
+    })
+}
+
+// Modules, kernels and device memory (after the helpers above, which they use), in files of
+// their own that follow the same convention.
 mod kernels;
 mod memory;
+
+use kernels::{
+    cuFuncGetAttribute, cuFuncSetAttribute, cuLaunchKernel, cuModuleGetFunction,
+    cuModuleLoadDataEx, cuModuleUnload,
+};
+use memory::{
+    cuMemAlloc_v2, cuMemFree_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2,
+    cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async, cuStreamIsCapturing,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The convention of the module docs, checked on the text of this file and its submodules'.
+    #[test]
+    fn driver_exports_follow_the_convention() {
+        let texts = [
+            include_str!("exports.rs"),
+            include_str!("exports/kernels.rs"),
+            include_str!("exports/memory.rs"),
+        ];
+        let lines: Vec<&str> = texts.iter().flat_map(|t| t.lines()).collect();
+        let table: Vec<&str> = driver_functions().iter().map(|(n, _)| *n).collect();
+        let mut exports = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line
+                .strip_prefix("pub unsafe extern \"C\" fn ")
+                .or_else(|| line.strip_prefix("pub extern \"C\" fn "))
+            else {
+                continue;
+            };
+            let name = &rest[..rest.find('(').expect("a parameter list")];
+            let attr = lines[i - 1];
+            if name.starts_with("cuda_mock_") {
+                assert_eq!(attr, "#[unsafe(no_mangle)]", "{name}");
+                continue;
+            }
+            assert_eq!(
+                attr,
+                format!("#[cfg_attr(exported = \"{name}\", unsafe(no_mangle))]"),
+                "{name}: a driver function is exported only where its flavour has it"
+            );
+            assert!(
+                cuda_sys::SymbolInfo::all()
+                    .iter()
+                    .any(|s| s.symbol.to_str() == Ok(name)),
+                "{name} is not a symbol of the bindings"
+            );
+            assert!(
+                table.contains(&name),
+                "{name} is missing from driver_functions"
+            );
+            exports.push(name);
+        }
+        assert_eq!(
+            exports.len(),
+            table.len(),
+            "driver_functions lists {table:?}"
+        );
+        assert!(exports.len() >= 50);
+    }
+}

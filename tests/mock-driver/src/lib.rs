@@ -8,10 +8,12 @@
 //! This package builds a `cdylib`, `libcuda_mock_driver.so`, that exports the driver functions the
 //! safe layer (`cuda-stream`) uses under the symbols the real libcuda exports (`cuStreamDestroy_v2`,
 //! `cuCtxPushCurrent_v2`, `cuEventElapsedTime_v2`, ...) with the real signatures (the types come
-//! from `cuda-sys`), plus `cuda_mock_*` control functions. Its `rlib` side holds only
-//! [`mock_driver_path`], [`old_mock_driver_path`] and [`MockDriver`], the control handle; the
-//! exports are private to the cdylib and must be reached through the loaded library, never by
-//! linking: a test binary that links the rlib has its own, unused, copy of the mock's state.
+//! from `cuda-sys`), every older ABI of them the real driver still exports (`cuStreamDestroy`,
+//! `cuEventElapsedTime`, ...), its own `cuGetProcAddress` and `cuGetProcAddress_v2`, plus
+//! `cuda_mock_*` control functions. Its `rlib` side holds only [`mock_driver_path`], the
+//! [`FLAVOURS`] and [`MockDriver`], the control handle; the exports are private to the cdylib and
+//! must be reached through the loaded library, never by linking: a test binary that links the
+//! rlib has its own, unused, copy of the mock's state.
 //!
 //! ```ignore
 //! let path = cuda_mock_driver::mock_driver_path();
@@ -30,8 +32,14 @@
 //!   count references; when the last one goes the context is destroyed with every stream and
 //!   event still in it (counted as *orphans*), and using it as current then gives
 //!   `CUDA_ERROR_CONTEXT_IS_DESTROYED`. Releasing an unretained context is a bad destroy.
-//! - Every function but `cuInit`, `cuDriverGetVersion`, `cuGetErrorName` and `cuGetErrorString`
-//!   returns `CUDA_ERROR_NOT_INITIALIZED` before a successful `cuInit`.
+//! - Every function but `cuInit`, `cuDriverGetVersion`, `cuGetErrorName`, `cuGetErrorString` and
+//!   `cuGetProcAddress` returns `CUDA_ERROR_NOT_INITIALIZED` before a successful `cuInit`.
+//! - `cuGetProcAddress` (v1 and v2) answers by base name, version and per-thread flag from the
+//!   functions the flavour exports, as the driver documents it: the newest ABI no newer than the
+//!   version asked, `CUDA_ERROR_INVALID_VALUE` for a version above the driver's, and "not found"
+//!   or "version not sufficient" otherwise (v2: `CUDA_SUCCESS`, a null pointer and the status;
+//!   v1: `CUDA_ERROR_NOT_FOUND`). It is counted like any call (`cuda_mock_calls`), so tests can
+//!   tell how a symbol was resolved.
 //! - Each thread has its own context stack (`cuCtxSetCurrent`/`PushCurrent_v2`/`PopCurrent_v2`
 //!   with the real semantics). Stream priorities range from 0 (least) to -5 (greatest); the
 //!   requested priority is clamped.
@@ -84,6 +92,8 @@
 //! int      cuda_mock_fail(const char *name, uint32_t nth, uint32_t code); // nth >= 1, counted from now
 //! int      cuda_mock_fail_always(const char *name, uint32_t code);
 //! void     cuda_mock_set_version(int version);            // cuDriverGetVersion's answer
+//! const char *cuda_mock_flavour(void);                    // "CUDA 12.2, no cuGetProcAddress"
+//! int      cuda_mock_exports(const char *name);           // 1 if this flavour exports it
 //! int      cuda_mock_set_device_count(int count);         // 0..=8
 //! uint64_t cuda_mock_live_streams(void);
 //! uint64_t cuda_mock_live_events(void);
@@ -104,11 +114,15 @@
 //! int64_t  cuda_mock_last_launch_param(uint32_t i, uint8_t *out, size_t cap); // its size, or -1
 //! int      cuda_mock_read_memory(uint64_t ptr, uint8_t *out, size_t len);     // 0, or -1
 //! void     cuda_mock_set_capture_status(void *stream, uint32_t status);       // cuStreamIsCapturing's answer
+//! int64_t  cuda_mock_event_flags(void *handle);           // an event's creation flags, -1 if not one
 //! ```
 //!
-//! A `name` is an exported symbol (`cuStreamDestroy_v2`) or the name C code writes
-//! (`cuStreamDestroy`); the functions taking one return -1 (or 0 calls) for a symbol the mock does
-//! not export. The first rule that fires on a call decides its result; a failed call has no other
+//! A `name` is a binding name of cuda-sys, meaning that binding's exported symbol: the name C
+//! code writes (`cuStreamDestroy` means `cuStreamDestroy_v2`) or an ABI variant
+//! (`cuStreamDestroy_v2000` means `cuStreamDestroy`); any other name is an exported symbol
+//! (`cuStreamDestroy_v2`). So `cuEventElapsedTime` always means the CUDA 12.8 ABI, and
+//! `cuEventElapsedTime_v2000` the original one. The functions taking a name return -1 (or 0
+//! calls) for a symbol the flavour does not export. The first rule that fires on a call decides its result; a failed call has no other
 //! effect (no handle is created, no out-pointer written). Counters and call counts cover the time
 //! since the last reset, except the `live_*` ones, which count what exists.
 //!
@@ -121,28 +135,29 @@
 //!
 //! - `fail=SYMBOL:N:CODE`: fail the Nth call (1, 2, ...) or every call (`*`) with CODE, a number
 //!   or a `CUDA_*` name;
-//! - `version=V`: what `cuDriverGetVersion` reports (default 13000; 11080 for the old flavour);
+//! - `version=V`: what `cuDriverGetVersion` reports (default: the flavour's version);
 //! - `devices=N`: 0 to 8 devices (default 2).
 //!
 //! A string that does not parse aborts the process with a message: a misconfigured test must not
 //! run on.
 //!
-//! # Omitted symbols: two flavours of the library
+//! # Flavours: one library per driver generation
 //!
-//! `cuda_sys::Driver` resolves symbols with `dlsym`, and reports `LoadError::MissingSymbol` when
-//! one is absent. A loaded library cannot take back an export, so omission cannot be a run-time
-//! setting (an `omit=` entry is refused). Instead the same source is built twice:
+//! A loaded library cannot take back an export, so which symbols exist cannot be a run-time
+//! setting (an `omit=` entry is refused). Instead the same source is built as several libraries,
+//! one per [`Flavour`], each exporting exactly the symbols of its CUDA version: those whose ABI
+//! version (cuda-sys's `SymbolInfo::since`, from `cudaTypedefs.h`) is no newer, derived by the
+//! build script from cuda-sys's generated table, not from hand lists. Each version comes with
+//! and without `cuGetProcAddress` (`-noproc`), so both of cuda-sys's resolution paths run.
 //!
-//! - `cuda-mock-driver` (this package, feature `newer-symbols` on by default):
-//!   `libcuda_mock_driver.so`, everything above, reporting CUDA 13.0;
-//! - `cuda-mock-driver-old` (`tests/mock-driver-old`, the same `src/` without the feature):
-//!   `libcuda_mock_driver_old.so`, reporting CUDA 11.8, without `cuStreamGetId` (12.0),
-//!   `cuStreamGetDevice` (12.8) and `cuEventElapsedTime_v2` (12.8), which `cuda-stream` must
-//!   do without. Its path is [`old_mock_driver_path`].
+//! - `cuda-mock-driver` (this package): CUDA 13.0, `libcuda_mock_driver.so`;
+//! - `tests/mock-driver/flavours/cuda-X.Y[-noproc]`: packages `cuda-mock-driver-X-Y[-noproc]`
+//!   with only a manifest (the same `src/` and `build.rs`), `libcuda_mock_driver_X_Y[_noproc].so`,
+//!   for CUDA 11.4, 12.0, 12.2, 12.4, 12.8 and 13.0. [`FLAVOURS`] lists them all.
 //!
-//! The two are separate libraries with separate state. Both are linked with `-z nodelete`, so a
-//! dropped `Driver` never unloads one (its worker thread and state live as long as the process,
-//! like the real driver's).
+//! Each reports its version from `cuDriverGetVersion`. They are separate libraries with separate
+//! state, all linked with `-z nodelete`, so a dropped `Driver` never unloads one (its worker
+//! thread and state live as long as the process, like the real driver's).
 //!
 //! # Finding the library
 //!
@@ -151,9 +166,9 @@
 //! before the test runs: it lands as `target/<profile>/deps/libcuda_mock_driver.so` (no hash in
 //! the name), and is also copied to `target/<profile>/` when the package itself is built. Test
 //! executables live in `target/<profile>/deps/`; [`mock_driver_path`] looks there and one folder
-//! up, from [`std::env::current_exe`]. A package that wants the old flavour adds
-//! `cuda-mock-driver-old` as a dev-dependency too (never `use` it: its rlib would bring a second
-//! copy of the exports) and calls [`old_mock_driver_path`].
+//! up, from [`std::env::current_exe`]. A package that wants the other flavours adds their
+//! packages as dev-dependencies too (never `use` them: their rlibs would bring more copies of the
+//! exports), as this one does, and calls [`Flavour::path`].
 //!
 //! The mock becomes the driver either explicitly, with
 //! `cuda_sys::Driver::install_global(Driver::open(mock_driver_path())?)` before anything loads a
@@ -185,15 +200,6 @@ pub fn mock_driver_file_name() -> String {
     )
 }
 
-/// The file name of the old flavour's library on this platform.
-pub fn old_mock_driver_file_name() -> String {
-    format!(
-        "{}cuda_mock_driver_old{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    )
-}
-
 /// Looks for `file` next to the running executable and in the cargo output folders around it
 /// (`target/<profile>/deps/` for tests, `target/<profile>/examples/` for examples).
 fn find_next_to_exe(file: &str) -> PathBuf {
@@ -217,10 +223,104 @@ pub fn mock_driver_path() -> PathBuf {
     find_next_to_exe(&mock_driver_file_name())
 }
 
-/// The path of `libcuda_mock_driver_old.so` (CUDA 11.8, without the 12.x symbols), built when
-/// the running test's package has `cuda-mock-driver-old` as a dev-dependency.
-pub fn old_mock_driver_path() -> PathBuf {
-    find_next_to_exe(&old_mock_driver_file_name())
+/// One build of the mock: a CUDA version, with or without `cuGetProcAddress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flavour {
+    /// `CUDA 12.2`, or `CUDA 12.2, no cuGetProcAddress`: what the tests print.
+    pub name: &'static str,
+    /// The CUDA version (`1000 * major + 10 * minor`) whose symbols it exports and which
+    /// `cuDriverGetVersion` reports.
+    pub version: i32,
+    /// Whether it exports `cuGetProcAddress` (and `_v2` from CUDA 12.0).
+    pub proc_address: bool,
+    /// Its package (`cuda-mock-driver-12-2-noproc`); the library is named after it.
+    pub package: &'static str,
+}
+
+/// The environment variable a test process reads to pick a flavour ([`Flavour::from_env`]).
+pub const FLAVOUR_VAR: &str = "CUDA_MOCK_FLAVOUR";
+
+macro_rules! flavours {
+    ($(($key:literal, $version:literal, $proc:literal, $package:literal)),* $(,)?) => {
+        /// Every flavour, newest first; the first is this package's (`libcuda_mock_driver.so`).
+        pub const FLAVOURS: &[Flavour] = &[$(Flavour {
+            name: if $proc {
+                concat!("CUDA ", $key)
+            } else {
+                concat!("CUDA ", $key, ", no cuGetProcAddress")
+            },
+            version: $version,
+            proc_address: $proc,
+            package: $package,
+        }),*];
+
+        /// `12.2` or `12.2-noproc`, for [`FLAVOUR_VAR`].
+        const KEYS: &[&str] = &[$(if $proc { $key } else { concat!($key, "-noproc") }),*];
+    };
+}
+
+flavours![
+    ("13.0", 13000, true, "cuda-mock-driver"),
+    ("13.0", 13000, false, "cuda-mock-driver-13-0-noproc"),
+    ("12.8", 12080, true, "cuda-mock-driver-12-8"),
+    ("12.8", 12080, false, "cuda-mock-driver-12-8-noproc"),
+    ("12.4", 12040, true, "cuda-mock-driver-12-4"),
+    ("12.4", 12040, false, "cuda-mock-driver-12-4-noproc"),
+    ("12.2", 12020, true, "cuda-mock-driver-12-2"),
+    ("12.2", 12020, false, "cuda-mock-driver-12-2-noproc"),
+    ("12.0", 12000, true, "cuda-mock-driver-12-0"),
+    ("12.0", 12000, false, "cuda-mock-driver-12-0-noproc"),
+    ("11.4", 11040, true, "cuda-mock-driver-11-4"),
+    ("11.4", 11040, false, "cuda-mock-driver-11-4-noproc"),
+];
+
+impl Flavour {
+    /// The full flavour: CUDA 13.0 with `cuGetProcAddress`, this package's library.
+    pub fn full() -> &'static Flavour {
+        &FLAVOURS[0]
+    }
+
+    /// `12.2` or `12.2-noproc`: how [`FLAVOUR_VAR`] names it.
+    pub fn key(&self) -> &'static str {
+        FLAVOURS
+            .iter()
+            .position(|f| f == self)
+            .map_or("", |i| KEYS[i])
+    }
+
+    /// The flavour [`FLAVOUR_VAR`] names, if it is set. Panics on a name that is no flavour (a
+    /// mistake in the test).
+    pub fn from_env() -> Option<&'static Flavour> {
+        let key = std::env::var(FLAVOUR_VAR).ok()?;
+        let i = KEYS.iter().position(|k| *k == key);
+        Some(&FLAVOURS[i.unwrap_or_else(|| panic!("{FLAVOUR_VAR}={key} is no flavour"))])
+    }
+
+    /// The library's file name on this platform.
+    pub fn file_name(&self) -> String {
+        format!(
+            "{}{}{}",
+            std::env::consts::DLL_PREFIX,
+            self.package.replace('-', "_"),
+            std::env::consts::DLL_SUFFIX
+        )
+    }
+
+    /// The path of this flavour's library, built with the running test when its package is a
+    /// (dev-)dependency of the test's package. If it cannot be found, the place it was expected.
+    pub fn path(&self) -> PathBuf {
+        find_next_to_exe(&self.file_name())
+    }
+
+    /// Whether this flavour has the ABI of the cuda-sys binding `name` (by its version; for
+    /// `cuGetProcAddress` also by [`Flavour::proc_address`]).
+    pub fn has_abi(&self, name: &str) -> bool {
+        let Some(s) = cuda_sys::SymbolInfo::find(name) else {
+            return false;
+        };
+        let proc = s.base.to_bytes() == b"cuGetProcAddress";
+        i64::from(s.since) <= i64::from(self.version) && (self.proc_address || !proc)
+    }
 }
 
 type Counter = extern "C" fn() -> u64;
@@ -237,10 +337,13 @@ pub struct MockDriver {
     fail: unsafe extern "C" fn(*const c_char, u32, u32) -> c_int,
     fail_always: unsafe extern "C" fn(*const c_char, u32) -> c_int,
     set_version: extern "C" fn(c_int),
+    flavour: extern "C" fn() -> *const c_char,
+    exports: unsafe extern "C" fn(*const c_char) -> c_int,
     set_device_count: extern "C" fn(c_int) -> c_int,
     counters: [Counter; 10],
     calls: unsafe extern "C" fn(*const c_char) -> u64,
     destroyed: extern "C" fn(*mut c_void) -> c_int,
+    event_flags: extern "C" fn(*mut c_void) -> i64,
 }
 
 impl fmt::Debug for MockDriver {
@@ -290,10 +393,13 @@ impl MockDriver {
                 fail: *lib.get(b"cuda_mock_fail\0")?,
                 fail_always: *lib.get(b"cuda_mock_fail_always\0")?,
                 set_version: *lib.get(b"cuda_mock_set_version\0")?,
+                flavour: *lib.get(b"cuda_mock_flavour\0")?,
+                exports: *lib.get(b"cuda_mock_exports\0")?,
                 set_device_count: *lib.get(b"cuda_mock_set_device_count\0")?,
                 counters,
                 calls: *lib.get(b"cuda_mock_calls\0")?,
                 destroyed: *lib.get(b"cuda_mock_destroyed\0")?,
+                event_flags: *lib.get(b"cuda_mock_event_flags\0")?,
                 _lib: lib,
             })
         }
@@ -339,6 +445,25 @@ impl MockDriver {
     /// `cuda_mock_set_version`.
     pub fn set_version(&self, version: i32) {
         (self.set_version)(version)
+    }
+
+    /// `cuda_mock_flavour`: which flavour the library is, such as `CUDA 12.2`.
+    pub fn flavour(&self) -> String {
+        let p = (self.flavour)();
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: the mock returns a NUL-terminated string that lives as long as the process.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// `cuda_mock_exports`: whether this library exports the symbol `name` means.
+    pub fn exports(&self, name: &str) -> bool {
+        let c = c_string(name);
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { (self.exports)(c.as_ptr()) == 1 }
     }
 
     /// `cuda_mock_set_device_count` (0 to 8); panics outside that range.
@@ -394,6 +519,12 @@ impl MockDriver {
         unsafe { (self.calls)(c.as_ptr()) }
     }
 
+    /// The creation flags (`CU_EVENT_*`) of an event handle the mock created, alive or destroyed;
+    /// `None` for anything else.
+    pub fn event_flags<T>(&self, handle: *mut T) -> Option<u32> {
+        u32::try_from((self.event_flags)(handle.cast())).ok()
+    }
+
     /// Whether a stream or event handle was destroyed: `Some(true)` destroyed, `Some(false)`
     /// alive, `None` never created by the mock.
     pub fn destroyed<T>(&self, handle: *mut T) -> Option<bool> {
@@ -407,4 +538,89 @@ impl MockDriver {
 
 extern "C" fn cuda_mock_never() -> u64 {
     0
+}
+
+/// One flavour's run of a test binary in a child process (see [`run_in_each_flavour`]).
+#[derive(Debug)]
+pub struct FlavourRun {
+    /// The flavour it ran against.
+    pub flavour: &'static Flavour,
+    /// How the child exited.
+    pub status: std::process::ExitStatus,
+    /// What it printed.
+    pub stdout: String,
+    /// What it printed to stderr.
+    pub stderr: String,
+}
+
+impl FlavourRun {
+    /// What its stdout lines say from `marker` on, for every line with `marker` in it (a line
+    /// printed by a test under `--nocapture` may follow libtest's `test name ... ` on its line).
+    pub fn lines_containing(&self, marker: &str) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.find(marker).map(|i| &l[i..]))
+            .collect()
+    }
+
+    /// A report of a failed run: the flavour, the exit status, and the end of both outputs.
+    pub fn failure_report(&self) -> String {
+        let tail = |s: &str| {
+            let lines: Vec<&str> = s.lines().collect();
+            lines[lines.len().saturating_sub(60)..].join("\n")
+        };
+        format!(
+            "=== {} ({}): {}\n--- stdout (end)\n{}\n--- stderr (end)\n{}",
+            self.flavour.name,
+            self.flavour.key(),
+            self.status,
+            tail(&self.stdout),
+            tail(&self.stderr)
+        )
+    }
+}
+
+/// Runs the running test executable again once per flavour, all at once, each child with
+/// [`FLAVOUR_VAR`] naming its flavour, `CUDA_SYS_LIBCUDA` its library (so that the process-wide
+/// driver loads it, as it would libcuda), the environment `env` and the libtest arguments `args`
+/// (such as `["--test-threads=1", "--nocapture", "--skip", "the_runner"]`); returns their outcomes
+/// in the order of `flavours`. The mock's state is per process, so one flavour per process.
+pub fn run_in_each_flavour(
+    flavours: &[&'static Flavour],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Vec<FlavourRun> {
+    let exe = std::env::current_exe().expect("the test executable");
+    let children: Vec<_> = flavours
+        .iter()
+        .map(|f| {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(args)
+                .env(FLAVOUR_VAR, f.key())
+                .env("CUDA_SYS_LIBCUDA", f.path())
+                .envs(env.iter().copied())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            (f, cmd.spawn().expect("the test executable runs again"))
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|(f, child)| {
+            let out = child.wait_with_output().expect("the child's output");
+            FlavourRun {
+                flavour: f,
+                status: out.status,
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Prints `line` past the test harness's output capture, so that it shows in `cargo test`'s
+/// output even when the test passes.
+pub fn report(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }

@@ -9,7 +9,11 @@ use std::sync::{Condvar, LazyLock, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::Instant;
 
-use cuda_sys::{CUresult, CUstream, SymbolInfo};
+use std::ffi::c_int;
+
+use cuda_sys::{CUdriverProcAddressQueryResult, CUresult, CUstream, SymbolInfo};
+
+use crate::Flavour;
 
 /// The environment variable read once, at the first call into the library.
 pub(crate) const CONFIG_VAR: &str = "CUDA_MOCK_CONFIG";
@@ -22,81 +26,72 @@ pub(crate) const DEFAULT_DEVICES: usize = 2;
 pub(crate) const LEAST_PRIORITY: i32 = 0;
 pub(crate) const GREATEST_PRIORITY: i32 = -5;
 
-/// The version `cuDriverGetVersion` reports unless configured otherwise: the header's for the full
-/// flavour, CUDA 11.8 for the old one (which lacks the 12.x symbols).
-#[cfg(feature = "newer-symbols")]
-pub(crate) const DEFAULT_VERSION: i32 = 13000;
-#[cfg(not(feature = "newer-symbols"))]
-pub(crate) const DEFAULT_VERSION: i32 = 11080;
+include!(concat!(env!("OUT_DIR"), "/flavour.rs"));
 
-/// Every driver symbol either flavour exports, as exported (versioned) names.
-pub(crate) const EXPORTS: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuGetErrorName",
-    "cuGetErrorString",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxGetState",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxGetCurrent",
-    "cuCtxSetCurrent",
-    "cuCtxPushCurrent_v2",
-    "cuCtxPopCurrent_v2",
-    "cuCtxGetDevice",
-    "cuCtxSynchronize",
-    "cuCtxGetStreamPriorityRange",
-    "cuStreamCreate",
-    "cuStreamCreateWithPriority",
-    "cuStreamDestroy_v2",
-    "cuStreamQuery",
-    "cuStreamSynchronize",
-    "cuStreamWaitEvent",
-    "cuStreamAddCallback",
-    "cuLaunchHostFunc",
-    "cuStreamGetCtx",
-    "cuStreamGetDevice",
-    "cuStreamGetFlags",
-    "cuStreamGetPriority",
-    "cuStreamGetId",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuEventQuery",
-    "cuEventSynchronize",
-    "cuEventElapsedTime_v2",
-    "cuIpcGetEventHandle",
-    "cuIpcOpenEventHandle",
-    "cuMemGetInfo_v2",
-    // Modules, kernels and device memory (`exports/kernels.rs`, `exports/memory.rs`).
-    "cuModuleLoadDataEx",
-    "cuModuleUnload",
-    "cuModuleGetFunction",
-    "cuFuncGetAttribute",
-    "cuFuncSetAttribute",
-    "cuLaunchKernel",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemsetD8Async",
-    "cuMemsetD16Async",
-    "cuMemsetD32Async",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuStreamIsCapturing",
-];
+/// The version `cuDriverGetVersion` reports unless configured otherwise: the flavour's.
+pub(crate) const DEFAULT_VERSION: i32 = FLAVOUR.version;
 
-/// The exported symbol meant by `name`: an exported name itself, or the name C code writes
-/// (`cuStreamDestroy` means `cuStreamDestroy_v2`).
+/// Whether this flavour exports the driver symbol `symbol`.
+pub(crate) fn exported(symbol: &str) -> bool {
+    EXPORTED.binary_search(&symbol).is_ok()
+}
+
+/// The mock's function for `symbol`, if this flavour exports it.
+fn implemented(symbol: &str) -> Option<(&'static str, usize)> {
+    crate::exports::driver_functions()
+        .iter()
+        .find(|(name, _)| *name == symbol)
+        .filter(|(name, _)| exported(name))
+        .copied()
+}
+
+/// The exported symbol meant by `name`: for a binding name of cuda-sys, that binding's symbol
+/// (the name C code writes, `cuStreamDestroy` for `cuStreamDestroy_v2`, or an ABI variant such
+/// as `cuEventElapsedTime_v2000` for `cuEventElapsedTime`); for another name, the exported name
+/// itself (`cuStreamDestroy_v2`). `None` unless this flavour exports it.
 pub(crate) fn canonical(name: &str) -> Option<&'static str> {
-    if let Some(e) = EXPORTS.iter().find(|e| **e == name) {
-        return Some(e);
+    let symbol = match SymbolInfo::find(name) {
+        Some(s) => s.symbol.to_str().ok()?,
+        None => name,
+    };
+    implemented(symbol).map(|(symbol, _)| symbol)
+}
+
+/// `cuGetProcAddress`'s search, as the driver does it: of the ABIs of the function `base` that
+/// this flavour's CUDA version has (its per-thread variants, if `per_thread` and it has any), the
+/// newest no newer than `version`. Where the mock does not implement that ABI the answer is "not
+/// found", never an older ABI in its place.
+pub(crate) fn proc_address(
+    base: &str,
+    version: c_int,
+    per_thread: bool,
+) -> Result<usize, CUdriverProcAddressQueryResult> {
+    let abis = |pt: bool| -> Vec<&'static SymbolInfo> {
+        SymbolInfo::all()
+            .iter()
+            .filter(|s| s.base.to_str() == Ok(base) && s.per_thread == pt)
+            .filter(|s| s.symbol.to_str().is_ok_and(exported))
+            .collect()
+    };
+    let mut found = if per_thread { abis(true) } else { Vec::new() };
+    if found.is_empty() {
+        found = abis(false);
     }
-    let symbol = SymbolInfo::find(name)?.symbol.to_str().ok()?;
-    EXPORTS.iter().find(|e| **e == symbol).copied()
+    if found.is_empty() {
+        return Err(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    }
+    let newest = found
+        .into_iter()
+        .filter(|s| i64::from(s.since) <= i64::from(version))
+        .max_by_key(|s| s.since)
+        .ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)?;
+    newest
+        .symbol
+        .to_str()
+        .ok()
+        .and_then(implemented)
+        .map(|(_, address)| address)
+        .ok_or(CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
 }
 
 /// A `CUresult` given as a number or as its enumerator name (`CUDA_ERROR_OUT_OF_MEMORY`).
@@ -189,8 +184,9 @@ pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
             }
             "omit" => {
                 return Err(format!(
-                    "`{entry}`: symbols cannot be omitted at run time (the loader resolves them \
-                     with dlsym); load the cuda-mock-driver-old library instead"
+                    "`{entry}`: symbols cannot be omitted at run time (a loaded library cannot \
+                     take back an export); load the flavour of the CUDA version without it \
+                     (cuda_mock_driver::FLAVOURS)"
                 ));
             }
             other => return Err(format!("`{entry}`: unknown key `{other}`")),
@@ -266,8 +262,7 @@ pub(crate) struct StreamRef {
     pub(crate) ctx: usize,
     pub(crate) flags: u32,
     pub(crate) priority: i32,
-    /// Read by `cuStreamGetId` only, which the old flavour lacks.
-    #[cfg_attr(not(feature = "newer-symbols"), allow(dead_code))]
+    /// Read by `cuStreamGetId`.
     pub(crate) id: u64,
 }
 
@@ -725,11 +720,20 @@ mod tests {
 
     #[test]
     fn names_map_to_exports() {
+        assert_eq!(
+            FLAVOUR.version, 13000,
+            "the unit tests run in the full flavour"
+        );
         assert_eq!(canonical("cuStreamDestroy"), Some("cuStreamDestroy_v2"));
         assert_eq!(canonical("cuStreamDestroy_v2"), Some("cuStreamDestroy_v2"));
+        assert_eq!(canonical("cuStreamDestroy_v2000"), Some("cuStreamDestroy"));
         assert_eq!(
             canonical("cuEventElapsedTime"),
             Some("cuEventElapsedTime_v2")
+        );
+        assert_eq!(
+            canonical("cuEventElapsedTime_v2000"),
+            Some("cuEventElapsedTime")
         );
         assert_eq!(canonical("cuMemGetInfo"), Some("cuMemGetInfo_v2"));
         assert_eq!(canonical("cuMemAlloc"), Some("cuMemAlloc_v2"));
@@ -742,14 +746,49 @@ mod tests {
     }
 
     #[test]
-    fn every_export_is_a_real_symbol() {
-        for e in EXPORTS {
-            assert!(
-                SymbolInfo::all()
-                    .iter()
-                    .any(|s| s.symbol.to_str() == Ok(*e)),
-                "{e} is not a symbol of the bindings"
-            );
+    fn the_flavour_exports_what_its_version_had() {
+        assert!(EXPORTED.windows(2).all(|w| w[0] < w[1]), "sorted");
+        for e in EXPORTED {
+            let since = SymbolInfo::all()
+                .iter()
+                .filter(|s| s.symbol.to_str() == Ok(*e))
+                .map(|s| s.since)
+                .max();
+            assert!(since.is_some_and(|v| v <= FLAVOUR.version as u32), "{e}");
         }
+        assert!(exported("cuGetProcAddress_v2") && exported("cuGetProcAddress"));
+    }
+
+    #[test]
+    fn proc_address_answers_by_base_name_version_and_flag() {
+        type S = CUdriverProcAddressQueryResult;
+        let v1 = implemented("cuEventElapsedTime").unwrap().1;
+        let v2 = implemented("cuEventElapsedTime_v2").unwrap().1;
+        assert_eq!(proc_address("cuEventElapsedTime", 12080, false), Ok(v2));
+        assert_eq!(proc_address("cuEventElapsedTime", 13000, false), Ok(v2));
+        assert_eq!(proc_address("cuEventElapsedTime", 12020, false), Ok(v1));
+        assert_eq!(proc_address("cuEventElapsedTime", 2000, false), Ok(v1));
+        assert_eq!(
+            proc_address("cuEventElapsedTime", 1000, false),
+            Err(S::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+        );
+        assert_eq!(
+            proc_address("cuTexObjectCreate", 13000, false),
+            Err(S::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
+        );
+        let query = implemented("cuStreamQuery").unwrap().1;
+        let query_ptsz = implemented("cuStreamQuery_ptsz").unwrap().1;
+        assert_eq!(proc_address("cuStreamQuery", 13000, false), Ok(query));
+        assert_eq!(proc_address("cuStreamQuery", 13000, true), Ok(query_ptsz));
+        // No per-thread variant: the legacy one.
+        let init = implemented("cuInit").unwrap().1;
+        assert_eq!(proc_address("cuInit", 13000, true), Ok(init));
+        // The 13.0 ABI of cuCtxGetDevice is not implemented: not found, not the 2.0 one.
+        assert_eq!(
+            proc_address("cuCtxGetDevice", 13000, false),
+            Err(S::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
+        );
+        let get_device = implemented("cuCtxGetDevice").unwrap().1;
+        assert_eq!(proc_address("cuCtxGetDevice", 12080, false), Ok(get_device));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use cuda_mock_driver::{MockDriver, mock_driver_path, old_mock_driver_path};
+use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, mock_driver_path};
 use cuda_sys::*;
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
@@ -181,12 +181,72 @@ fn launch(s: CUstream, data: *mut c_void) {
 }
 
 #[test]
-fn the_library_is_found_next_to_the_test() {
+fn every_flavour_is_found_next_to_the_test_and_says_what_it_is() {
     let full = mock_driver_path();
     assert!(full.is_file(), "{} is missing", full.display());
     assert!(full.ends_with(cuda_mock_driver::mock_driver_file_name()));
-    let old = old_mock_driver_path();
-    assert!(old.is_file(), "{} is missing", old.display());
+    assert_eq!(Flavour::full().path(), full);
+    assert_eq!(FLAVOURS.len(), 12);
+    for f in FLAVOURS {
+        let path = f.path();
+        assert!(path.is_file(), "{} is missing", path.display());
+        let m = MockDriver::open(&path).unwrap();
+        assert_eq!(m.flavour(), f.name);
+        let d = Driver::open(&path).unwrap();
+        assert_eq!(d.driver_version(), Some(f.version), "{}", f.name);
+        assert_eq!(d.abi_version(), f.version as u32);
+        let resolver = match (f.proc_address, f.version >= 12000) {
+            (false, _) => Resolver::SymbolLookup,
+            (true, true) => Resolver::ProcAddressV2,
+            (true, false) => Resolver::ProcAddress,
+        };
+        assert_eq!(d.resolver(), resolver, "{}", f.name);
+    }
+}
+
+/// Every flavour exports exactly the ABIs of its version that the full flavour implements,
+/// judged by cuda-sys's table: no hand lists.
+#[test]
+fn each_flavour_exports_what_its_cuda_version_had() {
+    let full = MockDriver::open(mock_driver_path()).unwrap();
+    let implemented: Vec<&SymbolInfo> = SymbolInfo::all()
+        .iter()
+        .filter(|s| full.exports(s.name))
+        .collect();
+    assert!(implemented.len() >= 60, "{}", implemented.len());
+    for f in FLAVOURS {
+        let m = MockDriver::open(f.path()).unwrap();
+        let d = Driver::open(f.path()).unwrap();
+        for s in &implemented {
+            let has = f.has_abi(s.name);
+            assert_eq!(m.exports(s.name), has, "{}: {}", f.name, s.name);
+            assert_eq!(d.has(s.name), has, "{}: {}", f.name, s.name);
+            if has {
+                continue;
+            }
+            match d.address(s.name).unwrap().unwrap_err() {
+                LoadError::MissingSymbol {
+                    name,
+                    since,
+                    driver_version,
+                    abi_limit: None,
+                    ..
+                } => {
+                    assert_eq!((name, since), (s.name, s.since));
+                    assert_eq!(driver_version, Some(f.version));
+                }
+                other => panic!("{}: {}: {other:?}", f.name, s.name),
+            }
+        }
+    }
+    // The old ABIs are there alongside the new, and a name means one ABI in every flavour.
+    assert!(full.exports("cuEventElapsedTime") && full.exports("cuEventElapsedTime_v2000"));
+    assert!(full.exports("cuEventElapsedTime_v2") && full.exports("cuStreamDestroy_v2000"));
+    let old =
+        MockDriver::open(FLAVOURS.iter().find(|f| f.version == 11040).unwrap().path()).unwrap();
+    assert!(!old.exports("cuEventElapsedTime") && old.exports("cuEventElapsedTime_v2000"));
+    assert!(!old.exports("cuStreamGetId") && !old.exports("cuGetProcAddress"));
+    assert!(old.exports("cuGetProcAddress_v11030"));
 }
 
 #[test]
@@ -658,50 +718,6 @@ fn devices_errors_and_initialisation() {
     assert_eq!(m.calls("cuInit"), 1);
 }
 
-#[test]
-fn the_old_flavour_lacks_the_newer_symbols() {
-    let (_g, _m) = mock();
-    let old = Driver::open(old_mock_driver_path()).expect("the old flavour opens");
-    assert_eq!(old.version(), Ok(11080));
-    assert!(old.has("cuStreamCreate") && old.has("cuStreamDestroy") && old.has("cuEventRecord"));
-    let missing = [
-        (
-            "cuStreamGetId",
-            "cuStreamGetId",
-            12000,
-            old.cuStreamGetId().err(),
-        ),
-        (
-            "cuStreamGetDevice",
-            "cuStreamGetDevice",
-            12080,
-            old.cuStreamGetDevice().err(),
-        ),
-        (
-            "cuEventElapsedTime",
-            "cuEventElapsedTime_v2",
-            12080,
-            old.cuEventElapsedTime().err(),
-        ),
-    ];
-    for (name, symbol, since, err) in missing {
-        assert_eq!(
-            err,
-            Some(LoadError::MissingSymbol {
-                name,
-                symbol,
-                since,
-                driver_version: Some(11080),
-            })
-        );
-        assert!(!old.has(name));
-    }
-    let full = Driver::global().unwrap();
-    for name in ["cuStreamGetId", "cuStreamGetDevice", "cuEventElapsedTime"] {
-        assert!(full.has(name), "{name}");
-    }
-}
-
 /// Runs `env_config_child` in a new process with `CUDA_MOCK_CONFIG` set.
 fn run_child(config: &str) -> std::process::Output {
     Command::new(std::env::current_exe().unwrap())
@@ -730,7 +746,7 @@ fn the_environment_sets_the_baseline() {
         !out.status.success(),
         "a configuration it cannot honour stops the process"
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cuda-mock-driver-old"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("FLAVOURS"));
 }
 
 /// Does nothing unless started by `the_environment_sets_the_baseline`.

@@ -56,7 +56,7 @@ impl LogBuffer {
 ///
 /// `module` is null or valid for a write; `image` is null or a `NUL`-terminated image; the
 /// option arrays hold `num_options` entries each, and each log buffer is valid for its size.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuModuleLoadDataEx", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuModuleLoadDataEx(
     module: *mut CUmodule,
     image: *const c_void,
@@ -156,7 +156,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuModuleUnload", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
     api("cuModuleUnload", false, |mut st| {
         match st.device.modules.get_mut(&(hmod as usize)) {
@@ -189,7 +189,7 @@ fn live_module(st: &mut State, hmod: usize) -> Result<(), CUresult> {
 /// # Safety
 ///
 /// `hfunc` is null or valid for a write; `name` is null or a `NUL`-terminated string.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuModuleGetFunction", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuModuleGetFunction(
     hfunc: *mut CUfunction,
     hmod: CUmodule,
@@ -250,7 +250,7 @@ fn live_function(st: &mut State, f: CUfunction) -> Result<(usize, usize), CUresu
 /// # Safety
 ///
 /// `pi` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuFuncGetAttribute", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuFuncGetAttribute(
     pi: *mut c_int,
     attrib: CUfunction_attribute,
@@ -288,7 +288,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 /// # Safety
 ///
 /// None beyond the C contract; the handle is only looked up, never dereferenced.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuFuncSetAttribute", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuFuncSetAttribute(
     hfunc: CUfunction,
     attrib: CUfunction_attribute,
@@ -328,7 +328,7 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
 ///
 /// `kernel_params` is null (for a kernel without parameters) or holds one pointer per parameter,
 /// each valid for reads of the parameter's size.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuLaunchKernel", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuLaunchKernel(
     f: CUfunction,
     grid_dim_x: c_uint,

@@ -16,7 +16,7 @@ use crate::state::{self, Work};
 /// # Safety
 ///
 /// `dptr` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemAlloc_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     api("cuMemAlloc_v2", false, |mut st| {
         if dptr.is_null() || bytesize == 0 {
@@ -41,7 +41,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 /// # Safety
 ///
 /// None beyond the C contract; the address is only looked up.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemFree_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     api("cuMemFree_v2", false, |mut st| {
         tri!(st.current_ctx());
@@ -98,7 +98,7 @@ fn memset(
 /// # Safety
 ///
 /// None beyond the C contract; the address is checked against the allocations.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemsetD8Async", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemsetD8Async(
     dst_device: CUdeviceptr,
     uc: c_uchar,
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn cuMemsetD8Async(
 /// # Safety
 ///
 /// None beyond the C contract; the address is checked against the allocations.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemsetD16Async", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemsetD16Async(
     dst_device: CUdeviceptr,
     us: c_ushort,
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn cuMemsetD16Async(
 /// # Safety
 ///
 /// None beyond the C contract; the address is checked against the allocations.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemsetD32Async", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemsetD32Async(
     dst_device: CUdeviceptr,
     ui: c_uint,
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn cuMemsetD32Async(
 /// # Safety
 ///
 /// None beyond the C contract; the addresses are checked against the allocations.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemcpyDtoDAsync_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     dst_device: CUdeviceptr,
     src_device: CUdeviceptr,
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
 /// # Safety
 ///
 /// `src_host` is valid for `byte_count` bytes of reads.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemcpyHtoDAsync_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     dst_device: CUdeviceptr,
     src_host: *const c_void,
@@ -211,7 +211,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
 /// # Safety
 ///
 /// `dst_host` is valid for `byte_count` bytes of writes.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuMemcpyDtoHAsync_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     dst_host: *mut c_void,
     src_device: CUdeviceptr,
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 /// # Safety
 ///
 /// `capture_status` is null or valid for a write.
-#[unsafe(no_mangle)]
+#[cfg_attr(exported = "cuStreamIsCapturing", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuStreamIsCapturing(
     h_stream: CUstream,
     capture_status: *mut CUstreamCaptureStatus,

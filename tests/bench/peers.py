@@ -1,0 +1,537 @@
+#!/usr/bin/env python3
+"""Times the benchmark's operations through PyTorch, CuPy and cuda.core on GPU 0.
+
+The Python peers of `cuda-stream-bench`: the same rows (same ids), each written as a user of the
+framework writes it (`torch.cuda.Stream().query()`, `cupy.cuda.Event().record(s)`,
+`cuda.core` `Device().create_stream()`, ...), with the same method: an untimed warm-up batch,
+then repetitions of a batch of many iterations, ns per operation from the median batch, with the
+fastest and slowest batch as the spread. Work a batch enqueues is drained, untimed, between
+batches.
+
+Each framework runs in its own child process (this script with `--child NAME`), so that one that
+is missing, fails, crashes or hangs is reported as such and the others still run. A framework
+that is not installed is reported as missing, never as a failure.
+
+Usage:
+    python3 tests/bench/peers.py [--quick] [--json FILE] [--only torch,cupy,cuda.core]
+
+Prints a Markdown table of ns per operation; `--json FILE` writes the results for
+`combine.py`, which prints them beside the raw, cuda-stream and cudarc columns. Exits 0 when
+every framework either ran or is missing (or has no device), 1 when one failed, crashed, timed
+out (PEERS_TIMEOUT_S per framework, default 300, 120 with --quick) or raised in a row.
+Plain python3 (stdlib only) outside the frameworks themselves.
+"""
+
+import functools
+import importlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+FRAMEWORKS = [("torch", "PyTorch"), ("cupy", "CuPy"), ("cuda.core", "cuda.core")]
+
+# The rows of cuda-stream-bench, by id, with the label the tables print when no Rust results are
+# at hand. A row a framework cannot do is `{"na": why}`.
+ROWS = [
+    ("stream_create", "stream create + destroy"),
+    ("event_create", "event create + destroy (timing disabled)"),
+    ("event_create_in_current", "event create + destroy, unsafe Event::new_in_current"),
+    ("context_check", "the context check alone"),
+    ("query", "query (idle stream)"),
+    ("record", "event record (reused event)"),
+    ("wait_event", "wait on an event"),
+    ("synchronize", "synchronize (idle stream)"),
+    ("wait_stream", "wait_stream"),
+    ("host_round_trip", "host function round trip (launch + synchronize)"),
+    ("host_throughput", "host function throughput (per host fn)"),
+    ("host_throughput_boxed", "host function throughput, capturing closure (per host fn)"),
+    ("pool_acquire", "pool acquire + release, warm"),
+    ("completed", "completed().await"),
+    ("scope_2_forks", "scope with 2 forks"),
+]
+CUDA_STREAM_ONLY = "a diagnostic of cuda-stream's own event creation"
+NO_FUTURE = "no completion future (nothing awaits a stream without blocking a thread)"
+NO_POOL = "no stream pool"
+PYTHON_CALLBACKS = "every Python callback is an object: see the row above"
+TAG = "peers-row:"
+HOST_PROBE_S = 10.0
+
+
+class Config:
+    def __init__(self, quick):
+        self.quick = quick
+        if quick:
+            self.reps, self.fast, self.medium, self.slow, self.host_batch = 3, 500, 200, 50, 1_000
+        else:
+            self.reps, self.fast, self.medium, self.slow, self.host_batch = 15, 20_000, 5_000, 2_000, 100_000
+
+    def as_json(self):
+        return {
+            "reps": self.reps,
+            "iterations": {"fast": self.fast, "medium": self.medium, "slow": self.slow, "host_batch": self.host_batch},
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# The method
+
+
+def batch(body, iters):
+    """ns per iteration of `iters` calls of `body`."""
+    clock = time.perf_counter_ns
+    t = clock()
+    for _ in range(iters):
+        body()
+    return (clock() - t) / iters
+
+
+def measure(cfg, body, iters, settle=None, per_iter=1):
+    """Warm-up batch, then `cfg.reps` batches; ns per operation: median, min and max batch."""
+    settle = settle or (lambda: None)
+    batch(body, max(1, min(iters, 1_000)))
+    settle()
+    samples = []
+    for _ in range(cfg.reps):
+        samples.append(batch(body, iters))
+        settle()
+    return {
+        "ns": statistics.median(samples) / per_iter,
+        "min": min(samples) / per_iter,
+        "max": max(samples) / per_iter,
+    }
+
+
+def emit(row_id, result):
+    """One row's result, printed as soon as it is known (a hang later loses nothing before it)."""
+    print(f"{TAG} {json.dumps({'id': row_id, **result})}", flush=True)
+
+
+def run_row(cfg, row_id, call, thunk):
+    """Measures one row: `thunk()` returns the arguments of `measure` after `cfg`; `call` says
+    what is timed. An exception becomes the row's error, and the other rows go on."""
+    try:
+        result = measure(cfg, *thunk())
+        result["call"] = call
+    except Exception as e:  # a framework's error: report it in the row
+        result = {"error": f"{type(e).__name__}: {e}"}
+    emit(row_id, result)
+
+
+def na(row_id, why):
+    emit(row_id, {"na": why})
+
+
+def wait_for_host_fn(launch, query):
+    """Enqueues one host function and waits for it by polling (never blocking in a driver call
+    while holding the GIL): the callbacks need the GIL to run."""
+    done = threading.Event()
+    launch(lambda *args: done.set())
+    deadline = time.monotonic() + HOST_PROBE_S
+    while not done.is_set():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"a host function did not run within {HOST_PROBE_S:.0f} s")
+        time.sleep(0.001)
+    while not query():
+        time.sleep(0.001)
+
+
+# ---------------------------------------------------------------------------------------------
+# The frameworks. Each `run_*` measures every row it can, emits every row, and returns
+# (version, gpu name).
+
+
+def run_torch(cfg):
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NoDevice("torch.cuda.is_available() is False")
+    torch.cuda.set_device(0)
+    torch.cuda.init()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    f1, f2 = torch.cuda.Stream(), torch.cuda.Stream()
+    e = torch.cuda.Event()  # timing disabled by default; the CUDA event is made at first record
+    e.record(s2)
+    torch.cuda.synchronize()
+
+    def settle():
+        for s in (s1, s2, f1, f2):
+            s.synchronize()
+
+    na("stream_create", "torch.cuda.Stream() hands out one of a fixed pool of streams and never "
+       "destroys them: see the pool row")
+    na("event_create", "torch.cuda.Event() makes its CUDA event lazily, at the first record, and "
+       "alone makes no driver call")
+    na("event_create_in_current", CUDA_STREAM_ONLY)
+    na("context_check", CUDA_STREAM_ONLY)
+    run_row(cfg, "query", "s.query()", lambda: (s1.query, cfg.fast))
+    run_row(cfg, "record", "e.record(s)", lambda: (functools.partial(e.record, s1), cfg.fast, settle))
+    e.record(s2)
+    settle()
+    run_row(cfg, "wait_event", "s.wait_event(e)",
+            lambda: (functools.partial(s1.wait_event, e), cfg.fast, settle))
+    run_row(cfg, "synchronize", "s.synchronize()", lambda: (s1.synchronize, cfg.medium))
+    run_row(cfg, "wait_stream", "s.wait_stream(other) (records a new event per call)",
+            lambda: (functools.partial(s1.wait_stream, s2), cfg.fast, settle))
+    for row in ("host_round_trip", "host_throughput", "host_throughput_boxed"):
+        na(row, "PyTorch has no host-function API")
+    run_row(cfg, "pool_acquire", "torch.cuda.Stream() (from torch's stream pool) + drop",
+            lambda: (torch.cuda.Stream, cfg.fast))
+    na("completed", NO_FUTURE)
+
+    def fork_join():
+        f1.wait_stream(s1)
+        f2.wait_stream(s1)
+        s1.wait_stream(f1)
+        s1.wait_stream(f2)
+
+    run_row(cfg, "scope_2_forks", "2 pre-made streams: f.wait_stream(s) x2, s.wait_stream(f) x2",
+            lambda: (fork_join, cfg.medium, settle))
+    settle()
+    return torch.__version__, torch.cuda.get_device_name(0)
+
+
+def run_cupy(cfg):
+    import cupy as cp
+
+    try:
+        ndev = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise NoDevice(f"cupy.cuda.runtime.getDeviceCount(): {e}")
+    if ndev == 0:
+        raise NoDevice("cupy sees no CUDA device")
+    cp.cuda.Device(0).use()
+    S, E = cp.cuda.Stream, cp.cuda.Event
+    s1, s2 = S(non_blocking=True), S(non_blocking=True)
+    f1, f2 = S(non_blocking=True), S(non_blocking=True)
+    e = E(disable_timing=True)
+    e.record(s2)
+    cp.cuda.Device().synchronize()
+
+    def settle():
+        for s in (s1, s2, f1, f2):
+            s.synchronize()
+
+    run_row(cfg, "stream_create", "cupy.cuda.Stream(non_blocking=True) + drop",
+            lambda: (functools.partial(S, non_blocking=True), cfg.slow))
+    run_row(cfg, "event_create", "cupy.cuda.Event(disable_timing=True) + drop",
+            lambda: (functools.partial(E, disable_timing=True), cfg.medium))
+    na("event_create_in_current", CUDA_STREAM_ONLY)
+    na("context_check", CUDA_STREAM_ONLY)
+    run_row(cfg, "query", "s.done", lambda: (lambda: s1.done, cfg.fast))
+    run_row(cfg, "record", "e.record(s)", lambda: (functools.partial(e.record, s1), cfg.fast, settle))
+    e.record(s2)
+    settle()
+    run_row(cfg, "wait_event", "s.wait_event(e)",
+            lambda: (functools.partial(s1.wait_event, e), cfg.fast, settle))
+    run_row(cfg, "synchronize", "s.synchronize()", lambda: (s1.synchronize, cfg.medium))
+    run_row(cfg, "wait_stream", "s.wait_event(other.record()) (a new event per call; CuPy has no wait_stream)",
+            lambda: (lambda: s1.wait_event(s2.record()), cfg.fast, settle))
+    na("pool_acquire", NO_POOL)
+    na("completed", NO_FUTURE)
+
+    def fork_join():
+        f1.wait_event(s1.record())
+        f2.wait_event(s1.record())
+        s1.wait_event(f1.record())
+        s1.wait_event(f2.record())
+
+    run_row(cfg, "scope_2_forks", "2 pre-made streams: f.wait_event(s.record()) x2, s.wait_event(f.record()) x2",
+            lambda: (fork_join, cfg.medium, settle))
+
+    # Host functions last: a Python callback needs the GIL on the driver's thread.
+    if not hasattr(s1, "launch_host_func"):
+        for row in ("host_round_trip", "host_throughput"):
+            na(row, "this CuPy has no Stream.launch_host_func")
+    else:
+        calls = [0]
+
+        def cb(_arg):
+            calls[0] += 1
+
+        def round_trip():
+            s1.launch_host_func(cb, None)
+            s1.synchronize()
+
+        n = cfg.host_batch
+
+        def throughput():
+            for _ in range(n):
+                s1.launch_host_func(cb, None)
+            s1.synchronize()
+
+        try:
+            wait_for_host_fn(lambda f: s1.launch_host_func(f, None), lambda: s1.done)
+            run_row(cfg, "host_round_trip", "s.launch_host_func(cb, None); s.synchronize()",
+                    lambda: (round_trip, cfg.slow))
+            run_row(cfg, "host_throughput", f"{n} x s.launch_host_func(cb, None), one s.synchronize()",
+                    lambda: (throughput, 1, None, n))
+        except Exception as ex:
+            for row in ("host_round_trip", "host_throughput"):
+                emit(row, {"error": f"{type(ex).__name__}: {ex}"})
+    na("host_throughput_boxed", PYTHON_CALLBACKS)
+    settle()
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    return cp.__version__, name.decode() if isinstance(name, bytes) else str(name)
+
+
+def import_cuda_core():
+    errors = []
+    for module in ("cuda.core", "cuda.core.experimental"):
+        try:
+            m = importlib.import_module(module)
+            if hasattr(m, "Device"):
+                return m
+            errors.append(f"{module} has no Device")
+        except Exception as e:
+            errors.append(f"{module}: {e}")
+    raise ImportError("; ".join(errors))
+
+
+def run_cuda_core(cfg):
+    cc = import_cuda_core()
+    try:
+        dev = cc.Device(0)
+        dev.set_current()
+    except Exception as e:
+        raise NoDevice(f"cuda.core Device(0).set_current(): {e}")
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    f1, f2 = dev.create_stream(), dev.create_stream()
+    new_event = getattr(dev, "create_event", None)
+    e = new_event() if new_event is not None else s2.record()
+    s2.record(e)
+    dev.sync()
+
+    def settle():
+        for s in (s1, s2, f1, f2):
+            s.sync()
+
+    def stream_create_close():
+        dev.create_stream().close()
+
+    run_row(cfg, "stream_create", "Device().create_stream() + close()", lambda: (stream_create_close, cfg.slow))
+    if new_event is None:
+        na("event_create", "this cuda.core has no Device.create_event")
+    else:
+        def event_create_close():
+            dev.create_event().close()
+
+        run_row(cfg, "event_create", "Device().create_event() + close()",
+                lambda: (event_create_close, cfg.medium))
+    na("event_create_in_current", CUDA_STREAM_ONLY)
+    na("context_check", CUDA_STREAM_ONLY)
+    if hasattr(type(s1), "is_done"):
+        run_row(cfg, "query", "s.is_done", lambda: (lambda: s1.is_done, cfg.fast))
+    else:
+        na("query", "cuda.core's Stream has no query (Event.is_done queries an event)")
+    run_row(cfg, "record", "s.record(e)", lambda: (functools.partial(s1.record, e), cfg.fast, settle))
+    s2.record(e)
+    settle()
+    run_row(cfg, "wait_event", "s.wait(e)", lambda: (functools.partial(s1.wait, e), cfg.fast, settle))
+    run_row(cfg, "synchronize", "s.sync()", lambda: (s1.sync, cfg.medium))
+    run_row(cfg, "wait_stream", "s.wait(other) (records a new event per call)",
+            lambda: (functools.partial(s1.wait, s2), cfg.fast, settle))
+    na("pool_acquire", NO_POOL)
+    na("completed", NO_FUTURE)
+
+    def fork_join():
+        f1.wait(s1)
+        f2.wait(s1)
+        s1.wait(f1)
+        s1.wait(f2)
+
+    run_row(cfg, "scope_2_forks", "2 pre-made streams: f.wait(s) x2, s.wait(f) x2",
+            lambda: (fork_join, cfg.medium, settle))
+
+    host_launch = getattr(cc, "host_launch", None)
+    if host_launch is None:
+        for row in ("host_round_trip", "host_throughput"):
+            na(row, f"this cuda.core ({getattr(cc, '__version__', '?')}) has no host_launch")
+    else:
+        calls = [0]
+
+        def cb():
+            calls[0] += 1
+
+        def round_trip():
+            host_launch(s1, cb)
+            s1.sync()
+
+        n = cfg.host_batch
+
+        def throughput():
+            for _ in range(n):
+                host_launch(s1, cb)
+            s1.sync()
+
+        try:
+            probe_stream = dev.create_stream()
+            done = [False]
+
+            def mark():
+                done[0] = True
+
+            host_launch(probe_stream, mark)
+            deadline = time.monotonic() + HOST_PROBE_S
+            while not done[0]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"a host function did not run within {HOST_PROBE_S:.0f} s")
+                time.sleep(0.001)
+            probe_stream.sync()
+            run_row(cfg, "host_round_trip", "host_launch(s, cb); s.sync()", lambda: (round_trip, cfg.slow))
+            run_row(cfg, "host_throughput", f"{n} x host_launch(s, cb), one s.sync()",
+                    lambda: (throughput, 1, None, n))
+        except Exception as ex:
+            for row in ("host_round_trip", "host_throughput"):
+                emit(row, {"error": f"{type(ex).__name__}: {ex}"})
+    na("host_throughput_boxed", PYTHON_CALLBACKS)
+    settle()
+    version = getattr(cc, "__version__", None)
+    if version is None:
+        try:
+            version = importlib.import_module("cuda.core").__version__
+        except Exception:
+            version = "?"
+    return version, getattr(dev, "name", "?")
+
+
+class NoDevice(Exception):
+    pass
+
+
+RUNNERS = {"torch": run_torch, "cupy": run_cupy, "cuda.core": run_cuda_core}
+
+
+def child(name, cfg):
+    """Runs one framework; prints tagged lines. Exit 0: ran; 3: missing; 4: no device."""
+    floor = measure(cfg, lambda: None, cfg.fast)["ns"]
+    print(f"{TAG} {json.dumps({'loop_floor_ns': floor})}", flush=True)
+    try:
+        version, gpu = RUNNERS[name](cfg)
+    except ImportError as e:
+        print(f"{TAG} {json.dumps({'status': 'missing', 'detail': str(e)})}", flush=True)
+        return 3
+    except NoDevice as e:
+        print(f"{TAG} {json.dumps({'status': 'no device', 'detail': str(e)})}", flush=True)
+        return 4
+    print(f"{TAG} {json.dumps({'status': 'ok', 'version': str(version), 'gpu': str(gpu)})}", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: one child per framework, results merged.
+
+
+def parse_child_output(text):
+    out = {"rows": {}}
+    for line in text.splitlines():
+        if not line.startswith(TAG):
+            continue
+        try:
+            rec = json.loads(line[len(TAG):])
+        except ValueError:
+            continue
+        if "id" in rec:
+            out["rows"][rec.pop("id")] = rec
+        else:
+            out.update(rec)
+    return out
+
+
+def run_framework(name, label, cfg, timeout):
+    flags = ["-S"] if sys.flags.no_site else []
+    cmd = [sys.executable, *flags, os.path.abspath(__file__), "--child", name] + (["--quick"] if cfg.quick else [])
+    started = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        res = parse_child_output(p.stdout)
+        if p.returncode not in (0, 3, 4) or "status" not in res:
+            tail = (p.stderr or "").strip().splitlines()[-5:]
+            res["status"] = "failed"
+            how = f"exit {p.returncode}"
+            if p.returncode < 0:
+                try:
+                    how = f"killed by {signal.Signals(-p.returncode).name}"
+                except ValueError:
+                    how = f"killed by signal {-p.returncode}"
+            res["detail"] = how + (": " + " | ".join(tail) if tail else "")
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        res = parse_child_output(out)
+        res["status"] = "timed out"
+        res["detail"] = f"killed after {timeout} s; rows measured before are kept"
+    res["label"] = label
+    res["seconds"] = round(time.monotonic() - started, 1)
+    return res
+
+
+def fmt_cell(r, status="ok"):
+    if r is None:
+        return "missing" if status == "missing" else "—"
+    if "na" in r:
+        return "n/a"
+    if "error" in r:
+        return "error"
+    return f"{r['ns']:.1f}"
+
+
+def print_table(results, frameworks):
+    print("| op | " + " | ".join(results[n]["label"] + " ns" for n, _ in frameworks) + " |")
+    print("|---|" + "---:|" * len(frameworks))
+    for row_id, label in ROWS:
+        cells = [fmt_cell(results[n]["rows"].get(row_id), results[n]["status"]) for n, _ in frameworks]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    print()
+    for n, _ in frameworks:
+        r = results[n]
+        what = r["status"]
+        if r.get("version"):
+            what += f", {r['label']} {r['version']} on {r.get('gpu', '?')}"
+        if r.get("detail"):
+            what += f" ({r['detail']})"
+        if r.get("loop_floor_ns") is not None:
+            what += f"; timing-loop floor {r['loop_floor_ns']:.1f} ns per call"
+        print(f"- {r['label']}: {what}")
+        for row_id, cell in r["rows"].items():
+            if "error" in cell:
+                print(f"  - {row_id}: {cell['error']}")
+
+
+def main(argv):
+    quick = "--quick" in argv
+    cfg = Config(quick)
+    if "--child" in argv:
+        return child(argv[argv.index("--child") + 1], cfg)
+    json_path = argv[argv.index("--json") + 1] if "--json" in argv else None
+    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else None
+    timeout = int(os.environ.get("PEERS_TIMEOUT_S", "120" if quick else "300"))
+    frameworks = [(n, label) for n, label in FRAMEWORKS if only is None or n in only]
+    results = {}
+    for name, label in frameworks:
+        print(f"== {label}", file=sys.stderr, flush=True)
+        results[name] = run_framework(name, label, cfg, timeout)
+    print(
+        f"Python peers on GPU 0 (Python {platform.python_version()}; {cfg.reps} repetitions, "
+        f"ns per operation from the median batch"
+        + ("; --quick: smoke test, numbers not meaningful" if quick else "")
+        + "):"
+    )
+    print()
+    print_table(results, frameworks)
+    doc = {"tool": "peers", "format": 1, "quick": quick, "python": platform.python_version(),
+           **cfg.as_json(), "frameworks": results}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(doc, f, indent=1)
+    bad = [n for n, r in results.items()
+           if r["status"] in ("failed", "timed out") or any("error" in c for c in r["rows"].values())]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

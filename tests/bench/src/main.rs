@@ -1,0 +1,167 @@
+//! `cuda-stream-bench`: times each `cuda-stream` operation against the raw driver call it wraps,
+//! and against cudarc's equivalent, in one process, on the same context, and prints Markdown
+//! tables for `BENCHMARKS.md` (and, with `--json FILE`, the same results as JSON).
+//!
+//! ```sh
+//! cargo run --release -p cuda-stream-bench            # full run
+//! cargo run --release -p cuda-stream-bench -- --quick # smoke test
+//! ```
+//!
+//! Method (`method.rs`): for every operation the raw body (the driver's function pointers,
+//! resolved once before timing, so the raw column is the floor a C program pays), the safe body
+//! (the `cuda-stream` call) and, where cudarc has one, cudarc's body are each run for many
+//! iterations per repetition; repetitions change which side goes first; the median ns/op of each
+//! side is reported, and the median and spread of the repetitions' own ratios to raw (each from
+//! batches run back to back, so drift cancels). Work that an operation enqueues is drained
+//! (untimed) between batches.
+//!
+//! The rows live in `rows/`, one module per group; the cudarc column in `cudarc_column.rs`; the
+//! "first use" table comes from child processes (`first_use.rs`).
+//!
+//! Without a CUDA driver it prints `no CUDA driver found: <error>` and exits with status 2.
+
+mod cudarc_column;
+mod executor;
+mod fail;
+mod first_use;
+mod method;
+mod raw;
+mod report;
+mod rows;
+#[cfg(test)]
+mod scripts;
+
+use std::process::ExitCode;
+
+use cuda_stream::{Context, Error};
+use cuda_sys as sys;
+
+use crate::fail::chain;
+use crate::method::Config;
+use crate::report::Machine;
+
+fn usage() -> &'static str {
+    "usage: cuda-stream-bench [--quick] [--no-cudarc] [--json FILE]\n\
+     Times cuda-stream operations against the raw CUDA driver calls (and cudarc's) on GPU 0 and\n\
+     prints Markdown tables.\n  \
+       --quick       few iterations: a smoke test, the numbers are not meaningful\n  \
+       --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
+       --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)"
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+struct Args {
+    cfg: Config,
+    json: Option<String>,
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut cfg = Config::full();
+    let mut cudarc = true;
+    let mut json = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => cfg = Config::quick(),
+            "--no-cudarc" => cudarc = false,
+            "--json" => json = Some(args.next().ok_or("--json needs a file name")?),
+            "-h" | "--help" => return Ok(None),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    cfg.cudarc = cudarc;
+    Ok(Some(Args { cfg, json }))
+}
+
+fn main() -> ExitCode {
+    if first_use::is_child() {
+        return first_use::child_main();
+    }
+    let Args { cfg, json } = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}\n{}", usage());
+            return ExitCode::from(64);
+        }
+    };
+
+    // Only the library is loaded here (no cuInit, no context), so the first-use children run
+    // first, on an idle GPU, and work even where the compute mode allows one context per GPU.
+    if let Err(e) = sys::Driver::global() {
+        eprintln!("no CUDA driver found: {}", chain(&e));
+        return ExitCode::from(2);
+    }
+    let first = first_use::measure(&cfg);
+
+    let ctx = match Context::primary(0) {
+        Ok(c) => c,
+        Err(e @ Error::Load(_)) => {
+            eprintln!("no CUDA driver found: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("no usable CUDA device: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build; build with --release for meaningful numbers");
+    }
+    let (rows, cudarc) = match rows::run(&cfg, &ctx) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cuda-stream-bench: {}", chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let machine = Machine {
+        gpu: ctx
+            .device()
+            .name()
+            .unwrap_or_else(|e| format!("<name unavailable: {e}>")),
+        driver_version: cuda_stream::driver_version().unwrap_or(0),
+        kernel_module: report::kernel_module_version(),
+        cudarc,
+    };
+
+    report::print_header(&cfg, &machine);
+    report::print_rows(&rows);
+    first_use::print(&cfg, &first);
+    if let Some(path) = json {
+        let text = report::json(&cfg, &machine, &rows, &first);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("cuda-stream-bench: writing {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<Args>, String> {
+        parse_args(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments() {
+        let a = parse(&[]).unwrap().unwrap();
+        assert!(!a.cfg.quick && a.cfg.cudarc && a.json.is_none());
+        let a = parse(&["--json", "out.json", "--quick", "--no-cudarc"])
+            .unwrap()
+            .unwrap();
+        assert!(a.cfg.quick && !a.cfg.cudarc);
+        assert_eq!(a.json.as_deref(), Some("out.json"));
+        assert!(parse(&["--help"]).unwrap().is_none());
+        assert!(parse(&["--json"]).unwrap_err().contains("file name"));
+        assert!(parse(&["--fast"]).unwrap_err().contains("--fast"));
+    }
+}

@@ -1,0 +1,566 @@
+//! `probe`: runs one operation of the benchmark rows many times, raw or through
+//! `cuda-stream`, against whatever driver `cuda-sys` loads, so that the CPU side of a row can be
+//! measured without a GPU: instruction counts under callgrind, and wall-clock time against the
+//! mock driver (whose host functions run on a worker thread of its own, so the wake-up paths are
+//! real cross-thread hand-offs).
+//!
+//! ```sh
+//! cargo build --release -p cuda-mock-driver -p cuda-stream-tests --example probe
+//! export CUDA_SYS_LIBCUDA=$PWD/target/release/libcuda_mock_driver.so
+//! target/release/examples/probe --list
+//! target/release/examples/probe --time completed-raw completed 2000 16   # wall clock
+//! tests/perf/callgrind.sh stream-create-raw stream-create-safe                  # instructions
+//! ```
+//!
+//! `--time A B [ITERS] [REPS]` runs the two cases in batches of ITERS, REPS times, alternating
+//! which goes first (give an even REPS, so that each order runs equally often), and prints the
+//! medians, the median of the per-repetition ratios B/A with its range, and the medians of the
+//! ratios of each order apart: their geometric mean ("balanced") cancels an effect of running
+//! first or second, which an odd REPS lets into the plain median.
+//!
+//! `CASE ITERS` runs the case once, ITERS iterations, inside `measured_loop` (the function
+//! `tests/perf/callgrind.sh` restricts collection to), after one untimed iteration.
+//!
+//! Not a benchmark of the driver: the mock's own costs (a mutex, a map, a condition variable per
+//! call) are nothing like libcuda's. What it measures is the difference between two cases that
+//! make the same driver calls, which is cuda-stream's own work.
+
+use std::ffi::c_void;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::process::ExitCode;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use cuda_stream::{Context, OwnedStream, StreamOptions};
+use cuda_stream_tests::Kernels;
+use cuda_sys as sys;
+
+static HOST_CALLS: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn raw_host_fn(_user_data: *mut c_void) {
+    HOST_CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Set by [`raw_flag_fn`]: what a spinning wait watches.
+static FLAG: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" fn raw_flag_fn(_user_data: *mut c_void) {
+    FLAG.store(true, Ordering::Release);
+}
+
+/// Work on the driver's thread: spins for `user_data` microseconds.
+unsafe extern "C" fn spin_fn(user_data: *mut c_void) {
+    let until = Instant::now() + Duration::from_micros(user_data as u64);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// How many host functions were still queued when the last throughput case finished
+/// enqueueing: whether the launching thread ran ahead of the driver's.
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+
+/// The raw side of the fair boxed-closure row: the `Arc` travels as the user data.
+unsafe extern "C" fn raw_arc_fn(user_data: *mut c_void) {
+    // SAFETY: `user_data` is an `Arc::into_raw` made for this one call.
+    let counter = unsafe { Arc::from_raw(user_data.cast::<AtomicU64>()) };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What `launch_host_func` did before its blocks were recycled: a `Box` of the closure, the
+/// stream and the context, allocated here and freed on the driver's thread.
+struct OldHostCall {
+    f: Arc<AtomicU64>,
+    _stream: usize,
+    _ctx: usize,
+}
+
+unsafe extern "C" fn raw_box_fn(user_data: *mut c_void) {
+    // SAFETY: `user_data` is a `Box::into_raw` made for this one call.
+    let call = unsafe { Box::from_raw(user_data.cast::<OldHostCall>()) };
+    call.f.fetch_add(1, Ordering::Relaxed);
+}
+
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The benchmark's executor: poll, park until woken.
+fn block_on<F: Future>(fut: F, waker: &Waker) -> F::Output {
+    let mut fut = pin!(fut);
+    let mut cx = TaskContext::from_waker(waker);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => thread::park(),
+        }
+    }
+}
+
+#[track_caller]
+fn ok(rc: sys::CUresult) {
+    assert_eq!(rc, sys::CUresult::CUDA_SUCCESS, "driver call failed");
+}
+
+const CASES: &[(&str, &str)] = &[
+    (
+        "stream-create-raw",
+        "cuStreamCreate(NON_BLOCKING) + cuStreamDestroy",
+    ),
+    ("stream-create-safe", "OwnedStream::new + drop"),
+    (
+        "stream-create-check",
+        "cuCtxGetCurrent + cuStreamCreate + cuStreamDestroy (raw, with the check the safe side makes)",
+    ),
+    (
+        "stream-create-adopt",
+        "cuStreamCreate + OwnedStream::from_raw + drop (the safe side without the check)",
+    ),
+    (
+        "host-raw",
+        "per host fn: cuLaunchHostFunc(extern fn, null); one cuStreamSynchronize per batch",
+    ),
+    (
+        "host-raw-arc",
+        "per host fn: Arc clone passed as the user data, dropped in the extern fn",
+    ),
+    (
+        "host-raw-box",
+        "per host fn: Box {Arc, stream, ctx} (the old boxed path), freed in the extern fn",
+    ),
+    (
+        "host-boxed",
+        "per host fn: launch_host_func(closure capturing an Arc clone)",
+    ),
+    (
+        "host-zst",
+        "per host fn: launch_host_func(closure capturing nothing)",
+    ),
+    (
+        "rt-raw-arc",
+        "round trip: host-raw-arc's launch + cuStreamSynchronize",
+    ),
+    (
+        "rt-raw-box",
+        "round trip: host-raw-box's launch + cuStreamSynchronize",
+    ),
+    (
+        "rt-boxed",
+        "round trip: host-boxed's launch_host_func + synchronize",
+    ),
+    (
+        "completed-raw",
+        "cuLaunchHostFunc(extern fn) + cuStreamSynchronize",
+    ),
+    (
+        "completed-raw-flag",
+        "cuLaunchHostFunc(extern fn setting a flag) + spin on the flag (what a spinning synchronize does, without the mock's condition variable)",
+    ),
+    (
+        "completed-raw-flag-yield",
+        "as completed-raw-flag, yielding the thread between checks",
+    ),
+    (
+        "busy-raw:US",
+        "a host function spinning US µs on the driver's thread, then cuStreamSynchronize",
+    ),
+    (
+        "busy-completed:US[:SPIN]",
+        "the same work, then block_on(completed()) (with spin_limit(SPIN µs) if given)",
+    ),
+    (
+        "kbusy-raw:US",
+        "a kernel spinning US µs (GPU only), then cuStreamSynchronize",
+    ),
+    (
+        "kbusy-completed:US[:SPIN]",
+        "the same kernel, then block_on(completed()) (with spin_limit(SPIN µs) if given)",
+    ),
+    ("completed", "block_on(stream.completed())"),
+    (
+        "completed-nospin",
+        "block_on(stream.completed().spin_limit(Duration::ZERO)): park at once (the old behaviour)",
+    ),
+];
+
+struct Fixture {
+    ctx: Context,
+    stream: OwnedStream,
+    counter: Arc<AtomicU64>,
+    waker: Waker,
+    kernels: std::sync::OnceLock<Kernels<'static>>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let ctx = Context::primary(0).expect("primary context of device 0");
+        let stream = ctx.new_stream().expect("a stream");
+        Fixture {
+            ctx,
+            stream,
+            counter: Arc::new(AtomicU64::new(0)),
+            waker: Waker::from(Arc::new(ThreadWaker(thread::current()))),
+            kernels: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The test kernels (GPU only: the mock has no modules).
+    fn kernels(&self) -> &Kernels<'static> {
+        self.kernels
+            .get_or_init(|| Kernels::load(Box::leak(Box::new(self.ctx.clone()))))
+    }
+
+    /// Host functions run so far, of every case.
+    fn calls(&self) -> u64 {
+        HOST_CALLS.load(Ordering::Relaxed) + self.counter.load(Ordering::Relaxed)
+    }
+
+    /// Runs `iters` iterations of `case` (a throughput case: `iters` host functions and one
+    /// synchronize).
+    #[inline(always)]
+    fn run(&self, case: &str, iters: u64) {
+        let non_blocking = sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0;
+        let s = self.stream.raw();
+        let launch = sys::fns::cuLaunchHostFunc().expect("cuLaunchHostFunc");
+        let create = sys::fns::cuStreamCreate().expect("cuStreamCreate");
+        let destroy = sys::fns::cuStreamDestroy().expect("cuStreamDestroy");
+        let sync = sys::fns::cuStreamSynchronize().expect("cuStreamSynchronize");
+        let get_current = sys::fns::cuCtxGetCurrent().expect("cuCtxGetCurrent");
+        let mut parts = case.split(':');
+        let name = parts.next().unwrap_or_default();
+        let mut param = || {
+            parts
+                .next()
+                .map(|p| p.parse::<u64>().expect("a number after ':'"))
+        };
+        let (us, spin) = (param(), param());
+        let work = |stream: sys::CUstream| {
+            let us = us.expect("the work's length in µs, after ':'");
+            if name.starts_with('k') {
+                self.kernels().spin(&self.stream, Duration::from_micros(us));
+            } else {
+                // SAFETY: `spin_fn` matches `CUhostFn` and reads its argument as a number.
+                ok(unsafe { launch(stream, Some(spin_fn), us as *mut c_void) });
+            }
+        };
+        let before = self.calls();
+        match name {
+            "stream-create-raw" => {
+                for _ in 0..iters {
+                    let mut h = ptr::null_mut();
+                    // SAFETY: a valid out-pointer; the context is current.
+                    ok(unsafe { create(&mut h, non_blocking) });
+                    // SAFETY: created just above, destroyed once.
+                    ok(unsafe { destroy(black_box(h)) });
+                }
+            }
+            "stream-create-safe" => {
+                for _ in 0..iters {
+                    let st = OwnedStream::new(&self.ctx, StreamOptions::new()).expect("create");
+                    drop(black_box(st));
+                }
+            }
+            "stream-create-check" => {
+                for _ in 0..iters {
+                    let mut cur = ptr::null_mut();
+                    // SAFETY: a valid out-pointer.
+                    ok(unsafe { get_current(&mut cur) });
+                    if black_box(cur) != self.ctx.raw() {
+                        panic!("the context is not current");
+                    }
+                    let mut h = ptr::null_mut();
+                    // SAFETY: a valid out-pointer; the context is current.
+                    ok(unsafe { create(&mut h, non_blocking) });
+                    // SAFETY: created just above, destroyed once.
+                    ok(unsafe { destroy(black_box(h)) });
+                }
+            }
+            "stream-create-adopt" => {
+                for _ in 0..iters {
+                    let mut h = ptr::null_mut();
+                    // SAFETY: a valid out-pointer; the context is current.
+                    ok(unsafe { create(&mut h, non_blocking) });
+                    // SAFETY: created just above in this context; owned by the value alone.
+                    let st = unsafe { OwnedStream::from_raw(h, &self.ctx) }.expect("adopt");
+                    drop(black_box(st));
+                }
+            }
+            "host-raw" => {
+                for _ in 0..iters {
+                    // SAFETY: the function matches `CUhostFn` and ignores its argument.
+                    ok(unsafe { launch(s, Some(raw_host_fn), ptr::null_mut()) });
+                }
+                self.note_in_flight(before, iters);
+                // SAFETY: a live stream.
+                ok(unsafe { sync(s) });
+            }
+            "host-raw-arc" => {
+                for _ in 0..iters {
+                    let data = Arc::into_raw(self.counter.clone()).cast_mut().cast();
+                    // SAFETY: the function takes back the `Arc` once.
+                    ok(unsafe { launch(s, Some(raw_arc_fn), data) });
+                }
+                self.note_in_flight(before, iters);
+                // SAFETY: a live stream.
+                ok(unsafe { sync(s) });
+            }
+            "host-raw-box" => {
+                for _ in 0..iters {
+                    let data = Box::into_raw(Box::new(OldHostCall {
+                        f: self.counter.clone(),
+                        _stream: s as usize,
+                        _ctx: self.ctx.raw() as usize,
+                    }));
+                    // SAFETY: the function takes back the box once.
+                    ok(unsafe { launch(s, Some(raw_box_fn), data.cast()) });
+                }
+                self.note_in_flight(before, iters);
+                // SAFETY: a live stream.
+                ok(unsafe { sync(s) });
+            }
+            "host-boxed" => {
+                for _ in 0..iters {
+                    let c = self.counter.clone();
+                    self.stream
+                        .launch_host_func(move || {
+                            c.fetch_add(1, Ordering::Relaxed);
+                        })
+                        .expect("launch_host_func");
+                }
+                self.note_in_flight(before, iters);
+                self.stream.synchronize().expect("synchronize");
+            }
+            "host-zst" => {
+                for _ in 0..iters {
+                    self.stream
+                        .launch_host_func(|| {
+                            HOST_CALLS.fetch_add(1, Ordering::Relaxed);
+                        })
+                        .expect("launch_host_func");
+                }
+                self.note_in_flight(before, iters);
+                self.stream.synchronize().expect("synchronize");
+            }
+            "rt-raw-arc" => {
+                for _ in 0..iters {
+                    let data = Arc::into_raw(self.counter.clone()).cast_mut().cast();
+                    // SAFETY: the function takes back the `Arc` once.
+                    ok(unsafe { launch(s, Some(raw_arc_fn), data) });
+                    // SAFETY: a live stream.
+                    ok(unsafe { sync(s) });
+                }
+            }
+            "rt-raw-box" => {
+                for _ in 0..iters {
+                    let data = Box::into_raw(Box::new(OldHostCall {
+                        f: self.counter.clone(),
+                        _stream: s as usize,
+                        _ctx: self.ctx.raw() as usize,
+                    }));
+                    // SAFETY: the function takes back the box once.
+                    ok(unsafe { launch(s, Some(raw_box_fn), data.cast()) });
+                    // SAFETY: a live stream.
+                    ok(unsafe { sync(s) });
+                }
+            }
+            "rt-boxed" => {
+                for _ in 0..iters {
+                    let c = self.counter.clone();
+                    self.stream
+                        .launch_host_func(move || {
+                            c.fetch_add(1, Ordering::Relaxed);
+                        })
+                        .expect("launch_host_func");
+                    self.stream.synchronize().expect("synchronize");
+                }
+            }
+            "completed-raw" => {
+                for _ in 0..iters {
+                    // SAFETY: the function matches `CUhostFn` and ignores its argument.
+                    ok(unsafe { launch(s, Some(raw_host_fn), ptr::null_mut()) });
+                    // SAFETY: a live stream.
+                    ok(unsafe { sync(s) });
+                }
+            }
+            "busy-raw" | "kbusy-raw" => {
+                for _ in 0..iters {
+                    work(s);
+                    // SAFETY: a live stream.
+                    ok(unsafe { sync(s) });
+                }
+            }
+            "busy-completed" | "kbusy-completed" => {
+                for _ in 0..iters {
+                    work(s);
+                    let mut c = self.stream.completed();
+                    if let Some(spin) = spin {
+                        c = c.spin_limit(Duration::from_micros(spin));
+                    }
+                    block_on(c, &self.waker).expect("completed");
+                }
+            }
+            "completed-raw-flag" => {
+                for _ in 0..iters {
+                    FLAG.store(false, Ordering::Relaxed);
+                    // SAFETY: the function matches `CUhostFn` and ignores its argument.
+                    ok(unsafe { launch(s, Some(raw_flag_fn), ptr::null_mut()) });
+                    while !FLAG.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            "completed-raw-flag-yield" => {
+                for _ in 0..iters {
+                    FLAG.store(false, Ordering::Relaxed);
+                    // SAFETY: the function matches `CUhostFn` and ignores its argument.
+                    ok(unsafe { launch(s, Some(raw_flag_fn), ptr::null_mut()) });
+                    while !FLAG.load(Ordering::Acquire) {
+                        thread::yield_now();
+                    }
+                }
+            }
+            "completed" => {
+                for _ in 0..iters {
+                    block_on(self.stream.completed(), &self.waker).expect("completed");
+                }
+            }
+            "completed-nospin" => {
+                for _ in 0..iters {
+                    let c = self.stream.completed().spin_limit(Duration::ZERO);
+                    block_on(c, &self.waker).expect("completed");
+                }
+            }
+            other => panic!("unknown case {other:?} (see --list)"),
+        }
+    }
+
+    /// Notes how many of the `iters` host functions launched since `before` have not run yet.
+    fn note_in_flight(&self, before: u64, iters: u64) {
+        let ran = self.calls() - before;
+        IN_FLIGHT.store(iters.saturating_sub(ran), Ordering::Relaxed);
+    }
+}
+
+/// The loop callgrind collects in (`--toggle-collect=*measured_loop*`).
+#[inline(never)]
+fn measured_loop(fx: &Fixture, case: &str, iters: u64) {
+    fx.run(case, iters);
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// ns per iteration of one batch, and (throughput cases) the host functions still queued when
+/// its launches ended.
+fn time(fx: &Fixture, case: &str, iters: u64) -> (f64, f64) {
+    IN_FLIGHT.store(0, Ordering::Relaxed);
+    let t = Instant::now();
+    fx.run(case, iters);
+    let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+    (ns, IN_FLIGHT.load(Ordering::Relaxed) as f64)
+}
+
+fn compare(fx: &Fixture, a: &str, b: &str, iters: u64, reps: usize) {
+    fx.run(a, iters.min(1_000));
+    fx.run(b, iters.min(1_000));
+    let (mut ta, mut tb, mut qa, mut qb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut a_first, mut b_first) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let ((x, qx), (y, qy)) = if rep % 2 == 0 {
+            let x = time(fx, a, iters);
+            (x, time(fx, b, iters))
+        } else {
+            let y = time(fx, b, iters);
+            (time(fx, a, iters), y)
+        };
+        ta.push(x);
+        tb.push(y);
+        qa.push(qx);
+        qb.push(qy);
+        if rep % 2 == 0 {
+            a_first.push(y / x);
+        } else {
+            b_first.push(y / x);
+        }
+    }
+    let mut all: Vec<f64> = a_first.iter().chain(&b_first).copied().collect();
+    let mut sorted = all.clone();
+    sorted.sort_by(f64::total_cmp);
+    let (ra, rb) = (median(&mut a_first), median(&mut b_first));
+    let in_flight = if name_of(a).starts_with("host-") || name_of(b).starts_with("host-") {
+        format!(
+            "; still queued after the launches: {a} {:.0}, {b} {:.0}",
+            median(&mut qa),
+            median(&mut qb)
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "{a}: {:.1} ns/iter | {b}: {:.1} ns/iter | {b}/{a}: median {:.3} [min {:.3}, max {:.3}], \
+         {a} first {:.3}, {b} first {:.3}, balanced {:.3} ({reps} reps x {iters}){in_flight}",
+        median(&mut ta),
+        median(&mut tb),
+        median(&mut all),
+        sorted[0],
+        sorted[sorted.len() - 1],
+        ra,
+        rb,
+        (ra * rb).sqrt(),
+    );
+}
+
+fn name_of(case: &str) -> &str {
+    case.split(':').next().unwrap_or_default()
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str);
+    if arg(0) == Some("--list") {
+        for (name, what) in CASES {
+            println!("{name:26} {what}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let fx = Fixture::new();
+    let _bound = fx.ctx.bind().expect("bind the primary context");
+    let num = |i: usize, default: u64| arg(i).map_or(default, |s| s.parse().expect("a number"));
+    match (arg(0), arg(1)) {
+        (Some("--time"), Some(_)) => {
+            let (a, b) = (arg(1).unwrap(), arg(2).expect("two cases"));
+            compare(&fx, a, b, num(3, 2_000), num(4, 16) as usize);
+        }
+        (Some(case), Some(_)) => {
+            let iters = num(1, 1_000);
+            fx.run(case, 1);
+            measured_loop(&fx, case, iters);
+        }
+        _ => {
+            eprintln!("usage: probe --list | CASE ITERS | --time CASE_A CASE_B [ITERS] [REPS]");
+            return ExitCode::from(64);
+        }
+    }
+    black_box(HOST_CALLS.load(Ordering::Relaxed));
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,425 @@
+//! Host functions and completion futures of `cuda-stream` against the mock driver, whose host
+//! functions run on a worker thread of their own, one at a time, in the order they were queued:
+//! the recycled blocks that carry capturing closures to that thread, and the bounded spin of a
+//! `Completion`'s first poll before it waits for its wake-up.
+//!
+//! A "gate" is a host function that holds the mock's worker (so every host function queued after
+//! it, on any stream) until the test opens it: it decides when work completes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use cuda_mock_driver::{MockDriver, mock_driver_path};
+use cuda_stream::ffi::CUresult;
+use cuda_stream::{AsStream, Completion, Context, Error, OwnedStream, Stream};
+
+const FAULT: CUresult = CUresult::CUDA_ERROR_LAUNCH_FAILED;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Serialises the test (the mock's state is process-wide), installs the mock as the process-wide
+/// driver (once) and resets it.
+fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+    static MOCK: OnceLock<MockDriver> = OnceLock::new();
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let m = MOCK.get_or_init(|| {
+        let path = mock_driver_path();
+        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
+        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+        MockDriver::open(&path).expect("the mock's control functions resolve")
+    });
+    m.reset();
+    (guard, m)
+}
+
+/// Holds the mock's worker thread until opened.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    /// Enqueues a host function on `s` that waits for the gate to open.
+    fn hold(s: Stream<'_>) -> Arc<Gate> {
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        s.launch_host_func(move || {
+            let mut open = g.open.lock().unwrap();
+            while !*open {
+                open = g.opened.wait(open).unwrap();
+            }
+        })
+        .unwrap();
+        gate
+    }
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+
+    /// Opens the gate from another thread after `after`.
+    fn open_later(self: &Arc<Self>, after: Duration) -> std::thread::JoinHandle<()> {
+        let g = self.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            g.open();
+        })
+    }
+}
+
+/// A waker that unparks its thread and counts its wakes.
+struct CountingWaker {
+    thread: Thread,
+    wakes: AtomicUsize,
+}
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+fn counting_waker() -> (Arc<CountingWaker>, Waker) {
+    let state = Arc::new(CountingWaker {
+        thread: std::thread::current(),
+        wakes: AtomicUsize::new(0),
+    });
+    (state.clone(), Waker::from(state))
+}
+
+fn poll_once(fut: &mut Completion, waker: &Waker) -> Poll<cuda_stream::Result<()>> {
+    Pin::new(fut).poll(&mut TaskContext::from_waker(waker))
+}
+
+/// Polls `fut` on this thread, parking between polls; returns the output and the wakes.
+fn block_on(mut fut: Completion) -> (cuda_stream::Result<()>, usize) {
+    let (state, waker) = counting_waker();
+    loop {
+        match poll_once(&mut fut, &waker) {
+            Poll::Ready(v) => return (v, state.wakes.load(Ordering::SeqCst)),
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+/// Drop-counted data of `N` bytes that a closure carries and checks.
+struct Payload<const N: usize> {
+    bytes: [u8; N],
+    _token: Arc<()>,
+}
+
+impl<const N: usize> Payload<N> {
+    fn new(seed: u8, token: &Arc<()>) -> Payload<N> {
+        let mut bytes = [0u8; N];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = seed.wrapping_add(i as u8);
+        }
+        Payload {
+            bytes,
+            _token: token.clone(),
+        }
+    }
+    fn check(&self, seed: u8) -> bool {
+        self.bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == seed.wrapping_add(i as u8))
+    }
+}
+
+/// Over-aligned data: carried in a plain box, not a recycled block.
+#[repr(align(128))]
+struct Aligned(u64, #[allow(dead_code)] Arc<()>);
+
+/// Launches host functions (or callbacks, with `callbacks`) whose closures carry `N` bytes, and
+/// counts those that saw their data intact in `ok`.
+fn launch_sized<const N: usize>(
+    s: Stream<'_>,
+    count: usize,
+    token: &Arc<()>,
+    ok: &Arc<AtomicUsize>,
+    callbacks: bool,
+) {
+    for i in 0..count {
+        let seed = i as u8;
+        let data = Payload::<N>::new(seed, token);
+        let ok = ok.clone();
+        if callbacks {
+            s.add_callback(move |status| {
+                if status.is_ok() && data.check(seed) {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+        } else {
+            s.launch_host_func(move || {
+                if data.check(seed) {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .unwrap();
+        }
+    }
+}
+
+#[test]
+fn capturing_closures_of_every_size_run_once_with_their_data_from_many_threads() {
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let streams: Vec<OwnedStream> = (0..2).map(|_| ctx.new_stream().unwrap()).collect();
+    let token = Arc::new(());
+    let ok = Arc::new(AtomicUsize::new(0));
+    const PER_SIZE: usize = 300;
+    const THREADS: usize = 4;
+    std::thread::scope(|sc| {
+        for t in 0..THREADS {
+            let (s, token, ok) = (streams[t % 2].as_stream(), &token, &ok);
+            sc.spawn(move || {
+                let callbacks = t >= 2;
+                // One, two and four cache lines, and one too large for any block.
+                launch_sized::<8>(s, PER_SIZE, token, ok, callbacks);
+                launch_sized::<100>(s, PER_SIZE, token, ok, callbacks);
+                launch_sized::<200>(s, PER_SIZE, token, ok, callbacks);
+                launch_sized::<1000>(s, PER_SIZE, token, ok, callbacks);
+                for i in 0..PER_SIZE {
+                    let a = Aligned(i as u64, token.clone());
+                    let ok = ok.clone();
+                    s.launch_host_func(move || {
+                        if a.0 == i as u64 && (&a as *const Aligned as usize) % 128 == 0 {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                    .unwrap();
+                }
+            });
+        }
+    });
+    for s in &streams {
+        s.synchronize().unwrap();
+    }
+    assert_eq!(ok.load(Ordering::Relaxed), THREADS * 5 * PER_SIZE);
+    assert_eq!(Arc::strong_count(&token), 1, "every closure dropped once");
+    assert_eq!(m.host_fn_api_calls(), 0);
+    drop(streams);
+    assert_eq!(m.live_streams(), 0);
+}
+
+#[test]
+fn refused_launches_drop_their_closures_here_and_the_next_ones_run() {
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let token = Arc::new(());
+    let ran = Arc::new(AtomicUsize::new(0));
+    m.fail_always("cuLaunchHostFunc", FAULT);
+    for _ in 0..100 {
+        let (t, r) = (token.clone(), ran.clone());
+        let e = s
+            .launch_host_func(move || {
+                drop(t);
+                r.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap_err();
+        assert_eq!(e.driver_code(), Some(FAULT));
+    }
+    assert_eq!(
+        Arc::strong_count(&token),
+        1,
+        "each refused closure dropped once"
+    );
+    m.reset();
+    for _ in 0..100 {
+        let (t, r) = (token.clone(), ran.clone());
+        s.launch_host_func(move || {
+            drop(t);
+            r.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(
+        ran.load(Ordering::Relaxed),
+        100,
+        "only the accepted ones ran"
+    );
+    assert_eq!(Arc::strong_count(&token), 1);
+}
+
+#[test]
+fn work_that_completes_during_the_spin_resolves_in_the_first_poll() {
+    let (_g, _m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let gate = Gate::hold(s.as_stream());
+    let mut c = s.completed().spin_limit(Duration::from_secs(60));
+    let opener = gate.open_later(Duration::from_millis(20));
+    let (state, waker) = counting_waker();
+    let first = poll_once(&mut c, &waker);
+    opener.join().unwrap();
+    assert!(
+        matches!(first, Poll::Ready(Ok(()))),
+        "the first poll spun until the gate opened: {first:?}"
+    );
+    assert_eq!(
+        state.wakes.load(Ordering::SeqCst),
+        0,
+        "nothing had to wake it"
+    );
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn the_spin_is_bounded_and_only_the_first_poll_spins() {
+    let (_g, _m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let gate = Gate::hold(s.as_stream());
+    let limit = Duration::from_millis(300);
+    let mut c = s.completed().spin_limit(limit);
+    let (state, waker) = counting_waker();
+    let t = Instant::now();
+    assert!(poll_once(&mut c, &waker).is_pending());
+    let first = t.elapsed();
+    assert!(
+        first >= limit,
+        "the first poll spun for its limit: {first:?}"
+    );
+    assert!(
+        first < Duration::from_secs(30),
+        "and then stopped: {first:?}"
+    );
+    let t = Instant::now();
+    assert!(poll_once(&mut c, &waker).is_pending());
+    let second = t.elapsed();
+    assert!(second < limit, "the second poll did not spin: {second:?}");
+    assert!(!c.is_complete());
+    gate.open();
+    while !c.is_complete() {
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    assert_eq!(
+        state.wakes.load(Ordering::SeqCst),
+        1,
+        "the host function woke the task"
+    );
+    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn without_a_spin_the_first_poll_returns_pending_and_the_host_function_wakes_it() {
+    let (_g, _m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let gate = Gate::hold(s.as_stream());
+    let mut c = s.completed().spin_limit(Duration::ZERO);
+    let (state, waker) = counting_waker();
+    assert!(poll_once(&mut c, &waker).is_pending());
+    gate.open();
+    while !c.is_complete() {
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    assert_eq!(state.wakes.load(Ordering::SeqCst), 1, "woken once");
+    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn a_panic_before_the_completion_is_reported_by_the_spinning_poll() {
+    let (_g, _m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let gate = Gate::hold(s.as_stream());
+    s.launch_host_func(|| panic!("before the completion"))
+        .unwrap();
+    let mut c = s.completed().spin_limit(Duration::from_secs(60));
+    let opener = gate.open_later(Duration::from_millis(10));
+    let (_state, waker) = counting_waker();
+    let first = poll_once(&mut c, &waker);
+    opener.join().unwrap();
+    match first {
+        Poll::Ready(Err(Error::HostFnPanicked { message, .. })) => {
+            assert!(message.contains("before the completion"), "{message}")
+        }
+        other => panic!("expected the panic in the first poll, got {other:?}"),
+    }
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn a_completion_that_failed_to_enqueue_reports_the_error_without_spinning() {
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    m.fail("cuLaunchHostFunc", 1, FAULT);
+    let mut c = s.completed().spin_limit(Duration::from_secs(60));
+    assert!(c.is_complete());
+    let (_state, waker) = counting_waker();
+    let t = Instant::now();
+    match poll_once(&mut c, &waker) {
+        Poll::Ready(Err(e)) => assert_eq!(e.driver_code(), Some(FAULT), "{e}"),
+        other => panic!("expected the launch error, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn many_completions_in_flight_on_many_streams_and_threads() {
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let streams: Vec<OwnedStream> = (0..4).map(|_| ctx.new_stream().unwrap()).collect();
+    // Nothing completes until the gate opens (the worker runs host functions in order).
+    let gate = Gate::hold(streams[0].as_stream());
+    let mut kept: Vec<Vec<Completion>> = (0..4).map(|_| Vec::new()).collect();
+    let (_state, waker) = counting_waker();
+    for round in 0..100 {
+        for (i, s) in streams.iter().enumerate() {
+            let c = s.completed();
+            match round % 4 {
+                // Dropped before any poll.
+                0 => drop(c),
+                // Polled once without spinning (waker registered), then dropped.
+                1 => {
+                    let mut c = c.spin_limit(Duration::ZERO);
+                    assert!(poll_once(&mut c, &waker).is_pending());
+                }
+                // Awaited on another thread, with and without the spin.
+                2 => kept[i].push(c),
+                _ => kept[i].push(c.spin_limit(Duration::ZERO)),
+            }
+        }
+    }
+    let resolved = AtomicUsize::new(0);
+    std::thread::scope(|sc| {
+        for futs in kept {
+            let resolved = &resolved;
+            sc.spawn(move || {
+                for c in futs {
+                    let (r, _) = block_on(c);
+                    r.unwrap();
+                    resolved.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        gate.open();
+    });
+    assert_eq!(resolved.load(Ordering::Relaxed), 4 * 50);
+    for s in &streams {
+        s.synchronize().unwrap();
+        assert!(s.query().unwrap());
+    }
+    assert_eq!(m.pending_host_fns(), 0);
+    assert_eq!(m.host_fn_api_calls(), 0);
+}
