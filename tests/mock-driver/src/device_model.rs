@@ -77,7 +77,7 @@ pub(crate) struct LaunchRec {
 }
 
 /// A queued device operation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum DeviceWork {
     /// `count` words of `width` bytes at `dst`, each `value`.
     Memset {
@@ -90,8 +90,15 @@ pub(crate) enum DeviceWork {
     CopyDtoD { dst: u64, src: u64, bytes: usize },
     /// The staged bytes of a host-to-device copy.
     CopyHtoD { dst: u64, data: Vec<u8> },
-    /// A kernel of a module: checked to be loaded still, then counted.
-    Kernel { module: usize },
+    /// A kernel of a module: checked to be loaded still, counted, and, for the kernels of
+    /// [`run_kernel`], computed.
+    Kernel {
+        module: usize,
+        name: String,
+        /// Threads in the grid (`grid * block`, all dimensions).
+        threads: u64,
+        params: Vec<Vec<u8>>,
+    },
 }
 
 #[derive(Debug)]
@@ -201,10 +208,15 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
             }
             None => false,
         },
-        DeviceWork::Kernel { module } => {
+        DeviceWork::Kernel {
+            module,
+            name,
+            threads,
+            params,
+        } => {
             if st.device.module_alive(module) {
                 st.device.kernels_run += 1;
-                true
+                run_kernel(&mut st.device, &name, threads, &params)
             } else {
                 false
             }
@@ -212,6 +224,60 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
     };
     if !ok {
         st.counters.bad_uses += 1;
+    }
+}
+
+/// The kernels the mock computes on the host, by name and parameter sizes (the PTX is not
+/// executed: its name and signature stand for the meaning the tests and the example give it);
+/// any other kernel does nothing. Returns `false` where the memory it touches is not allocated.
+///
+/// - `saxpy(u32 n, f32 a, u64 x, u64 y)`: `y[i] = a * x[i] + y[i]` for `i < n` and `i` below
+///   the grid's thread count (one thread per element);
+/// - `store_after_spin(u64 p, u32 value, u64 ns)`: `*p = value` (no spin);
+/// - `copy_u32(u64 dst, u64 src)`: `*dst = *src`;
+/// - `add_u32(u64 p, u32 value)`: `*p += value`;
+/// - `spin(u64 ns)`: nothing.
+fn run_kernel(dev: &mut DeviceState, name: &str, threads: u64, params: &[Vec<u8>]) -> bool {
+    let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
+    let u32_at = |i: usize| u32::from_le_bytes(params[i][..4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(params[i][..8].try_into().unwrap());
+    let read_u32 = |dev: &mut DeviceState, p: u64| {
+        dev.slice_mut(p, 4)
+            .map(|b| u32::from_le_bytes((&*b).try_into().unwrap()))
+    };
+    let write_u32 = |dev: &mut DeviceState, p: u64, v: u32| {
+        dev.slice_mut(p, 4)
+            .map(|b| b.copy_from_slice(&v.to_le_bytes()))
+            .is_some()
+    };
+    match (name, sizes.as_slice()) {
+        ("saxpy", [4, 4, 8, 8]) => {
+            let n = u64::from(u32_at(0)).min(threads) as usize;
+            let a = f32::from_bits(u32_at(1));
+            let (x, y) = (u64_at(2), u64_at(3));
+            let Some(xs) = dev.slice_mut(x, 4 * n).map(|b| b.to_vec()) else {
+                return n == 0;
+            };
+            let Some(ys) = dev.slice_mut(y, 4 * n) else {
+                return n == 0;
+            };
+            for (yv, xv) in ys.chunks_exact_mut(4).zip(xs.chunks_exact(4)) {
+                let xf = f32::from_le_bytes(xv.try_into().unwrap());
+                let yf = f32::from_le_bytes((&*yv).try_into().unwrap());
+                yv.copy_from_slice(&a.mul_add(xf, yf).to_le_bytes());
+            }
+            true
+        }
+        ("store_after_spin", [8, 4, 8]) => write_u32(dev, u64_at(0), u32_at(1)),
+        ("copy_u32", [8, 8]) => match read_u32(dev, u64_at(1)) {
+            Some(v) => write_u32(dev, u64_at(0), v),
+            None => false,
+        },
+        ("add_u32", [8, 4]) => match read_u32(dev, u64_at(0)) {
+            Some(v) => write_u32(dev, u64_at(0), v.wrapping_add(u32_at(1))),
+            None => false,
+        },
+        _ => true,
     }
 }
 

@@ -47,7 +47,7 @@
 //!   is never reused and a stale handle is always recognised. The special stream handles 0x0
 //!   (the NULL stream, i.e. legacy), 0x1 (`CU_STREAM_LEGACY`) and 0x2 (`CU_STREAM_PER_THREAD`)
 //!   resolve through the calling thread's current context; with none, `CUDA_ERROR_INVALID_CONTEXT`.
-//! - There is no device work. A stream is idle unless it has host functions queued:
+//! - A stream is idle unless it has host functions or device work (below) queued:
 //!   `cuLaunchHostFunc` and `cuStreamAddCallback` (called as `(stream, CUDA_SUCCESS, userData)`)
 //!   run on one dedicated worker thread of the library, in the order they were queued over all
 //!   streams. `cuStreamQuery` gives `CUDA_ERROR_NOT_READY` while the stream has one queued or
@@ -73,8 +73,11 @@
 //!   functions; text without one fails with `CUDA_ERROR_INVALID_PTX` and a `ptxas`-style error
 //!   log. Device memory is host memory behind never-reused fake addresses. Memsets,
 //!   device-to-device copies, the device side of host-to-device copies (the host side is read at
-//!   the call) and kernel launches (no-ops, counted) are queued on the stream and run by the
-//!   worker in order; a device-to-host copy waits for the stream and copies before returning.
+//!   the call) and kernel launches (counted) are queued on the stream and run by the worker in
+//!   order; a device-to-host copy waits for the stream and copies before returning. The PTX is
+//!   not executed, but a few kernels are computed on the host by name and signature (`saxpy`, as
+//!   in the example, and the GPU tests' `store_after_spin`, `copy_u32`, `add_u32`, `spin`), so
+//!   results can be checked; other kernels do nothing.
 //!   `cuMemFree` and `cuModuleUnload` do not wait: queued work that reaches freed memory or an
 //!   unloaded module counts as a bad use. `cuLaunchKernel` keeps the parameter bytes it read.
 //! - Any use or destroy of a handle the mock did not create, or already destroyed, returns

@@ -208,10 +208,13 @@ fn a_launch_passes_its_arguments_and_shape() {
         let module = Module::from_ptx(&ctx, PTX).unwrap();
         let saxpy = module.function("saxpy").unwrap();
         let stream = ctx.new_stream().unwrap();
-        let (n, a, x, y) = (1000u32, 2.5f32, 0x1234_5678_9abcu64, 0xfedc_ba98_7654u64);
+        let host_x: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+        let xs = DeviceBuffer::from_host(&ctx, &stream, &host_x).unwrap();
+        let ys = DeviceBuffer::from_host(&ctx, &stream, &[1.0f32; 1024]).unwrap();
+        let (n, a, x, y) = (1000u32, 2.5f32, xs.device_ptr(), ys.device_ptr());
         let run = m.kernels_run();
         let config = LaunchConfig::for_elements(n, 256).shared_memory(1024);
-        // SAFETY: the mock runs no code; the arguments match the PTX's parameters.
+        // SAFETY: the arguments match the PTX's parameters; x and y hold 1024 floats.
         unsafe { saxpy.launch(&stream, config, &kernel_args![n, a, x, y]) }.unwrap();
         let launch = m.last_launch().expect("a launch");
         assert_eq!(
@@ -230,6 +233,12 @@ fn a_launch_passes_its_arguments_and_shape() {
         );
         stream.synchronize().unwrap();
         assert_eq!(m.kernels_run(), run + 1, "the kernel ran on the stream");
+        // The mock computes `saxpy` (by name and signature): the first n values only.
+        let got = ys.to_vec(&stream).unwrap();
+        for (i, v) in got.iter().enumerate() {
+            let expected = if i < 1000 { 2.5 * host_x[i] + 1.0 } else { 1.0 };
+            assert_eq!(*v, expected, "y[{i}]");
+        }
 
         // A kernel without parameters, a struct parameter, 3-D shapes.
         let nothing = module.function("nothing").unwrap();

@@ -321,8 +321,9 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
 /// dimensions (none zero; grid at most (2^31 - 1, 65535, 65535); block at most (1024, 1024, 64)
 /// and the kernel's maximum threads) and the dynamic shared memory; reads each parameter's bytes
 /// through `kernelParams` (one per `.param` of the PTX), keeps them for
-/// `cuda_mock_last_launch_param`, and queues a no-op kernel on the stream (counted by
-/// `cuda_mock_kernels_run` when it runs). `extra` must be null.
+/// `cuda_mock_last_launch_param`, and queues the kernel on the stream (counted by
+/// `cuda_mock_kernels_run` when it runs; the few kernels of `device_model::run_kernel`, such as
+/// `saxpy`, are computed on the host, others do nothing). `extra` must be null.
 ///
 /// # Safety
 ///
@@ -381,7 +382,13 @@ pub unsafe extern "C" fn cuLaunchKernel(
             // SAFETY: the caller promises each pointer is readable for the parameter's size.
             params.push(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), size) }.to_vec());
         }
-        tri!(st.enqueue(s, Work::Device(DeviceWork::Kernel { module })));
+        let work = DeviceWork::Kernel {
+            module,
+            name: e.name.clone(),
+            threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
+            params: params.clone(),
+        };
+        tri!(st.enqueue(s, Work::Device(work)));
         st.device.last_launch = Some(LaunchRec {
             grid,
             block,
