@@ -62,11 +62,55 @@ $L_done:
 }
 "#;
 
-/// Elements per vector: 4 Mi floats, 16 MiB each.
-const N: usize = 1 << 22;
+/// Elements per vector unless `--elements` says otherwise: 4 Mi floats, 16 MiB each.
+const DEFAULT_ELEMENTS: usize = 1 << 22;
+/// Graph replays (and direct iterations) timed unless `--replays` says otherwise.
+const DEFAULT_REPLAYS: usize = 100;
+
+/// What the command line asks for.
+struct Args {
+    elements: usize,
+    replays: usize,
+}
+
+impl Args {
+    /// `[--elements N] [--replays R]`.
+    fn parse() -> Result<Args, String> {
+        let mut args = Args {
+            elements: DEFAULT_ELEMENTS,
+            replays: DEFAULT_REPLAYS,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let value = |it: &mut dyn Iterator<Item = String>| -> Result<usize, String> {
+                let v = it.next().ok_or(format!("{flag} needs a number"))?;
+                match v.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!("{flag} {v}: not a positive number")),
+                }
+            };
+            match flag.as_str() {
+                "--elements" => args.elements = value(&mut it)?,
+                "--replays" => args.replays = value(&mut it)?,
+                _ => return Err(format!("unknown argument {flag}")),
+            }
+        }
+        if args.elements > u32::MAX as usize {
+            return Err(format!("--elements {}: at most 2^32 - 1", args.elements));
+        }
+        Ok(args)
+    }
+}
 
 fn main() -> ExitCode {
-    match run() {
+    let args = match Args::parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\nusage: streams [--elements N] [--replays R]");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(Error::Load(e)) => {
@@ -122,7 +166,8 @@ fn wrong_results(what: &str, got: &[f32], expected: impl Fn(usize) -> f32) -> us
 }
 
 /// Runs everything; `Ok(false)` if a result was wrong.
-fn run() -> cuda_stream::Result<bool> {
+fn run(args: &Args) -> cuda_stream::Result<bool> {
+    let n = args.elements;
     let count = Device::count()?;
     let version = cuda_stream::driver_version()?;
     println!(
@@ -158,24 +203,24 @@ fn run() -> cuda_stream::Result<bool> {
 
     // `low` uploads x and sets y to 1; `high` waits for that, computes y = 2x + y; `low` waits
     // for `high` and computes y = -x + y. Each kernel is timed by events on its own stream.
-    let host_x: Vec<f32> = (0..N).map(|i| (i % 4096) as f32).collect();
+    let host_x: Vec<f32> = (0..n).map(|i| (i % 4096) as f32).collect();
     let x = DeviceBuffer::from_host(&ctx, &low, &host_x)?;
-    let y = DeviceBuffer::<f32>::alloc(&ctx, N)?;
+    let y = DeviceBuffer::<f32>::alloc(&ctx, n)?;
     y.fill(&low, 1.0)?;
     let ready = low.record_event()?;
 
     let timed = EventOptions::new().timing(true);
     high.wait_event(&ready)?;
     let high_start = high.record_event_with(timed)?;
-    // SAFETY: `x` and `y` hold N floats and live until the end of this function, after the
+    // SAFETY: `x` and `y` hold `n` floats and live until the end of this function, after the
     // streams are synchronised (dropping them would wait for the work anyway).
-    unsafe { saxpy(&high, &kernel, N, 2.0, x.device_ptr(), y.device_ptr()) }?;
+    unsafe { saxpy(&high, &kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }?;
     let high_end = high.record_event_with(timed)?;
 
     low.wait_event(&high_end)?;
     let low_start = low.record_event_with(timed)?;
     // SAFETY: as above.
-    unsafe { saxpy(&low, &kernel, N, -1.0, x.device_ptr(), y.device_ptr()) }?;
+    unsafe { saxpy(&low, &kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }?;
     let low_end = low.record_event_with(timed)?;
 
     // Host functions run in stream order too: `low`'s runs after `high`'s.
@@ -200,12 +245,12 @@ fn run() -> cuda_stream::Result<bool> {
         low_end.elapsed_since(&low_start)?,
     );
     println!(
-        "saxpy over {N} floats on high then low: {:.1} us ({:.0} GB/s), {:.1} us ({:.0} GB/s); \
-         all {N} results checked",
+        "saxpy over {n} floats on high then low: {:.1} us ({:.0} GB/s), {:.1} us ({:.0} GB/s); \
+         all {n} results checked",
         t_high.as_secs_f64() * 1e6,
-        gb_per_s(N, t_high),
+        gb_per_s(n, t_high),
         t_low.as_secs_f64() * 1e6,
-        gb_per_s(N, t_low),
+        gb_per_s(n, t_low),
     );
     println!(
         "host functions ran in order ({})",
@@ -230,7 +275,7 @@ fn run() -> cuda_stream::Result<bool> {
 
     // Fork/join: two forks each take half of the vectors (y = x + y); `high` waits for both
     // when the scope ends, however it ends.
-    let half = N / 2;
+    let half = n / 2;
     let offset = (half * std::mem::size_of::<f32>()) as u64;
     high.scope(|s| {
         let (a, b) = (s.fork()?, s.fork()?);
@@ -240,7 +285,7 @@ fn run() -> cuda_stream::Result<bool> {
             saxpy(
                 &b,
                 &kernel,
-                N - half,
+                n - half,
                 1.0,
                 x.device_ptr() + offset,
                 y.device_ptr() + offset,
@@ -252,7 +297,7 @@ fn run() -> cuda_stream::Result<bool> {
     if wrong_results("fork/join", &result, |i| 2.0 * host_x[i] + 1.0) > 0 {
         return Ok(false);
     }
-    println!("fork/join over two forks of the context's pool: all {N} results checked");
+    println!("fork/join over two forks of the context's pool: all {n} results checked");
     println!("ok");
     Ok(true)
 }
