@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::capture_mode::CaptureStatus;
 use crate::ffi;
 use crate::priority::PriorityRange;
 
@@ -159,6 +160,75 @@ pub enum Error {
         /// The operation, such as `DeviceBuffer::fill`.
         op: &'static str,
     },
+    /// This crate refused to make a driver call that would be unsound or is certain to fail,
+    /// such as a run-once host function on a stream that is being captured (it would run on
+    /// every replay of the graph).
+    #[error("{call}: {reason}")]
+    Refused {
+        /// The driver function that was not called.
+        call: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A capture ended without a graph: the driver refused to end it (an invalidated capture, a
+    /// fork that was never joined, ...). The partial graph is destroyed and the stream is out of
+    /// capture mode.
+    #[error("{call} ({status}): {}", ffi::result_name(code.0))]
+    CaptureFailed {
+        /// The driver function that failed (`cuStreamEndCapture`).
+        call: &'static str,
+        /// The capture's status when it ended.
+        status: CaptureStatus,
+        /// What the driver returned.
+        #[source]
+        code: DriverCode,
+    },
+    /// An operation that needs a capture in progress on the stream found none.
+    #[error("the stream is not being captured ({status})")]
+    NotCapturing {
+        /// What the stream's status was.
+        status: CaptureStatus,
+    },
+    /// `cuGraphExecUpdate` refused to update an executable graph from a graph, and said why.
+    #[error("cuGraphExecUpdate refused the update: {}", update_reason(*result))]
+    GraphUpdate {
+        /// The driver's reason.
+        result: ffi::CUgraphExecUpdateResult,
+        /// The node of the new graph that could not be applied (a `CUgraphNode`), 0 if none.
+        node: usize,
+        /// The node of the executable graph it was compared with, 0 if none (always 0 before
+        /// CUDA 12.0, whose `cuGraphExecUpdate` does not say).
+        from_node: usize,
+        /// What `cuGraphExecUpdate` returned (`CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`).
+        #[source]
+        code: DriverCode,
+    },
+}
+
+/// The header's account of a `CUgraphExecUpdateResult`.
+pub(crate) fn update_reason(result: ffi::CUgraphExecUpdateResult) -> &'static str {
+    use ffi::CUgraphExecUpdateResult as R;
+    match result {
+        R::CU_GRAPH_EXEC_UPDATE_SUCCESS => "no error",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => "the graph topology changed",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => "a node's type changed",
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => {
+            "a kernel node's function changed (CUDA 11.2 and older)"
+        }
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => {
+            "a node's parameters changed in a way that is not supported"
+        }
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => {
+            "something about a node is not supported by updates"
+        }
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
+            "a kernel node's function changed in an unsupported way"
+        }
+        R::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => {
+            "a node's attributes changed in a way that is not supported"
+        }
+        _ => "the update failed for an unspecified reason",
+    }
 }
 
 /// The JIT compiler's error log of a module that failed to load, as the `source()` of
@@ -234,20 +304,27 @@ impl fmt::Display for DriverCode {
 impl std::error::Error for DriverCode {}
 
 impl Error {
-    /// The `CUresult` of a driver error.
+    /// The `CUresult` of a driver error (of a failed capture and a refused graph update too).
     pub fn driver_code(&self) -> Option<ffi::CUresult> {
         match self {
-            Error::Driver { code, .. } | Error::ModuleLoad { code, .. } => Some(code.0),
+            Error::Driver { code, .. }
+            | Error::ModuleLoad { code, .. }
+            | Error::CaptureFailed { code, .. }
+            | Error::GraphUpdate { code, .. } => Some(code.0),
             _ => None,
         }
     }
 
-    /// The driver call that failed, for driver errors, module loads and unsupported calls.
+    /// The driver call that failed (or, for [`Error::Refused`], that was not made), for driver
+    /// errors, module loads, unsupported calls, failed captures and refused graph updates.
     pub fn call(&self) -> Option<&'static str> {
         match self {
             Error::Driver { call, .. }
             | Error::ModuleLoad { call, .. }
-            | Error::Unsupported { call, .. } => Some(call),
+            | Error::Unsupported { call, .. }
+            | Error::Refused { call, .. }
+            | Error::CaptureFailed { call, .. } => Some(call),
+            Error::GraphUpdate { .. } => Some("cuGraphExecUpdate"),
             _ => None,
         }
     }

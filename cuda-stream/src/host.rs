@@ -44,6 +44,15 @@ impl Stream<'_> {
     /// s.launch_host_func(move || drop(keep))?; // the last owner may end here: destroyed later
     /// # Ok::<(), cuda_stream::Error>(())
     /// ```
+    ///
+    /// # In a graph capture
+    ///
+    /// `f` runs once, so it is refused ([`Error::Refused`]) while the stream is being captured
+    /// into a graph (by [`OwnedStream::capture`](crate::OwnedStream::capture), or by other code such as PyTorch's
+    /// `torch.cuda.graph`): in a graph it would run on every replay. That costs one
+    /// `cuStreamIsCapturing` per call. In a capture, use
+    /// [`CaptureStream::launch_host_func`](crate::CaptureStream::launch_host_func), which takes an
+    /// `Fn` and keeps it alive as long as a graph can run it.
     #[inline]
     pub fn launch_host_func<F>(self, f: F) -> Result<()>
     where
@@ -57,7 +66,8 @@ impl Stream<'_> {
     /// Prefer [`Stream::launch_host_func`], which NVIDIA recommends; this exists for callers that
     /// want the status. The same rule holds: `f` must not call CUDA, and values of this crate
     /// dropped inside it are destroyed later on an ordinary thread (see
-    /// [`Stream::launch_host_func`]).
+    /// [`Stream::launch_host_func`]). The driver refuses callbacks on a stream that is being
+    /// captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`), so `f` never becomes a graph node.
     pub fn add_callback<F>(self, f: F) -> Result<()>
     where
         F: FnOnce(Result<()>) + Send + 'static,
@@ -141,6 +151,13 @@ unsafe extern "C" fn zst_trampoline<F: FnOnce() + Send + 'static>(user_data: *mu
 fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
     crate::panics::report(stream.raw(), stream.context_raw())?;
     let launch = driver_fn!(cuLaunchHostFunc);
+    // Default streams resolve through the current context, for the capture check too.
+    let _bound = if stream.is_default() {
+        Some(bind(stream.context_raw())?)
+    } else {
+        None
+    };
+    refuse_if_capturing(stream.raw())?;
     // Default streams go through a `HostCall`, which records their context for panic reports.
     if std::mem::size_of::<F>() == 0 && !stream.is_default() {
         // No memory at all for a closure that captures nothing: the stream travels as the user
@@ -161,18 +178,6 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         ctx: stream.context_raw() as usize,
     }
     .put();
-    let _bound = if stream.is_default() {
-        match bind(stream.context_raw()) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                // SAFETY: never handed to the driver; taken back once.
-                drop(unsafe { HostCall::<F>::take(data) });
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
     // SAFETY: the stream is live; the trampoline matches `CUhostFn` and takes back `data`.
     let rc = unsafe { launch(stream.raw(), Some(host_trampoline::<F>), data) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
@@ -180,6 +185,23 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         // still ours, taken back exactly once.
         drop(unsafe { HostCall::<F>::take(data) });
         return Err(Error::driver("cuLaunchHostFunc", rc));
+    }
+    Ok(())
+}
+
+/// Refuses a run-once host function on a stream in a capture: there it would become a graph
+/// node that runs on every replay, and the closure, taken back by the first run, would be used
+/// after it was freed. This crate begins captures only on streams it holds exclusively
+/// (`&mut OwnedStream`), so none can begin between the check and the enqueue; for a borrowed
+/// stream, `Stream::borrow_raw`'s contract rules out other code beginning one meanwhile.
+#[inline]
+fn refuse_if_capturing(raw: ffi::CUstream) -> Result<()> {
+    if crate::capturing::is_capturing(raw)? {
+        return Err(Error::Refused {
+            call: "cuLaunchHostFunc",
+            reason: "the stream is being captured into a graph, where a run-once host function \
+                     would run on every replay; launch an Fn through the capture's view",
+        });
     }
     Ok(())
 }

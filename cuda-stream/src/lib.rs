@@ -54,6 +54,57 @@
 //! streams), [`Stream::completed`] / [`Event::completed`] futures that need no async runtime, and
 //! structured fork/join with [`Stream::scope`].
 //!
+//! # Graphs
+//!
+//! [`OwnedStream::capture`] records the work a closure enqueues into a [`Graph`]; instantiate it
+//! into a [`GraphExec`] and replay it with [`GraphExec::launch`]. The closure sees the stream
+//! through a [`CaptureStream`], which offers only what is legal while capturing, so the usual
+//! traps do not compile:
+//!
+//! - nothing that blocks or polls (`synchronize`, `query`, `completed`, nor `synchronize` on an
+//!   event recorded in the capture), and the `&mut` borrow keeps the owner out of reach;
+//! - forks come from [`CaptureStream::scope`], which joins them back when it ends, so a capture
+//!   cannot end with a fork unjoined (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`);
+//! - host functions are `Fn + Send + Sync + 'static` (a graph runs them on every replay) and are
+//!   owned by driver user objects that every graph and executable graph holding them keeps
+//!   alive: dropping a `GraphExec` mid-replay is safe;
+//! - the view, its forks and its events cannot leave the closure, and the capture always ends
+//!   (an error or a panic in the closure discards the graph).
+//!
+//! A run-once host function ([`Stream::launch_host_func`], [`Stream::completed`]) is refused on a
+//! stream that is being captured, by this crate or by other code such as PyTorch: in a graph it
+//! would run on every replay. [`Stream::capture_status`] tells any stream's status, and
+//! [`Stream::in_capture`] enqueues into a capture begun elsewhere.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use cuda_stream::{CaptureMode, Context};
+//!
+//! let ctx = Context::primary(0)?;
+//! let mut stream = ctx.new_stream()?;
+//! let replays = Arc::new(AtomicUsize::new(0));
+//! let counter = replays.clone();
+//! let graph = stream.capture(CaptureMode::ThreadLocal, |cap| {
+//!     cap.scope(|s| {
+//!         let (left, right) = (s.fork()?, s.fork()?);
+//!         // ... launch kernels on `left` and `right` (anything taking `impl Enqueue`) ...
+//!         # let _ = (left, right);
+//!         Ok(())
+//!     })?; // both forks are joined back here
+//!     cap.launch_host_func(move || {
+//!         counter.fetch_add(1, Ordering::Relaxed);
+//!     })
+//! })?;
+//! let exec = graph.instantiate()?;
+//! for _ in 0..100 {
+//!     exec.launch(&stream)?;
+//! }
+//! stream.synchronize()?;
+//! assert_eq!(replays.load(Ordering::Relaxed), 100);
+//! # Ok::<(), cuda_stream::Error>(())
+//! ```
+//!
 //! # Interop
 //!
 //! A framework's stream, borrowed for the duration of a call from Python (through ctypes or
@@ -85,10 +136,11 @@
 //!
 //! # Contexts and threads
 //!
-//! [`OwnedStream`], [`Stream`], [`Event`], [`Context`] and [`StreamPool`] are `Send + Sync`;
-//! [`CurrentStreamGuard`] is neither. Resetting a device's primary context
-//! (`cuDevicePrimaryCtxReset`) while objects of this crate exist invalidates their handles, as it
-//! does for every CUDA library.
+//! [`OwnedStream`], [`Stream`], [`Event`], [`Context`], [`StreamPool`] and [`CaptureStream`] are
+//! `Send + Sync`; [`Graph`] and [`GraphExec`] are `Send` only (the driver does not synchronise
+//! graph objects); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a
+//! device's primary context (`cuDevicePrimaryCtxReset`) while objects of this crate exist
+//! invalidates their handles, as it does for every CUDA library.
 //!
 //! # Host functions
 //!
@@ -104,9 +156,10 @@
 //! The modules form layers whose imports only point down (the test `tests/layers.rs` fails on a
 //! circle). From the bottom:
 //!
-//! - **Values and errors**: `priority` ([`PriorityRange`]), `device_copy` ([`DeviceCopy`]),
-//!   `error` ([`Error`], and the one chokepoint that turns a `CUresult` into a `Result`), `abi`
-//!   (the newest of a driver function's ABIs that the driver has, chosen once).
+//! - **Values and errors**: `priority` ([`PriorityRange`]), `capture_mode` ([`CaptureMode`],
+//!   [`CaptureStatus`]), `device_copy` ([`DeviceCopy`]), `error` ([`Error`], and the one
+//!   chokepoint that turns a `CUresult` into a `Result`), `abi` (the newest of a driver
+//!   function's ABIs that the driver has, chosen once).
 //! - **The host-function rule**: `deferred` (whether this thread runs a host function, and the
 //!   queue of destroys made later on an ordinary thread; every destroy path consults it; see
 //!   [`drain_deferred`]), `spare_events` (a context's recycled event handles).
@@ -115,14 +168,17 @@
 //! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
 //!   (panics caught in host functions, reported later), `installed` (streams named by a live
 //!   current-stream guard, which must not be destroyed), `wait_events` (the per-thread event
-//!   cache behind `wait_stream`).
+//!   cache behind `wait_stream`), `capturing` (the two capture queries, each made in one place).
 //! - **The view**: `stream` ([`Stream`], [`AsStream`], the core operations written once, and
 //!   the default streams).
 //! - **Owners**: `owned` ([`OwnedStream`], [`StreamOptions`]), `pool` ([`StreamPool`]).
+//! - **Graphs**: `graph` ([`Graph`], [`GraphExec`], [`InstantiateOptions`]), `graph_host` (host
+//!   functions as graph nodes, owned by driver user objects).
 //! - **Conveniences**: `host` (host functions), `current` (the current-stream guard),
-//!   `completion` (futures), `scope` (fork/join). Each adds its own `impl Stream` block and
+//!   `completion` (futures), `scope` (fork/join), `capture` (capture through [`CaptureStream`],
+//!   forks in a capture, the capture-mode guard). Each adds its own `impl Stream` block and
 //!   forwards it to the owners. `launch` (kernel launches) and `memory` (memset, memcpy,
-//!   [`DeviceBuffer`]) take any [`Enqueue`] instead, so they work on a capture view too.
+//!   [`DeviceBuffer`]) take any [`Enqueue`] instead, so they work on a [`CaptureStream`] too.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -131,6 +187,7 @@ pub use ffi;
 
 // Bottom to top; see the table above.
 mod abi;
+mod capture_mode;
 mod device_copy;
 mod error;
 mod priority;
@@ -143,6 +200,7 @@ mod device;
 mod event;
 mod module;
 
+mod capturing;
 mod installed;
 mod panics;
 mod wait_events;
@@ -152,6 +210,10 @@ mod stream;
 mod owned;
 mod pool;
 
+mod graph;
+mod graph_host;
+
+mod capture;
 mod completion;
 mod current;
 mod host;
@@ -159,6 +221,10 @@ mod launch;
 mod memory;
 mod scope;
 
+pub use capture::{
+    CaptureModeGuard, CaptureScope, CaptureStream, CapturedEvent, exchange_capture_mode,
+};
+pub use capture_mode::{CaptureMode, CaptureStatus};
 pub use completion::Completion;
 pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
@@ -167,6 +233,7 @@ pub use device::{Device, driver_version, init};
 pub use device_copy::DeviceCopy;
 pub use error::{DriverCode, Error, JitLog, Result};
 pub use event::{Event, EventOptions, IpcEventHandle};
+pub use graph::{Graph, GraphExec, InstantiateOptions};
 pub use launch::{Dim3, KernelArg, LaunchConfig};
 pub use memory::{
     DeviceBuffer, memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async,
@@ -194,3 +261,6 @@ static_assertions::assert_not_impl_any!(Module: Clone);
 static_assertions::assert_not_impl_any!(DeviceBuffer<f32>: Clone);
 static_assertions::assert_not_impl_any!(KernelArg<'static>: Send, Sync);
 static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);
+static_assertions::assert_impl_all!(CaptureStream<'static>: Send, Sync, Copy);
+static_assertions::assert_impl_all!(CapturedEvent<'static>: Send, Sync, Copy);
+static_assertions::assert_not_impl_any!(CaptureModeGuard: Send, Sync);

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, size_of};
 use std::ptr;
 
+use crate::capturing::is_capturing;
 use crate::context::{Bound, Context, bind, destroy_after_work};
 use crate::device_copy::DeviceCopy;
 use crate::error::{Error, Result, check, driver_fn};
@@ -252,11 +253,7 @@ fn prepare(
         return Err(Error::ContextMismatch { what: "the buffer" });
     }
     let bound = bind_if_special(raw, ctx)?;
-    let f = driver_fn!(cuStreamIsCapturing);
-    let mut status = ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: the stream is live while borrowed; `status` is a valid out-pointer.
-    check(unsafe { f(raw, &mut status) }, "cuStreamIsCapturing")?;
-    if status != ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+    if is_capturing(raw)? {
         return Err(Error::Capturing { op });
     }
     Ok((raw, bound))

@@ -135,7 +135,7 @@ forward_scope!(PooledStream<'_>);
 /// The process-wide pools used by [`Stream::scope`]: one per (context, priority), kept for the
 /// life of the process (each holds a retain of its primary context). For a context that is
 /// not primary, a pool of the caller's own.
-fn shared_pool(ctx: ffi::CUcontext, priority: i32) -> Result<Arc<StreamPool>> {
+pub(crate) fn shared_pool(ctx: ffi::CUcontext, priority: i32) -> Result<Arc<StreamPool>> {
     static POOLS: Mutex<Vec<(usize, i32, Arc<StreamPool>)>> = Mutex::new(Vec::new());
     let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, _, p)) = pools

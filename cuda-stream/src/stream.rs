@@ -180,6 +180,14 @@ impl<'a> Stream<'a> {
     /// [`drain_deferred`](crate::drain_deferred) before destroying the context). The
     /// driver cannot validate a dangling handle (looking one up can crash the process), so this
     /// cannot be checked.
+    ///
+    /// Graph captures: other code must not begin capturing the stream (PyTorch's
+    /// `torch.cuda.graph`, C code) while a call through the view is in progress on another
+    /// thread, and while the stream is being captured, no stream made to wait on it (with
+    /// [`Stream::wait_stream`], or an event recorded through the view) may have run-once host
+    /// functions launched on it from another thread. Between calls a capture is seen:
+    /// [`Stream::launch_host_func`] refuses a capturing stream (a run-once closure would run on
+    /// every replay), and [`Stream::in_capture`] enqueues into the capture.
     pub unsafe fn borrow_raw<O: ?Sized>(raw: ffi::CUstream, owner: &'a O) -> Result<Stream<'a>> {
         let _ = owner;
         if is_special(raw) {
@@ -215,7 +223,7 @@ impl<'a> Stream<'a> {
 
     /// Binds the context for the default streams, which the driver resolves through it.
     #[inline(always)]
-    fn bind_if_default(self) -> Result<Option<Bound>> {
+    pub(crate) fn bind_if_default(self) -> Result<Option<Bound>> {
         bind_if_special(self.raw, self.ctx)
     }
 

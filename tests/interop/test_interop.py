@@ -10,7 +10,12 @@ Loads the `cuda-stream-interop` cdylib with ctypes and, for each framework that 
   framework records an event on A, Rust makes B wait on it and adds on B;
 * the framework stream is still usable afterwards, and Rust finds the same device from the handle;
 * a Rust stream lent to the framework: the framework enqueues a fill on it (after a long op), Rust
-  synchronizes its stream and checks every element.
+  synchronizes its stream and checks every element;
+* graph capture begun by the framework (`with torch.cuda.graph(g):`, in PyTorch's default and
+  thread-local error modes; CuPy's `Stream.begin_capture`): Rust reads the capture status from
+  the handle and enqueues a kernel and a counting `Fn` host function into the capture between the
+  framework's own ops; the framework replays the graph and the test checks the tensor and the Rust
+  host-function count after every replay, then that the Rust closure is freed with the graph.
 
 Usage:
     cargo build --release -p cuda-stream-interop
@@ -22,10 +27,12 @@ nonzero if any check failed.
 """
 
 import ctypes
+import gc
 import importlib
 import os
 import struct
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -80,11 +87,17 @@ def load_library():
         "csi_stream_create": [i32, ctypes.POINTER(u)],
         "csi_stream_wait_and_check": [u, u64, u64, u32],
         "csi_stream_destroy": [u],
+        "csi_capture_status": [u, ctypes.POINTER(i32), ctypes.POINTER(u64)],
+        "csi_capture_add_and_count": [u, u64, u64, u32],
     }
     for name, args in sigs.items():
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = i32
+    for name in ("csi_host_fn_runs", "csi_host_fns_alive"):
+        fn = getattr(lib, name)
+        fn.argtypes = []
+        fn.restype = u64
     lib.csi_last_error.argtypes = []
     lib.csi_last_error.restype = ctypes.c_char_p
     return path, lib
@@ -137,6 +150,20 @@ class Csi:
 
     def stream_destroy(self, h):
         self._call("csi_stream_destroy", h)
+
+    def capture_status(self, h):
+        status, cid = ctypes.c_int32(-1), ctypes.c_uint64(0)
+        self._call("csi_capture_status", h, ctypes.byref(status), ctypes.byref(cid))
+        return status.value, cid.value
+
+    def capture_add_and_count(self, h, ptr, n, v):
+        self._call("csi_capture_add_and_count", h, ptr, n, v)
+
+    def host_fn_runs(self):
+        return self.lib.csi_host_fn_runs()
+
+    def host_fns_alive(self):
+        return self.lib.csi_host_fns_alive()
 
 
 class StreamProtocol(tuple):
@@ -444,6 +471,134 @@ def check_rust_stream_lent(csi, label, ops, device, wrap, value, fill=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# Graph capture begun by the framework, Rust enqueueing into it
+
+GRAPH_N = 1 << 16  # elements of the graph test's buffer
+REPLAYS = 50  # replays, each checked
+NOT_CAPTURING = -8  # CSI_ERR_NOT_CAPTURING
+
+
+def wait_freed(csi, alive_before, seconds=5.0):
+    """Waits for the Rust host functions to be freed (the driver frees a graph's user objects on
+    its own thread, after the graph is destroyed)."""
+    deadline = time.monotonic() + seconds
+    while csi.host_fns_alive() > alive_before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    return csi.host_fns_alive() - alive_before
+
+
+def check_outside_capture(csi, label, h):
+    status, cid = csi.capture_status(h)
+    report(f"{label}: csi_capture_status outside a capture is 'none'", status == 0, f"status {status}, id {cid}")
+    try:
+        csi.capture_add_and_count(h, 0, 0, 0)
+        report(f"{label}: enqueueing into a capture is refused when there is none", False, "it was accepted")
+    except CsiError as e:
+        report(f"{label}: enqueueing into a capture is refused when there is none", e.rc == NOT_CAPTURING, str(e))
+
+
+def check_replays(csi, label, replay, read_bad, runs0, per_replay):
+    """Replays REPLAYS times; after each, every element must be `per_replay * i` and the Rust host
+    function must have run `i` times."""
+    for i in range(1, REPLAYS + 1):
+        replay()
+        bad, head = read_bad(per_replay * i)
+        runs = csi.host_fn_runs() - runs0
+        if bad or runs != i:
+            report(
+                f"{label}: {REPLAYS} replays of the framework's and Rust's work",
+                False,
+                f"replay {i}: {bad} of {GRAPH_N} wrong (head {head}, expected {per_replay * i}), Rust host function ran {runs} times",
+            )
+            return False
+    report(
+        f"{label}: {REPLAYS} replays of the framework's and Rust's work",
+        True,
+        f"every element {per_replay * REPLAYS}, Rust host function ran {REPLAYS} times, checked after each replay",
+    )
+    return True
+
+
+def check_torch_graph(csi, ops, mode):
+    torch = ops.t
+    label = f"torch.cuda.graph (capture_error_mode={mode})"
+    a = torch.zeros((GRAPH_N,), dtype=torch.int32, device=f"cuda:{ops.device}")
+    h0 = ops.handle(torch.cuda.current_stream())
+    check_outside_capture(csi, label, h0)
+    # Loads Rust's kernel outside any capture (loading a module could break one).
+    csi.add(h0, a.data_ptr(), GRAPH_N, 0)
+    a.add_(0)
+    torch.cuda.synchronize()
+    runs0, alive0 = csi.host_fn_runs(), csi.host_fns_alive()
+    g = torch.cuda.CUDAGraph()
+    inside = {}
+    kwargs = {} if mode == "default" else {"capture_error_mode": mode}
+    with torch.cuda.graph(g, **kwargs):
+        h = ops.handle(torch.cuda.current_stream())
+        inside["status"] = csi.capture_status(h)
+        a.add_(1)  # PyTorch's work
+        csi.capture_add_and_count(h, a.data_ptr(), GRAPH_N, 10)  # Rust's kernel and host function
+        a.add_(100)  # PyTorch's again, after Rust's
+    status, cid = inside["status"]
+    report(f"{label}: Rust sees the capture on PyTorch's capture stream", status == 1 and cid != 0, f"status {status}, capture id {cid}")
+    torch.cuda.synchronize()
+    idle = csi.host_fn_runs() == runs0 and int((a != 0).sum()) == 0
+    report(f"{label}: nothing ran during the capture", idle, f"host function runs {csi.host_fn_runs() - runs0}")
+    report(f"{label}: the capture owns one Rust closure", csi.host_fns_alive() - alive0 == 1, f"alive {csi.host_fns_alive() - alive0}")
+
+    def replay():
+        g.replay()
+        torch.cuda.synchronize()
+
+    def read_bad(expected):
+        return int((a != expected).sum()), a[:4].tolist()
+
+    check_replays(csi, label, replay, read_bad, runs0, 111)
+    del g
+    left = wait_freed(csi, alive0)
+    report(f"{label}: the Rust closure is freed with the graph", left == 0, f"{left} still alive")
+
+
+def check_cupy_graph(csi, ops):
+    cp = ops.cp
+    label = "cupy Stream.begin_capture"
+    s = ops.new_stream()
+    if not hasattr(s, "begin_capture"):
+        skip(label, "this CuPy has no Stream.begin_capture")
+        return
+    a = cp.zeros((GRAPH_N,), dtype=cp.uint32)
+    check_outside_capture(csi, label, s.ptr)
+    with s:
+        a += 1  # compiles and loads CuPy's kernel outside any capture
+        a -= 1
+    csi.add(s.ptr, int(a.data.ptr), GRAPH_N, 0)
+    s.synchronize()
+    runs0, alive0 = csi.host_fn_runs(), csi.host_fns_alive()
+    with s:
+        s.begin_capture()
+        try:
+            status, cid = csi.capture_status(s.ptr)
+            a += 1
+            csi.capture_add_and_count(s.ptr, int(a.data.ptr), GRAPH_N, 10)
+        finally:
+            graph = s.end_capture()
+    report(f"{label}: Rust sees the capture on CuPy's stream", status == 1 and cid != 0, f"status {status}, capture id {cid}")
+
+    def replay():
+        graph.launch(stream=s)
+        s.synchronize()
+
+    def read_bad(expected):
+        return int(cp.count_nonzero(a != cp.uint32(expected)).get()), a[:4].get().tolist()
+
+    check_replays(csi, label, replay, read_bad, runs0, 11)
+    del graph
+    left = wait_freed(csi, alive0)
+    report(f"{label}: the Rust closure is freed with the graph", left == 0, f"{left} still alive")
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def import_framework(module):
@@ -478,6 +633,8 @@ def run_torch(csi):
     guarded("torch usable", lambda: check_still_usable(csi, "torch.cuda.Stream", ops, sa, ha, 1006))
     guarded("torch device", lambda: check_device(csi, "torch.cuda.Stream", ha, ops.stream_device(sa)))
     guarded("torch lent", lambda: check_rust_stream_lent(csi, "torch", ops, ops.device, ops.wrap_external, 1008))
+    for mode in ("default", "thread_local"):
+        guarded(f"torch graph {mode}", lambda: check_torch_graph(csi, ops, mode))
     torch.cuda.synchronize()
 
 
@@ -503,6 +660,7 @@ def run_cupy(csi):
     guarded("cupy usable", lambda: check_still_usable(csi, "cupy.cuda.Stream", ops, sa, ha, 2006))
     guarded("cupy device", lambda: check_device(csi, "cupy.cuda.Stream", ha, ops.stream_device(sa)))
     guarded("cupy lent", lambda: check_rust_stream_lent(csi, "cupy", ops, ops.device, ops.wrap_external, 2008))
+    guarded("cupy graph", lambda: check_cupy_graph(csi, ops))
     cp.cuda.Device().synchronize()
 
 

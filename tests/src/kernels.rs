@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::ptr;
 use std::time::Duration;
 
-use cuda_stream::{AsStream, Device, Stream};
+use cuda_stream::{Device, Enqueue};
 use cuda_sys::{self as sys, CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
 use crate::context::{HasContext, bind, bind_raw};
@@ -221,10 +221,10 @@ impl<'a> Kernels<'a> {
     }
 
     #[track_caller]
-    fn launch(&self, f: CUfunction, stream: Stream<'_>, params: &mut [*mut c_void]) {
+    fn launch(&self, f: CUfunction, stream: impl Enqueue, params: &mut [*mut c_void]) {
+        let (raw, ctx) = stream.enqueue_handle();
         assert_eq!(
-            stream.context_raw(),
-            self.ctx,
+            ctx, self.ctx,
             "kernels launched on a stream of another context"
         );
         // Default-stream values (0x0/0x1/0x2) resolve through the current context.
@@ -243,7 +243,7 @@ impl<'a> Kernels<'a> {
                 1,
                 1,
                 0,
-                stream.raw(),
+                raw,
                 params.as_mut_ptr(),
                 ptr::null_mut(),
             )
@@ -253,16 +253,16 @@ impl<'a> Kernels<'a> {
 
     /// Enqueues `spin<<<1, 1>>>(ns)`: busy-waits on `%globaltimer` for at least `d`.
     #[track_caller]
-    pub fn spin(&self, stream: impl AsStream, d: Duration) {
+    pub fn spin(&self, stream: impl Enqueue, d: Duration) {
         let mut ns = duration_ns(d);
         let mut params = [(&raw mut ns).cast::<c_void>()];
-        self.launch(self.spin, stream.as_stream(), &mut params);
+        self.launch(self.spin, stream, &mut params);
     }
 
     /// Enqueues `store_after_spin<<<1, 1>>>(p, value, ns)`: spins for at least `d`, then one
     /// thread writes `*p = value`.
     #[track_caller]
-    pub fn store_after_spin(&self, stream: impl AsStream, p: CUdeviceptr, value: u32, d: Duration) {
+    pub fn store_after_spin(&self, stream: impl Enqueue, p: CUdeviceptr, value: u32, d: Duration) {
         let mut p = p;
         let mut value = value;
         let mut ns = duration_ns(d);
@@ -271,37 +271,37 @@ impl<'a> Kernels<'a> {
             (&raw mut value).cast::<c_void>(),
             (&raw mut ns).cast::<c_void>(),
         ];
-        self.launch(self.store_after_spin, stream.as_stream(), &mut params);
+        self.launch(self.store_after_spin, stream, &mut params);
     }
 
     /// Enqueues `*p = value` with no delay.
     #[track_caller]
-    pub fn store(&self, stream: impl AsStream, p: CUdeviceptr, value: u32) {
+    pub fn store(&self, stream: impl Enqueue, p: CUdeviceptr, value: u32) {
         self.store_after_spin(stream, p, value, Duration::ZERO);
     }
 
     /// Enqueues `copy_u32<<<1, 1>>>(dst, src)`: `*dst = *src`.
     #[track_caller]
-    pub fn copy_u32(&self, stream: impl AsStream, dst: CUdeviceptr, src: CUdeviceptr) {
+    pub fn copy_u32(&self, stream: impl Enqueue, dst: CUdeviceptr, src: CUdeviceptr) {
         let mut dst = dst;
         let mut src = src;
         let mut params = [
             (&raw mut dst).cast::<c_void>(),
             (&raw mut src).cast::<c_void>(),
         ];
-        self.launch(self.copy_u32, stream.as_stream(), &mut params);
+        self.launch(self.copy_u32, stream, &mut params);
     }
 
     /// Enqueues `add_u32<<<1, 1>>>(p, value)`: `atomicAdd(p, value)`.
     #[track_caller]
-    pub fn add_u32(&self, stream: impl AsStream, p: CUdeviceptr, value: u32) {
+    pub fn add_u32(&self, stream: impl Enqueue, p: CUdeviceptr, value: u32) {
         let mut p = p;
         let mut value = value;
         let mut params = [
             (&raw mut p).cast::<c_void>(),
             (&raw mut value).cast::<c_void>(),
         ];
-        self.launch(self.add_u32, stream.as_stream(), &mut params);
+        self.launch(self.add_u32, stream, &mut params);
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use cuda_stream::AsStream;
+use cuda_stream::Enqueue;
 use cuda_sys::{self as sys, CUcontext, CUdeviceptr, CUstream};
 
 use crate::context::{HasContext, bind, bind_raw, raw_stream_create_in, raw_stream_destroy};
@@ -115,14 +115,14 @@ impl<'a> DeviceBuffer<'a> {
 
     /// Enqueues `cuMemsetD32Async(value)` of the whole buffer on `stream`.
     #[track_caller]
-    pub fn fill_async(&self, stream: impl AsStream, value: u32) {
-        let stream = stream.as_stream();
-        assert_eq!(stream.context_raw(), self.ctx);
+    pub fn fill_async(&self, stream: impl Enqueue, value: u32) {
+        let (raw, ctx) = stream.enqueue_handle();
+        assert_eq!(ctx, self.ctx);
         // SAFETY: the context is borrowed for 'a, which outlives `self`.
         let _bound = unsafe { bind_raw(self.ctx) };
         check(
             // SAFETY: the buffer is live and holds `len` u32s; the stream is of its context.
-            unsafe { sys::cuMemsetD32Async(self.ptr, value, self.len, stream.raw()) },
+            unsafe { sys::cuMemsetD32Async(self.ptr, value, self.len, raw) },
             "cuMemsetD32Async",
         );
     }

@@ -15,8 +15,19 @@
 //! int32_t csi_stream_create(int32_t device, uintptr_t *handle_out);
 //! int32_t csi_stream_wait_and_check(uintptr_t handle, uint64_t dptr, uint64_t n, uint32_t expected);
 //! int32_t csi_stream_destroy(uintptr_t handle);
+//! int32_t csi_capture_status(uintptr_t stream, int32_t *status_out, uint64_t *id_out);
+//! int32_t csi_capture_add_and_count(uintptr_t stream, uint64_t dptr, uint64_t n, uint32_t addend);
+//! uint64_t csi_host_fn_runs(void);
+//! uint64_t csi_host_fns_alive(void);
 //! const char *csi_last_error(void);
 //! ```
+//!
+//! The capture entry points serve a framework's graph capture (`with torch.cuda.graph(g):`):
+//! `csi_capture_status` reports the stream's status (0 none, 1 active, 2 invalidated) from the
+//! handle; `csi_capture_add_and_count` enqueues, into the capture the stream is part of, the add
+//! kernel and a host function that counts its runs (`csi_host_fn_runs`, process-wide) on every
+//! replay. `csi_host_fns_alive` counts those host functions not yet freed: the framework's graph
+//! owns them, and frees them when it is destroyed.
 //!
 //! A stream handle of 0x0, 0x1 or 0x2 (what `torch.cuda.current_stream().cuda_stream` gives for
 //! PyTorch's default stream) names a default stream of the context current on the calling
@@ -29,9 +40,10 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cuda_stream::{Context, Error, OwnedStream, Stream};
+use cuda_stream::{CaptureStatus, Context, Enqueue, Error, OwnedStream, Stream};
 use cuda_sys as sys;
 
 /// No usable CUDA driver, or the driver lacks a function this call needs.
@@ -50,6 +62,8 @@ pub const CSI_ERR_MISMATCH: i32 = -5;
 pub const CSI_ERR_PANIC: i32 = -6;
 /// Any other error of `cuda-stream`.
 pub const CSI_ERR_OTHER: i32 = -7;
+/// `csi_capture_add_and_count` on a stream that is not being captured.
+pub const CSI_ERR_NOT_CAPTURING: i32 = -8;
 
 /// A failed call: the code returned across the ABI and the message `csi_last_error` gives.
 #[derive(Debug)]
@@ -76,6 +90,7 @@ impl From<Error> for Fail {
                 CSI_ERR_INVALID_ARGUMENT
             }
             Error::ContextMismatch { .. } => CSI_ERR_CONTEXT,
+            Error::NotCapturing { .. } => CSI_ERR_NOT_CAPTURING,
             _ => CSI_ERR_OTHER,
         };
         // The whole chain: `no usable CUDA driver: no CUDA driver library could be loaded; ...`.
@@ -385,39 +400,165 @@ pub unsafe extern "C" fn csi_add_u32(stream: usize, dptr: u64, n: u64, addend: u
                 return Ok(());
             }
             let ctx = primary_context_of(s)?;
-            let _bound = ctx.bind()?;
-            let function = add_kernel(&ctx)?;
-            const THREADS: u64 = 256;
-            let blocks = (n as u64).div_ceil(THREADS).min(1 << 20) as u32;
-            let (mut p_ptr, mut p_n, mut p_addend) = (dptr, n as u64, addend);
-            let mut params: [*mut c_void; 3] = [
-                ptr::from_mut(&mut p_ptr).cast(),
-                ptr::from_mut(&mut p_n).cast(),
-                ptr::from_mut(&mut p_addend).cast(),
-            ];
-            // SAFETY: `function` belongs to `ctx`, which is current and is `s`'s context;
-            // `params` points at three live values matching the kernel's (u64, u64, u32)
-            // parameters; `s` is live for this call; the caller vouches for the memory.
-            let rc = unsafe {
-                sys::cuLaunchKernel(
-                    function,
-                    blocks,
-                    1,
-                    1,
-                    THREADS as u32,
-                    1,
-                    1,
-                    0,
-                    s.raw(),
-                    params.as_mut_ptr(),
-                    ptr::null_mut(),
-                )
-            };
-            check(rc, "cuLaunchKernel")
+            // SAFETY: `s` is live for this call; the caller vouches for the memory.
+            unsafe { launch_add(&ctx, s, dptr, n, addend) }
         };
         // SAFETY: the caller's contract on `stream`.
         unsafe { with_stream(stream, work) }
     })
+}
+
+/// Enqueues the add kernel over `n` words at `dptr` on `stream` (a stream, or a capture's view)
+/// of `ctx`, loading the module first if needed.
+///
+/// # Safety
+/// `stream` must be live for the call; `dptr` device memory of `ctx`, readable and writable for
+/// `n` words until the kernel has run (for a capture: on every replay).
+unsafe fn launch_add(
+    ctx: &Context,
+    stream: impl Enqueue,
+    dptr: u64,
+    n: usize,
+    addend: u32,
+) -> Result<(), Fail> {
+    let _bound = ctx.bind()?;
+    let function = add_kernel(ctx)?;
+    const THREADS: u64 = 256;
+    let blocks = (n as u64).div_ceil(THREADS).min(1 << 20) as u32;
+    let (mut p_ptr, mut p_n, mut p_addend) = (dptr, n as u64, addend);
+    let mut params: [*mut c_void; 3] = [
+        ptr::from_mut(&mut p_ptr).cast(),
+        ptr::from_mut(&mut p_n).cast(),
+        ptr::from_mut(&mut p_addend).cast(),
+    ];
+    let (raw, _) = stream.enqueue_handle();
+    // SAFETY: `function` belongs to `ctx`, which is current and is the stream's context;
+    // `params` points at three live values matching the kernel's (u64, u64, u32) parameters
+    // (the driver copies them at the launch, or into the graph node); the caller vouches for
+    // the stream and the memory.
+    let rc = unsafe {
+        sys::cuLaunchKernel(
+            function,
+            blocks,
+            1,
+            1,
+            THREADS as u32,
+            1,
+            1,
+            0,
+            raw,
+            params.as_mut_ptr(),
+            ptr::null_mut(),
+        )
+    };
+    check(rc, "cuLaunchKernel")
+}
+
+/// Runs of the host functions `csi_capture_add_and_count` captured, over every replay.
+static HOST_FN_RUNS: AtomicU64 = AtomicU64::new(0);
+/// Those host functions not yet freed.
+static HOST_FNS_ALIVE: AtomicU64 = AtomicU64::new(0);
+
+/// Owned by each captured host function: counts it alive until it is freed.
+struct Alive;
+
+impl Alive {
+    fn new() -> Alive {
+        HOST_FNS_ALIVE.fetch_add(1, Ordering::SeqCst);
+        Alive
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        HOST_FNS_ALIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Writes the capture status of `stream` (0 none, 1 active, 2 invalidated) and, for a capture,
+/// its id (else 0), as the driver reports them for the handle (`cuStreamGetCaptureInfo`).
+///
+/// # Safety
+/// `stream` as in [`csi_fill_u32`]; `status_out` and `id_out` must each be null (an error) or
+/// valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn csi_capture_status(
+    stream: usize,
+    status_out: *mut i32,
+    id_out: *mut u64,
+) -> i32 {
+    ffi_call(|| {
+        if status_out.is_null() || id_out.is_null() {
+            return Err(Fail::new(
+                CSI_ERR_INVALID_ARGUMENT,
+                "status_out or id_out is a null pointer",
+            ));
+        }
+        // SAFETY: the caller's contract on `stream`.
+        let status = unsafe { with_stream(stream, |s| Ok(s.capture_status()?)) }?;
+        let (code, id) = match status {
+            CaptureStatus::None => (0, 0),
+            CaptureStatus::Active { id } => (1, id),
+            CaptureStatus::Invalidated { id } => (2, id),
+        };
+        // SAFETY: both are non-null and the caller promises they are writable.
+        unsafe {
+            write_out(status_out, code, "status_out")?;
+            write_out(id_out, id, "id_out")
+        }
+    })
+}
+
+/// Enqueues, into the capture `stream` is part of (begun by the framework, such as PyTorch's
+/// `torch.cuda.graph`), the add kernel over `n` words at `dptr` and then a host function that
+/// counts its runs: both run on every replay of the framework's graph, which owns the host
+/// function. `CSI_ERR_NOT_CAPTURING` if the stream is not being captured.
+///
+/// # Safety
+/// `stream` as in [`csi_fill_u32`]; `dptr` must be device memory of the stream's context,
+/// readable and writable for `n` words for as long as the graph can be replayed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn csi_capture_add_and_count(
+    stream: usize,
+    dptr: u64,
+    n: u64,
+    addend: u32,
+) -> i32 {
+    ffi_call(|| {
+        let n = element_count(n)?;
+        let work = |s: Stream<'_>| {
+            let ctx = primary_context_of(s)?;
+            s.in_capture(|cap| {
+                if n > 0 {
+                    // SAFETY: the capture's stream is live for this call; the caller vouches
+                    // for the memory on every replay.
+                    if let Err(fail) = unsafe { launch_add(&ctx, cap, dptr, n, addend) } {
+                        return Ok(Err(fail));
+                    }
+                }
+                let alive = Alive::new();
+                cap.launch_host_func(move || {
+                    let _alive = &alive;
+                    HOST_FN_RUNS.fetch_add(1, Ordering::SeqCst);
+                })?;
+                Ok(Ok(()))
+            })?
+        };
+        // SAFETY: the caller's contract on `stream`.
+        unsafe { with_stream(stream, work) }
+    })
+}
+
+/// How many times the host functions of `csi_capture_add_and_count` have run.
+#[unsafe(no_mangle)]
+pub extern "C" fn csi_host_fn_runs() -> u64 {
+    HOST_FN_RUNS.load(Ordering::SeqCst)
+}
+
+/// How many host functions of `csi_capture_add_and_count` are not yet freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn csi_host_fns_alive() -> u64 {
+    HOST_FNS_ALIVE.load(Ordering::SeqCst)
 }
 
 /// Records a new event (timing disabled) on `stream` after the work enqueued so far and writes
@@ -668,6 +809,9 @@ mod tests {
         assert_eq!(rc, CSI_ERR_INVALID_ARGUMENT);
         // SAFETY: as above.
         let rc = unsafe { csi_stream_create(0, ptr::null_mut()) };
+        assert_eq!(rc, CSI_ERR_INVALID_ARGUMENT);
+        // SAFETY: as above.
+        let rc = unsafe { csi_capture_status(0x1234, ptr::null_mut(), ptr::null_mut()) };
         assert_eq!(rc, CSI_ERR_INVALID_ARGUMENT);
         // SAFETY: a null event is rejected before the driver is called.
         let rc = unsafe { csi_destroy_event(0) };

@@ -76,15 +76,6 @@ impl MockDriver {
         })
     }
 
-    /// Makes `cuStreamIsCapturing` answer `status` for `stream` (the mock has no capture of its
-    /// own); `CU_STREAM_CAPTURE_STATUS_NONE` forgets it.
-    pub fn set_capture_status<T>(&self, stream: *mut T, status: cuda_sys::CUstreamCaptureStatus) {
-        self.control::<extern "C" fn(*mut std::ffi::c_void, u32)>(b"cuda_mock_set_capture_status\0")(
-            stream.cast(),
-            status.0,
-        )
-    }
-
     /// `len` bytes of device memory at `ptr` now (no stream involved), or `None` if the range is
     /// not inside one live allocation.
     pub fn read_memory(&self, ptr: u64, len: usize) -> Option<Vec<u8>> {

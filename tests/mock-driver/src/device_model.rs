@@ -90,6 +90,10 @@ pub(crate) enum DeviceWork {
     CopyDtoD { dst: u64, src: u64, bytes: usize },
     /// The staged bytes of a host-to-device copy.
     CopyHtoD { dst: u64, data: Vec<u8> },
+    /// A captured host-to-device copy: the host memory at `src` is read when the node runs.
+    CopyHtoDAt { dst: u64, src: usize, bytes: usize },
+    /// A captured device-to-host copy: the host memory at `dst` is written when the node runs.
+    CopyDtoH { dst: usize, src: u64, bytes: usize },
     /// A kernel of a module: checked to be loaded still, counted, and, for the kernels of
     /// [`run_kernel`], computed.
     Kernel {
@@ -113,9 +117,20 @@ pub(crate) struct DeviceState {
     pub(crate) live_allocations: u64,
     pub(crate) kernels_run: u64,
     pub(crate) last_launch: Option<LaunchRec>,
-    /// What `cuStreamIsCapturing` answers for a stream handle, set by
-    /// `cuda_mock_set_capture_status` (this model has no capture of its own).
-    pub(crate) capture_status: HashMap<usize, u32>,
+}
+
+impl DeviceWork {
+    /// The kind of node it makes in a graph (what `cuGraphExecUpdate` compares).
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            DeviceWork::Memset { .. } => "memset",
+            DeviceWork::CopyDtoD { .. }
+            | DeviceWork::CopyHtoD { .. }
+            | DeviceWork::CopyHtoDAt { .. }
+            | DeviceWork::CopyDtoH { .. } => "memcpy",
+            DeviceWork::Kernel { .. } => "kernel",
+        }
+    }
 }
 
 impl Default for DeviceState {
@@ -130,7 +145,6 @@ impl Default for DeviceState {
             live_allocations: 0,
             kernels_run: 0,
             last_launch: None,
-            capture_status: HashMap::new(),
         }
     }
 }
@@ -204,6 +218,24 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
         DeviceWork::CopyHtoD { dst, data } => match st.device.slice_mut(dst, data.len()) {
             Some(out) => {
                 out.copy_from_slice(&data);
+                true
+            }
+            None => false,
+        },
+        DeviceWork::CopyHtoDAt { dst, src, bytes } => match st.device.slice_mut(dst, bytes) {
+            Some(out) => {
+                // SAFETY: the capturing caller promised the host memory stays readable for every
+                // launch of the graph (`cuMemcpyHtoDAsync`'s contract in a capture).
+                let data = unsafe { std::slice::from_raw_parts(src as *const u8, bytes) };
+                out.copy_from_slice(data);
+                true
+            }
+            None => false,
+        },
+        DeviceWork::CopyDtoH { dst, src, bytes } => match st.device.slice_mut(src, bytes) {
+            Some(data) => {
+                // SAFETY: as above, writable and not accessed by the host meanwhile.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, bytes) };
                 true
             }
             None => false,

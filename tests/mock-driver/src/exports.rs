@@ -21,8 +21,10 @@
 //!    function), passing the symbol: it counts the call, applies the failure rules and checks
 //!    `cuInit`.
 //!
-//! A unit test (`driver_exports_follow_the_convention`) checks 1 to 3 on this file and on its
-//! submodules (`exports/kernels.rs`, `exports/memory.rs`).
+//! The capture and graph functions live in `capture.rs` and `graph.rs`, the module, launch and
+//! memory functions in `exports/kernels.rs` and `exports/memory.rs`, under the same convention
+//! (and are listed in [`driver_functions`] here). A unit test
+//! (`driver_exports_follow_the_convention`) checks 1 to 3 on the five files.
 
 // The driver functions have the exported C names, also where a flavour does not export them.
 #![allow(non_snake_case)]
@@ -62,7 +64,7 @@ fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
 /// The common prologue of a driver function: counts the call, refuses calls from host functions
 /// (`CUDA_ERROR_NOT_PERMITTED`), applies the failure rules, checks `cuInit` (unless `any_time`),
 /// then runs `body` with the state locked.
-fn api(
+pub(crate) fn api(
     symbol: &'static str,
     any_time: bool,
     body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
@@ -116,7 +118,7 @@ macro_rules! tri {
 ///
 /// `p` is non-null and valid for a write of `T` (the C contract of the calling driver function;
 /// callers check for null first).
-unsafe fn put<T>(p: *mut T, v: T) {
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
     // SAFETY: the caller's promise.
     unsafe { p.write(v) }
 }
@@ -326,6 +328,22 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             vec![$((stringify!($f), $f as *const () as usize)),*]
         };
     }
+    use crate::capture::{
+        cuEventRecordWithFlags, cuEventRecordWithFlags_ptsz, cuStreamBeginCapture,
+        cuStreamBeginCapture_ptsz, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz,
+        cuStreamEndCapture, cuStreamEndCapture_ptsz, cuStreamGetCaptureInfo,
+        cuStreamGetCaptureInfo_ptsz, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz,
+        cuStreamGetCaptureInfo_v3, cuStreamGetCaptureInfo_v3_ptsz, cuStreamIsCapturing,
+        cuStreamIsCapturing_ptsz, cuThreadExchangeStreamCaptureMode,
+    };
+    use crate::graph::{
+        cuGraphDebugDotPrint, cuGraphDestroy, cuGraphExecDestroy, cuGraphExecUpdate,
+        cuGraphExecUpdate_v2, cuGraphGetNodes, cuGraphInstantiate, cuGraphInstantiate_v2,
+        cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
+        cuGraphInstantiateWithParams_ptsz, cuGraphLaunch, cuGraphLaunch_ptsz,
+        cuGraphReleaseUserObject, cuGraphRetainUserObject, cuGraphUpload, cuGraphUpload_ptsz,
+        cuUserObjectCreate, cuUserObjectRelease, cuUserObjectRetain,
+    };
     static TABLE: LazyLock<Vec<(&'static str, usize)>> = LazyLock::new(|| {
         table![
             cuInit,
@@ -395,7 +413,45 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             cuMemcpyDtoDAsync_v2,
             cuMemcpyHtoDAsync_v2,
             cuMemcpyDtoHAsync_v2,
+            // Capture (capture.rs).
+            cuStreamBeginCapture,
+            cuStreamBeginCapture_ptsz,
+            cuStreamBeginCapture_v2,
+            cuStreamBeginCapture_v2_ptsz,
+            cuStreamEndCapture,
+            cuStreamEndCapture_ptsz,
             cuStreamIsCapturing,
+            cuStreamIsCapturing_ptsz,
+            cuStreamGetCaptureInfo,
+            cuStreamGetCaptureInfo_ptsz,
+            cuStreamGetCaptureInfo_v2,
+            cuStreamGetCaptureInfo_v2_ptsz,
+            cuStreamGetCaptureInfo_v3,
+            cuStreamGetCaptureInfo_v3_ptsz,
+            cuThreadExchangeStreamCaptureMode,
+            cuEventRecordWithFlags,
+            cuEventRecordWithFlags_ptsz,
+            // Graphs, executable graphs, user objects (graph.rs).
+            cuGraphGetNodes,
+            cuGraphDestroy,
+            cuGraphDebugDotPrint,
+            cuGraphInstantiate,
+            cuGraphInstantiate_v2,
+            cuGraphInstantiateWithFlags,
+            cuGraphInstantiateWithParams,
+            cuGraphInstantiateWithParams_ptsz,
+            cuGraphLaunch,
+            cuGraphLaunch_ptsz,
+            cuGraphUpload,
+            cuGraphUpload_ptsz,
+            cuGraphExecDestroy,
+            cuGraphExecUpdate,
+            cuGraphExecUpdate_v2,
+            cuUserObjectCreate,
+            cuUserObjectRetain,
+            cuUserObjectRelease,
+            cuGraphRetainUserObject,
+            cuGraphReleaseUserObject,
         ]
     });
     &TABLE
@@ -741,8 +797,11 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
 /// None beyond the C contract; takes no pointers.
 #[cfg_attr(exported = "cuCtxSynchronize", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    api("cuCtxSynchronize", false, |st| {
+    api("cuCtxSynchronize", false, |mut st| {
         let ctx = tri!(st.current_ctx());
+        if let Some(rc) = crate::capture::on_ctx_sync(&mut st, ctx) {
+            return rc;
+        }
         let target = st.ctx_last_job.get(&ctx).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -890,12 +949,15 @@ pub unsafe extern "C" fn cuStreamQuery_ptsz(h_stream: CUstream) -> CUresult {
 fn stream_query(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> CUresult {
     api(symbol, false, |mut st| {
         let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
+        if let Some(rc) = crate::capture::on_stream_poll(&mut st, s) {
+            return rc;
+        }
         if st.idle(s.key) { SUCCESS } else { NOT_READY }
     })
 }
 
 /// The stream a `_ptsz` / `_ptds` function means by `h`: the null stream is the per-thread one.
-fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
+pub(crate) fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
     if per_thread && h.is_null() {
         std::ptr::without_provenance_mut(2)
     } else {
@@ -927,6 +989,9 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(h_stream: CUstream) -> CUresul
 fn stream_synchronize(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> CUresult {
     api(symbol, false, |mut st| {
         let s = tri!(st.stream(per_thread_null(h_stream, per_thread)));
+        if let Some(rc) = crate::capture::on_stream_poll(&mut st, s) {
+            return rc;
+        }
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         drop(state::wait_until_done(st, target));
         SUCCESS
@@ -950,6 +1015,9 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
         let (_, _, core) = tri!(st.event(h_event as usize));
         if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
             return INVALID_VALUE;
+        }
+        if let Some(rc) = crate::capture::on_wait(&mut st, s, core, flags) {
+            return rc;
         }
         let seq = st
             .cores
@@ -984,6 +1052,9 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         if flags != 0 {
             return INVALID_VALUE;
         }
+        if let Some(rc) = crate::capture::on_callback(&mut st, s) {
+            return rc;
+        }
         tri!(st.enqueue(s, Work::Callback(f, h_stream as usize, user_data as usize)));
         SUCCESS
     })
@@ -1006,6 +1077,9 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
         let Some(f) = f else {
             return INVALID_VALUE;
         };
+        if let Some(rc) = crate::capture::on_host_fn(&mut st, s, f, user_data as usize) {
+            return rc;
+        }
         tri!(st.enqueue(s, Work::Host(f, user_data as usize)));
         SUCCESS
     })
@@ -1220,6 +1294,9 @@ pub unsafe extern "C" fn cuEventRecord(h_event: CUevent, h_stream: CUstream) -> 
         if s.ctx != ctx {
             return INVALID_HANDLE;
         }
+        if let Some(rc) = crate::capture::on_event_record(&mut st, s, core) {
+            return rc;
+        }
         let record = if st.idle(s.key) {
             (0, Some(Instant::now()))
         } else {
@@ -1247,6 +1324,9 @@ fn event_state(st: &State, core: u64) -> Option<(bool, Option<Instant>)> {
 pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
     api("cuEventQuery", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
+        if let Some(rc) = crate::capture::on_event_poll(&mut st, core) {
+            return rc;
+        }
         match event_state(&st, core) {
             Some((false, _)) => NOT_READY,
             _ => SUCCESS,
@@ -1263,6 +1343,9 @@ pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
 pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
     api("cuEventSynchronize", false, |mut st| {
         let (_, _, core) = tri!(st.event(h_event as usize));
+        if let Some(rc) = crate::capture::on_event_poll(&mut st, core) {
+            return rc;
+        }
         let target = st
             .cores
             .get(&core)
@@ -1582,7 +1665,7 @@ pub extern "C" fn cuda_mock_set_device_count(count: c_int) -> c_int {
     })
 }
 
-fn read(f: impl FnOnce(&State) -> u64) -> u64 {
+pub(crate) fn read(f: impl FnOnce(&State) -> u64) -> u64 {
     guard(0, || f(&state::lock()))
 }
 
@@ -1697,7 +1780,7 @@ use kernels::{
 };
 use memory::{
     cuMemAlloc_v2, cuMemFree_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2,
-    cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async, cuStreamIsCapturing,
+    cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async,
 };
 
 #[cfg(test)]
@@ -1707,12 +1790,14 @@ mod tests {
     /// The convention of the module docs, checked on the text of this file and its submodules'.
     #[test]
     fn driver_exports_follow_the_convention() {
-        let texts = [
+        let files = [
             include_str!("exports.rs"),
+            include_str!("capture.rs"),
+            include_str!("graph.rs"),
             include_str!("exports/kernels.rs"),
             include_str!("exports/memory.rs"),
         ];
-        let lines: Vec<&str> = texts.iter().flat_map(|t| t.lines()).collect();
+        let lines: Vec<&str> = files.iter().flat_map(|f| f.lines()).collect();
         let table: Vec<&str> = driver_functions().iter().map(|(n, _)| *n).collect();
         let mut exports = Vec::new();
         for (i, line) in lines.iter().enumerate() {
@@ -1750,6 +1835,6 @@ mod tests {
             table.len(),
             "driver_functions lists {table:?}"
         );
-        assert!(exports.len() >= 50);
+        assert!(exports.len() >= 85);
     }
 }

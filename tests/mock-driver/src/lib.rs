@@ -55,6 +55,13 @@
 //!   The legacy stream's implicit synchronisation with blocking streams is not modelled beyond
 //!   that global order. A driver call made from inside a host function returns
 //!   `CUDA_ERROR_NOT_PERMITTED` (the driver's documented answer) and is counted.
+//! - Graph capture (`capture.rs`) and graphs, executable graphs and user objects (`graph.rs`),
+//!   with the driver's rules for the three capture modes, forks and joins through events,
+//!   invalidation and unjoined captures; captured host functions, kernels, memsets and copies run
+//!   on the worker on every launch (kernels and memory reach the capture through
+//!   `capture::on_device_work`, graph launches through `capture::on_enqueue`, an opaque node); a
+//!   user object's destructor runs on the worker after the launches that hold it. Each module's
+//!   documentation states its model.
 //! - A stream "owned by someone else" (for borrowing tests) is just one the test creates with
 //!   `cuStreamCreate` through the driver: the mock does not care who created a handle, only that
 //!   it did and that it is still alive.
@@ -108,6 +115,11 @@
 //! uint64_t cuda_mock_orphans(void);                       // destroyed with their context
 //! uint64_t cuda_mock_host_fn_api_calls(void);             // driver calls from host functions
 //! uint64_t cuda_mock_pending_host_fns(void);              // queued or running
+//! uint64_t cuda_mock_live_graphs(void);                   // capture.rs, graph.rs
+//! uint64_t cuda_mock_live_graph_execs(void);
+//! uint64_t cuda_mock_live_user_objects(void);             // with references left
+//! uint64_t cuda_mock_user_object_destructors_run(void);   // since load, never reset
+//! uint64_t cuda_mock_live_captures(void);                 // active or invalidated
 //! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
 //! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
 //! uint64_t cuda_mock_live_modules(void);
@@ -116,7 +128,6 @@
 //! int      cuda_mock_last_launch(uint32_t out[8]);        // grid, block, shared bytes, #params
 //! int64_t  cuda_mock_last_launch_param(uint32_t i, uint8_t *out, size_t cap); // its size, or -1
 //! int      cuda_mock_read_memory(uint64_t ptr, uint8_t *out, size_t len);     // 0, or -1
-//! void     cuda_mock_set_capture_status(void *stream, uint32_t status);       // cuStreamIsCapturing's answer
 //! int64_t  cuda_mock_event_flags(void *handle);           // an event's creation flags, -1 if not one
 //! ```
 //!
@@ -181,9 +192,11 @@
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
 //! `Mutex`) and call [`MockDriver::reset`] first.
 
+mod capture;
 mod control_device;
 mod device_model;
 mod exports;
+mod graph;
 mod state;
 
 pub use control_device::MockLaunch;
@@ -344,6 +357,7 @@ pub struct MockDriver {
     exports: unsafe extern "C" fn(*const c_char) -> c_int,
     set_device_count: extern "C" fn(c_int) -> c_int,
     counters: [Counter; 10],
+    graph_counters: [Counter; 5],
     calls: unsafe extern "C" fn(*const c_char) -> u64,
     destroyed: extern "C" fn(*mut c_void) -> c_int,
     event_flags: extern "C" fn(*mut c_void) -> i64,
@@ -370,6 +384,15 @@ const COUNTERS: [&[u8]; 10] = [
     b"cuda_mock_pending_host_fns\0",
 ];
 
+/// The counters of capture.rs and graph.rs.
+const GRAPH_COUNTERS: [&[u8]; 5] = [
+    b"cuda_mock_live_graphs\0",
+    b"cuda_mock_live_graph_execs\0",
+    b"cuda_mock_live_user_objects\0",
+    b"cuda_mock_user_object_destructors_run\0",
+    b"cuda_mock_live_captures\0",
+];
+
 fn c_string(s: &str) -> CString {
     CString::new(s.replace('\0', "")).unwrap_or_default()
 }
@@ -389,6 +412,10 @@ impl MockDriver {
             for (slot, name) in counters.iter_mut().zip(COUNTERS) {
                 *slot = *lib.get::<Counter>(name)?;
             }
+            let mut graph_counters = [cuda_mock_never as Counter; 5];
+            for (slot, name) in graph_counters.iter_mut().zip(GRAPH_COUNTERS) {
+                *slot = *lib.get::<Counter>(name)?;
+            }
             Ok(MockDriver {
                 path: path.to_path_buf(),
                 reset: *lib.get(b"cuda_mock_reset\0")?,
@@ -400,6 +427,7 @@ impl MockDriver {
                 exports: *lib.get(b"cuda_mock_exports\0")?,
                 set_device_count: *lib.get(b"cuda_mock_set_device_count\0")?,
                 counters,
+                graph_counters,
                 calls: *lib.get(b"cuda_mock_calls\0")?,
                 destroyed: *lib.get(b"cuda_mock_destroyed\0")?,
                 event_flags: *lib.get(b"cuda_mock_event_flags\0")?,
@@ -513,6 +541,27 @@ impl MockDriver {
     /// Host functions, callbacks and event records queued or running now.
     pub fn pending_host_fns(&self) -> u64 {
         (self.counters[9])()
+    }
+
+    /// Graphs alive now (made by captures, not destroyed).
+    pub fn live_graphs(&self) -> u64 {
+        (self.graph_counters[0])()
+    }
+    /// Executable graphs alive now.
+    pub fn live_graph_execs(&self) -> u64 {
+        (self.graph_counters[1])()
+    }
+    /// User objects with references left now.
+    pub fn live_user_objects(&self) -> u64 {
+        (self.graph_counters[2])()
+    }
+    /// User-object destructors run since the library was loaded (not reset).
+    pub fn user_object_destructors_run(&self) -> u64 {
+        (self.graph_counters[3])()
+    }
+    /// Captures under way now (active or invalidated).
+    pub fn live_captures(&self) -> u64 {
+        (self.graph_counters[4])()
     }
 
     /// Calls of `name` since the last reset, failed ones included.

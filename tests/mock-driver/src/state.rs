@@ -277,6 +277,8 @@ pub(crate) enum Work {
     Marker(u64),
     /// A memset, a copy or a kernel (`device_model.rs`).
     Device(crate::device_model::DeviceWork),
+    /// A graph launch's end, or a user object's destructor (graph.rs).
+    Graph(crate::graph::GraphJob),
 }
 
 #[derive(Debug)]
@@ -312,6 +314,8 @@ pub(crate) struct State {
     worker_started: bool,
     /// Modules, kernels and memory (`device_model.rs`).
     pub(crate) device: crate::device_model::DeviceState,
+    /// Captures, graphs, executable graphs and user objects (capture.rs, graph.rs).
+    pub(crate) graphs: crate::graph::Graphs,
 }
 
 /// A fresh, never-freed heap address to serve as a handle.
@@ -359,6 +363,7 @@ impl State {
             ctx_last_job: HashMap::new(),
             worker_started: false,
             device: Default::default(),
+            graphs: crate::graph::Graphs::default(),
         };
         st.baseline = baseline;
         st.reset();
@@ -506,6 +511,14 @@ impl State {
 
     /// Queues `work` on stream `s`, starting the worker thread if needed.
     pub(crate) fn enqueue(&mut self, s: StreamRef, work: Work) -> Result<u64, CUresult> {
+        let seq = self.enqueue_detached(work)?;
+        self.last_job.insert(s.key, seq);
+        self.ctx_last_job.insert(s.ctx, seq);
+        Ok(seq)
+    }
+
+    /// Queues `work` on no stream (after everything queued so far).
+    pub(crate) fn enqueue_detached(&mut self, work: Work) -> Result<u64, CUresult> {
         if !self.worker_started {
             std::thread::Builder::new()
                 .name("cuda-mock-host-fns".into())
@@ -515,8 +528,6 @@ impl State {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.last_job.insert(s.key, seq);
-        self.ctx_last_job.insert(s.ctx, seq);
         self.queue.push_back(Job { seq, work });
         SHARED.work.notify_one();
         Ok(seq)
@@ -664,6 +675,7 @@ fn worker() {
                 };
                 st = lock();
             }
+            Work::Graph(job) => st = crate::graph::run_job(st, job),
         }
         st.completed = job.seq;
         SHARED.done.notify_all();

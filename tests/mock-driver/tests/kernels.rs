@@ -9,9 +9,9 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use cuda_mock_driver::{MockDriver, MockLaunch, mock_driver_path};
-use cuda_stream::ffi::{CUresult, CUstreamCaptureStatus};
+use cuda_stream::ffi::CUresult;
 use cuda_stream::{
-    AsStream, Context, DeviceBuffer, Error, JitOptions, LaunchConfig, Module, Stream,
+    AsStream, CaptureMode, Context, DeviceBuffer, Error, JitOptions, LaunchConfig, Module, Stream,
     current_context_raw, deferred_failed, deferred_pending, drain_deferred, kernel_args,
 };
 
@@ -555,51 +555,130 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
         mismatch(DeviceBuffer::<u32>::from_host(&ctx, &s1, &[1]).map(drop));
 
         // A stream that is capturing a graph: the safe operations refuse it before enqueueing
-        // anything (the graph could run after the buffer is freed).
+        // anything (the graph could run after the buffer is freed); those that take a plain
+        // stream cannot be given the capture view at all, but could get another view of the
+        // same stream.
         let allocations = m.live_allocations();
         let syncs = m.calls("cuCtxSynchronize");
         let memsets = m.calls("cuMemsetD32Async");
-        m.set_capture_status(
-            s.raw(),
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
-        );
         let capturing = |r: cuda_stream::Result<()>, what: &str| match r {
             Err(Error::Capturing { op }) => assert_eq!(op, what),
             other => panic!("{what}: {other:?}"),
         };
-        capturing(a.fill(&s, 1), "DeviceBuffer::fill");
-        capturing(a.copy_from(&s, &a), "DeviceBuffer::copy_from");
-        capturing(
-            a.copy_from_host(&s, &[0; 4]),
-            "DeviceBuffer::copy_from_host",
-        );
-        capturing(a.to_vec(&s).map(drop), "DeviceBuffer::copy_to_host");
-        capturing(
-            DeviceBuffer::<u32>::zeroed(&ctx, &s, 4).map(drop),
-            "DeviceBuffer::zeroed",
-        );
-        capturing(
-            DeviceBuffer::<u32>::from_host(&ctx, &s, &[1]).map(drop),
-            "DeviceBuffer::from_host",
-        );
-        let err = a.fill(&s, 1).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "DeviceBuffer::fill cannot be recorded into a graph capture (the graph could \
-             outlive the buffer)"
-        );
-        assert_eq!(m.live_allocations(), allocations, "nothing was allocated");
-        assert_eq!(m.calls("cuCtxSynchronize"), syncs, "nor freed");
-        assert_eq!(m.calls("cuMemsetD32Async"), memsets);
-        // The raw functions record into a capture: their caller keeps the memory alive.
-        // SAFETY: `a` outlives the (mock) capture, which never runs.
-        unsafe { cuda_stream::memset_d32_async(&s, a.device_ptr(), 1, 4) }.unwrap();
-        m.set_capture_status(
-            s.raw(),
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
-        );
+        let mut s = s;
+        let raw = s.raw();
+        let token = ();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                capturing(a.fill(&cap, 1), "DeviceBuffer::fill");
+                capturing(a.copy_from(&cap, &a), "DeviceBuffer::copy_from");
+                capturing(
+                    DeviceBuffer::<u32>::zeroed(&ctx, &cap, 4).map(drop),
+                    "DeviceBuffer::zeroed",
+                );
+                // SAFETY: `s`'s handle, alive during its capture.
+                let view = unsafe { Stream::borrow_raw(raw, &token) }.unwrap();
+                capturing(
+                    a.copy_from_host(view, &[0; 4]),
+                    "DeviceBuffer::copy_from_host",
+                );
+                capturing(a.to_vec(view).map(drop), "DeviceBuffer::copy_to_host");
+                capturing(
+                    DeviceBuffer::<u32>::from_host(&ctx, view, &[1]).map(drop),
+                    "DeviceBuffer::from_host",
+                );
+                let err = a.fill(&cap, 1).unwrap_err();
+                assert_eq!(
+                    err.to_string(),
+                    "DeviceBuffer::fill cannot be recorded into a graph capture (the graph could \
+                     outlive the buffer)"
+                );
+                assert_eq!(m.live_allocations(), allocations, "nothing was allocated");
+                assert_eq!(m.calls("cuCtxSynchronize"), syncs, "nor freed");
+                assert_eq!(m.calls("cuMemsetD32Async"), memsets);
+                // The raw functions record into a capture: their caller keeps the memory alive.
+                // SAFETY: `a` outlives the graph's launches below.
+                unsafe { cuda_stream::memset_d32_async(&cap, a.device_ptr(), 9, 4) }
+            })
+            .unwrap();
+        assert_eq!(a.to_vec(&s).unwrap(), [0; 4], "captured, not run");
+        let exec = graph.instantiate().unwrap();
+        exec.launch(&s).unwrap();
+        assert_eq!(a.to_vec(&s).unwrap(), [9; 4], "run by the graph's launch");
         a.fill(&s, 2).unwrap();
         assert_eq!(a.to_vec(&s).unwrap(), [2; 4]);
+        assert_clean(m);
+    });
+}
+
+/// Kernels, memsets and copies on a capture view (and on its forks) become graph nodes: nothing
+/// runs during the capture, and every launch of the executable graph runs them again in the
+/// captured order, copies to the host included.
+#[test]
+fn launches_memsets_and_copies_are_captured_and_replayed() {
+    let (_lock, m) = mock();
+    isolated(|| {
+        const N: usize = 1000;
+        let ctx = Context::primary(0).unwrap();
+        let mut s = ctx.new_stream().unwrap();
+        let module = Module::from_ptx(&ctx, PTX).unwrap();
+        let saxpy = module.function("saxpy").unwrap();
+        let host_x: Vec<f32> = (0..N).map(|i| i as f32).collect();
+        let x = DeviceBuffer::from_host(&ctx, &s, &host_x).unwrap();
+        let y = DeviceBuffer::<f32>::zeroed(&ctx, &s, N).unwrap();
+        let z = DeviceBuffer::<f32>::zeroed(&ctx, &s, N).unwrap();
+        let mut out = vec![0f32; N];
+        let half = N / 2;
+        let run = m.kernels_run();
+        // `y[at..at + n] = a * x[at..at + n] + y[at..at + n]` on `stream`.
+        let saxpy_on = |stream: &cuda_stream::CaptureStream<'_>, n: usize, a: f32, at: usize| {
+            let n32 = n as u32;
+            let at = (at * 4) as u64;
+            let (px, py) = (x.device_ptr() + at, y.device_ptr() + at);
+            let config = LaunchConfig::for_elements(n32, 128);
+            // SAFETY: saxpy takes (u32, f32, pointer, pointer); `x` and `y` hold N floats and
+            // outlive the graph's launches.
+            unsafe { saxpy.launch(stream, config, &kernel_args![n32, a, px, py]) }
+        };
+        let out_ptr = out.as_mut_ptr();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                // y = 1, then each fork computes y = 2x + y on its half, then z = y and the host
+                // gets a copy of z.
+                // SAFETY: `y` holds N floats and outlives the graph's launches.
+                unsafe { cuda_stream::memset_d32_async(&cap, y.device_ptr(), 1f32.to_bits(), N) }?;
+                cap.scope(|sc| {
+                    let (a, b) = (sc.fork()?, sc.fork()?);
+                    saxpy_on(&a, half, 2.0, 0)?;
+                    saxpy_on(&b, N - half, 2.0, half)
+                })?;
+                // The safe copy is refused in a capture; the raw one is recorded.
+                z.copy_from(&cap, &y).unwrap_err();
+                // SAFETY: `z`, `y` hold N floats and `out` N floats; all outlive the launches,
+                // and `out` is read only after the stream is synchronised.
+                unsafe {
+                    cuda_stream::memcpy_dtod_async(&cap, z.device_ptr(), y.device_ptr(), 4 * N)?;
+                    cuda_stream::memcpy_dtoh_async(
+                        &cap,
+                        std::slice::from_raw_parts_mut(out_ptr, N),
+                        z.device_ptr(),
+                    )
+                }
+            })
+            .unwrap();
+        assert_eq!(m.kernels_run(), run, "nothing ran during the capture");
+        assert_eq!(graph.node_count().unwrap(), 5);
+        assert_eq!(z.to_vec(&s).unwrap(), vec![0.0; N]);
+        let exec = graph.instantiate().unwrap();
+        for replay in 1..=3 {
+            z.fill(&s, 0.0).unwrap();
+            exec.launch(&s).unwrap();
+            s.synchronize().unwrap();
+            assert_eq!(m.kernels_run(), run + 2 * replay);
+            let expected: Vec<f32> = host_x.iter().map(|v| 2.0 * v + 1.0).collect();
+            assert_eq!(z.to_vec(&s).unwrap(), expected, "replay {replay}");
+            assert_eq!(out, expected, "replay {replay}: the copy to the host");
+        }
         assert_clean(m);
     });
 }
@@ -671,6 +750,8 @@ fn modules_and_buffers_dropped_inside_a_host_function_are_freed_later() {
     let (_lock, m) = mock();
     isolated(|| {
         let (failed, frees) = (deferred_failed(), m.calls("cuMemFree"));
+        // Retains that outlive tests (the fork pools of `scope`) are not this test's.
+        let retains = m.live_primary_retains();
         let ctx = Context::primary(0).unwrap();
         let (module, closed, buf, freed) = {
             let s0 = ctx.new_stream().unwrap();
@@ -728,7 +809,7 @@ fn modules_and_buffers_dropped_inside_a_host_function_are_freed_later() {
         assert_eq!(deferred_pending(), 5);
         assert_eq!((m.live_modules(), m.live_allocations()), (2, 2));
         assert_eq!(m.calls("cuMemFree"), frees);
-        assert_eq!(m.live_primary_retains(), 2);
+        assert_eq!(m.live_primary_retains(), retains + 2);
 
         // Drained in order: the unloads and frees (each after context 0's work) before the
         // release, so nothing is orphaned.
@@ -737,7 +818,7 @@ fn modules_and_buffers_dropped_inside_a_host_function_are_freed_later() {
         assert_eq!(deferred_failed(), failed);
         assert_eq!((m.live_modules(), m.live_allocations()), (0, 0));
         assert_eq!(m.calls("cuMemFree"), frees + 2);
-        assert_eq!(m.live_primary_retains(), 1);
+        assert_eq!(m.live_primary_retains(), retains + 1);
         assert_eq!(m.host_fn_api_calls(), 0);
         assert_clean(m);
     });

@@ -1,25 +1,38 @@
 //! `cuda-stream` on every driver generation: each flavour of the mock (CUDA 11.4, 12.0, 12.2,
 //! 12.4, 12.8 and 13.0, with and without `cuGetProcAddress`), and the CUDA 13.0 ones with the
-//! ABI limited to CUDA 12.0 (and 11.4) by `CUDA_SYS_ABI_VERSION`. Each operation uses the newest ABI the driver
+//! ABI limited to CUDA 12.0 (and 11.4, 11.0) by `CUDA_SYS_ABI_VERSION`. Each operation uses the newest ABI the driver
 //! has and falls back to older ones of the same meaning; `Error::Unsupported` comes only where no
 //! ABI exists, naming the call and the versions involved:
 //!
 //! - `Event::elapsed_since`: `cuEventElapsedTime_v12080` from CUDA 12.8, the original
 //!   `cuEventElapsedTime_v2000` before (it works on every flavour);
 //! - `Stream::device`: `cuStreamGetDevice` from CUDA 12.8, the stream's context before;
-//! - `Stream::id`: `cuStreamGetId`, CUDA 12.0 and later, `Unsupported` before.
+//! - `Stream::id`: `cuStreamGetId`, CUDA 12.0 and later, `Unsupported` before;
+//! - graphs: `capture_status` and captures through `cuStreamGetCaptureInfo_v3` from CUDA 12.3,
+//!   `_v2` (CUDA 11.3) before, `Unsupported` before that; `instantiate_with` an upload through
+//!   `cuGraphInstantiateWithParams` from CUDA 12.0, `cuGraphInstantiateWithFlags` and
+//!   `cuGraphUpload` before; `instantiate` through `cuGraphInstantiateWithFlags` from CUDA 11.4,
+//!   its CUDA 11.0 ABI before (flags `Unsupported` there); `GraphExec::update` through
+//!   `cuGraphExecUpdate_v2` from CUDA 12.0, the CUDA 10.2 ABI before, with the same
+//!   `Error::GraphUpdate` for a refused update. (The ABI limit of CUDA 11.0 shows the oldest
+//!   fallbacks: no flavour is that old.)
 //!
 //! Each configuration runs in a child process of its own (the mock must be the process-wide
 //! driver from the first call on, and its state is per process), which loads the flavour through
 //! `CUDA_SYS_LIBCUDA` exactly as a program loads libcuda; the parent test,
 //! [`every_driver_generation_runs_cuda_stream`], prints one line per configuration.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, report, run_in_each_flavour};
+use cuda_stream::ffi::{CUgraphExecUpdateResult, CUstreamCaptureMode};
 use cuda_stream::ffi::{CUresult, LoadError};
-use cuda_stream::{AsStream, Context, Device, Error, EventOptions, Stream, driver_version};
+use cuda_stream::{
+    AsStream, CaptureMode, CaptureStatus, Context, Device, Error, EventOptions, Graph,
+    InstantiateOptions, OwnedStream, Stream, driver_version,
+};
 
 static LOCK: Mutex<()> = Mutex::new(());
 
@@ -246,8 +259,213 @@ fn everything_else_works_on_every_driver() {
     assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
 }
 
+/// Checks that `err` is `Unsupported` for `call`, with a source saying what CUDA version the
+/// missing ABI needs (`introduced`).
+fn assert_unsupported_abi(err: &Error, call: &str, introduced: &str) {
+    assert!(err.is_unsupported(), "{err:?}");
+    assert_eq!(err.call(), Some(call), "{err:?}");
+    assert!(err.to_string().contains(call), "{err}");
+    let source = std::error::Error::source(err)
+        .expect("Unsupported has the loader's account as its source")
+        .to_string();
+    assert!(source.contains(&format!("CUDA {introduced}")), "{source}");
+}
+
+/// Captures `n` host functions that count their runs into `ran` (plus an event record and a
+/// wait on it, so the graph has more than one kind of node).
+fn capture_counting(st: &mut OwnedStream, ran: &Arc<AtomicUsize>, n: usize) -> Graph {
+    st.capture(CaptureMode::ThreadLocal, |cap| {
+        assert!(matches!(cap.status()?, CaptureStatus::Active { .. }));
+        let ev = cap.record_event()?;
+        cap.wait_captured(ev)?;
+        for _ in 0..n {
+            let ran = ran.clone();
+            cap.launch_host_func(move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })?;
+        }
+        Ok(())
+    })
+    .unwrap()
+}
+
+/// Begins and ends a capture of one host function with raw driver calls (resolved at the ABI
+/// limit too), for a driver where `cuda-stream` cannot capture.
+fn raw_capture(ctx: &Context, st: &OwnedStream) -> Graph {
+    unsafe extern "C" fn nothing(_: *mut std::ffi::c_void) {}
+    let global = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: the stream is live and idle; the host function does nothing; `raw` is a valid
+    // out-pointer.
+    unsafe {
+        assert_eq!(
+            cuda_sys::cuStreamBeginCapture(st.raw(), global),
+            CUresult::CUDA_SUCCESS
+        );
+        let rc = cuda_sys::cuLaunchHostFunc(st.raw(), Some(nothing), std::ptr::null_mut());
+        assert_eq!(rc, CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            cuda_sys::cuStreamEndCapture(st.raw(), &mut raw),
+            CUresult::CUDA_SUCCESS
+        );
+    }
+    // SAFETY: a live graph nothing else has, of `ctx`'s work; its node uses nothing.
+    unsafe { Graph::from_raw(raw, ctx) }.unwrap()
+}
+
+#[test]
+fn graphs_work_on_every_driver_through_the_newest_abis_it_has() {
+    let Some((_lock, s)) = setup() else { return };
+    let m = &s.mock;
+    let name = s.flavour.name;
+    let (graphs, execs, objects) = (m.live_graphs(), m.live_graph_execs(), m.live_user_objects());
+    std::thread::scope(|t| {
+        t.spawn(|| {
+            let ctx = Context::primary(0).unwrap();
+            let mut st = ctx.new_stream().unwrap();
+            if s.abi < 11030 {
+                // No capture status before CUDA 11.3 (`cuStreamGetCaptureInfo_v2`): a clear
+                // error, the capture ended, nothing left behind, the stream usable.
+                let err = st
+                    .capture(CaptureMode::ThreadLocal, |_| Ok(()))
+                    .unwrap_err();
+                assert_unsupported_abi(&err, "cuStreamGetCaptureInfo", "11.3");
+                let err = st.capture_status().unwrap_err();
+                assert_unsupported_abi(&err, "cuStreamGetCaptureInfo", "11.3");
+                assert_eq!((m.live_captures(), m.live_graphs()), (0, graphs));
+                st.synchronize().unwrap();
+                // A graph captured by raw code instantiates through the CUDA 11.0 ABI; flags,
+                // which need cuGraphInstantiateWithFlags (11.4), are refused by name.
+                let graph = raw_capture(&ctx, &st);
+                m.reset();
+                let exec = graph.instantiate().unwrap();
+                assert_eq!(m.calls("cuGraphInstantiate_v11000"), 1, "{name}");
+                let err = graph
+                    .instantiate_with(InstantiateOptions::new().auto_free_on_launch(true))
+                    .unwrap_err();
+                assert_unsupported_abi(&err, "cuGraphInstantiate", "11.4");
+                // An upload needs cuGraphUpload (11.1): refused, the executable graph destroyed.
+                let err = graph
+                    .instantiate_with(InstantiateOptions::new().upload(st.as_stream()))
+                    .unwrap_err();
+                assert_unsupported_abi(&err, "cuGraphUpload", "11.1");
+                assert_eq!(m.live_graph_execs(), execs + 1);
+                let mut exec = exec;
+                exec.launch(&st).unwrap();
+                // The update of CUDA 10.2.
+                let again = raw_capture(&ctx, &st);
+                exec.update(&again).unwrap();
+                assert_eq!(m.calls("cuGraphExecUpdate_v10020"), 1, "{name}");
+                st.synchronize().unwrap();
+                return;
+            }
+
+            let ran = Arc::new(AtomicUsize::new(0));
+            m.reset();
+            let graph = capture_counting(&mut st, &ran, 2);
+            assert_eq!(st.capture_status().unwrap(), CaptureStatus::None);
+            // The capture info's ABI: CUDA 12.3's where the bindings may resolve it, else 11.3's.
+            let (v3, v2) = (
+                m.calls("cuStreamGetCaptureInfo_v12030"),
+                m.calls("cuStreamGetCaptureInfo_v11030"),
+            );
+            if s.abi >= 12030 {
+                assert!(v3 >= 3 && v2 == 0, "{name}: v3 {v3}, v2 {v2}");
+            } else {
+                assert!(v2 >= 3 && v3 == 0, "{name}: v3 {v3}, v2 {v2}");
+            }
+            // A failure of that ABI is reported under the name C code uses.
+            let used = if s.abi >= 12030 {
+                "cuStreamGetCaptureInfo_v12030"
+            } else {
+                "cuStreamGetCaptureInfo_v11030"
+            };
+            m.fail(used, 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+            let err = st.capture_status().unwrap_err();
+            assert_eq!(err.call(), Some("cuStreamGetCaptureInfo"), "{err:?}");
+
+            // Instantiation with an upload: one call from CUDA 12.0, two before.
+            m.reset();
+            let mut exec = graph.instantiate().unwrap();
+            let uploaded = graph
+                .instantiate_with(InstantiateOptions::new().upload(st.as_stream()))
+                .unwrap();
+            let (with_params, upload) = (
+                m.calls("cuGraphInstantiateWithParams"),
+                m.calls("cuGraphUpload"),
+            );
+            let expected = if s.abi >= 12000 { (1, 0) } else { (0, 1) };
+            assert_eq!((with_params, upload), expected, "{name}");
+            assert_eq!(m.calls("cuGraphInstantiate"), 2 - expected.0, "{name}");
+            // A failed upload leaves no executable graph behind.
+            if s.abi < 12000 {
+                let live = m.live_graph_execs();
+                m.fail("cuGraphUpload", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+                let err = graph
+                    .instantiate_with(InstantiateOptions::new().upload(st.as_stream()))
+                    .unwrap_err();
+                assert_eq!(err.call(), Some("cuGraphUpload"), "{err:?}");
+                assert_eq!(m.live_graph_execs(), live);
+            }
+            for _ in 0..3 {
+                exec.launch(&st).unwrap();
+            }
+            uploaded.launch(&st).unwrap();
+            st.synchronize().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 8);
+
+            // Updates: the ABI of CUDA 12.0 or of 10.2, with the same answers.
+            let (new, old) = ("cuGraphExecUpdate_v12000", "cuGraphExecUpdate_v10020");
+            let (used, unused) = if s.abi >= 12000 {
+                (new, old)
+            } else {
+                (old, new)
+            };
+            m.reset();
+            let same_shape = capture_counting(&mut st, &ran, 2);
+            exec.update(&same_shape).unwrap();
+            let other_shape = capture_counting(&mut st, &ran, 3);
+            match exec.update(&other_shape).unwrap_err() {
+                Error::GraphUpdate { result, node, .. } => {
+                    assert_eq!(
+                        result,
+                        CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+                    );
+                    assert_ne!(node, 0, "the offending node is named");
+                }
+                other => panic!("{name}: expected GraphUpdate, got {other:?}"),
+            }
+            assert_eq!((m.calls(used), m.calls(unused)), (2, 0), "{name}");
+            m.fail(used, 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+            let err = exec.update(&same_shape).unwrap_err();
+            assert_eq!(err.call(), Some("cuGraphExecUpdate"), "{err:?}");
+            ran.store(0, Ordering::SeqCst);
+            exec.launch(&st).unwrap();
+            st.synchronize().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 2, "the update took effect");
+        })
+        .join()
+        .unwrap();
+    });
+    // Every graph, executable graph and user object is gone once the worker is idle.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while m.pending_host_fns() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "host functions pending"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        (m.live_graphs(), m.live_graph_execs(), m.live_user_objects()),
+        (graphs, execs, objects)
+    );
+    assert_eq!(m.live_captures(), 0);
+    assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));
+}
+
 /// Runs this file's tests against every flavour, and against the CUDA 13.0 ones limited to the
-/// CUDA 12.0 and 11.4 ABIs, one child process each; prints a line per configuration, and fails with the output
+/// CUDA 12.0, 11.4 and 11.0 ABIs, one child process each; prints a line per configuration, and fails with the output
 /// of each that failed.
 #[test]
 fn every_driver_generation_runs_cuda_stream() {
@@ -269,6 +487,7 @@ fn every_driver_generation_runs_cuda_stream() {
         (Flavour::full(), "12.0"),
         (noproc, "12.0"),
         (Flavour::full(), "11.4"),
+        (Flavour::full(), "11.0"),
     ] {
         let limited = run_in_each_flavour(&[f], &args, &[("CUDA_SYS_ABI_VERSION", limit)]);
         runs.extend(
@@ -291,7 +510,7 @@ fn every_driver_generation_runs_cuda_stream() {
             }
         }
     }
-    assert_eq!(runs.len(), FLAVOURS.len() + 3);
+    assert_eq!(runs.len(), FLAVOURS.len() + 4);
     assert!(
         failed.is_empty(),
         "cuda-stream failed on {} of {} driver configurations:\n{}",

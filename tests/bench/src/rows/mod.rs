@@ -19,6 +19,7 @@
 //! row that the Python frameworks can do too gets the same id in `peers.py`.
 
 mod create;
+mod graphs;
 mod host_fn;
 mod hot_path;
 mod pool_async_scope;
@@ -98,5 +99,6 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
     hot_path::rows(&fx, &mut rows)?;
     host_fn::rows(&fx, &mut rows)?;
     pool_async_scope::rows(&fx, &mut rows)?;
+    graphs::rows(&fx, &mut rows)?;
     Ok((rows, status))
 }

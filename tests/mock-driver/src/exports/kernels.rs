@@ -323,7 +323,8 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
 /// through `kernelParams` (one per `.param` of the PTX), keeps them for
 /// `cuda_mock_last_launch_param`, and queues the kernel on the stream (counted by
 /// `cuda_mock_kernels_run` when it runs; the few kernels of `device_model::run_kernel`, such as
-/// `saxpy`, are computed on the host, others do nothing). `extra` must be null.
+/// `saxpy`, are computed on the host, others do nothing), or, on a capturing stream, adds it to
+/// the graph as a node run on every launch. `extra` must be null.
 ///
 /// # Safety
 ///
@@ -388,7 +389,13 @@ pub unsafe extern "C" fn cuLaunchKernel(
             threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
             params: params.clone(),
         };
-        tri!(st.enqueue(s, Work::Device(work)));
+        if let Some(rc) = crate::capture::on_device_work(&mut st, s, &work) {
+            if rc != SUCCESS {
+                return rc;
+            }
+        } else {
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
         st.device.last_launch = Some(LaunchRec {
             grid,
             block,

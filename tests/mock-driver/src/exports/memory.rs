@@ -1,11 +1,12 @@
-//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, the async memsets and copies, and
-//! `cuStreamIsCapturing` (which the safe buffer operations ask). The model is `device_model.rs`.
+//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, the async memsets and copies. The model is
+//! `device_model.rs`; on a capturing stream each becomes a graph node (`capture.rs`).
 
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 
-use cuda_sys::{CUdeviceptr, CUresult, CUstream, CUstreamCaptureStatus};
+use cuda_sys::{CUdeviceptr, CUresult, CUstream};
 
 use super::{INVALID_VALUE, SUCCESS, api, put};
+use crate::capture::on_device_work;
 use crate::device_model::{DeviceWork, MAX_ALLOCATION, check_range};
 use crate::state::{self, Work};
 
@@ -87,6 +88,9 @@ fn memset(
                 value,
                 count,
             };
+            if let Some(rc) = on_device_work(&mut st, s, &work) {
+                return rc;
+            }
             tri!(st.enqueue(s, Work::Device(work)));
         }
         SUCCESS
@@ -167,6 +171,9 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
                 src: src_device,
                 bytes: byte_count,
             };
+            if let Some(rc) = on_device_work(&mut st, s, &work) {
+                return rc;
+            }
             tri!(st.enqueue(s, Work::Device(work)));
         }
         SUCCESS
@@ -174,7 +181,8 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
 }
 
 /// `cuMemcpyHtoDAsync_v2`: reads the host memory at the call (as the driver stages pageable
-/// memory), and queues the write to the device.
+/// memory), and queues the write to the device. Captured, the node reads the host memory when it
+/// runs, on every launch.
 ///
 /// # Safety
 ///
@@ -193,6 +201,14 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
         }
         tri!(check_range(&mut st, dst_device, byte_count));
         if byte_count > 0 {
+            let captured = DeviceWork::CopyHtoDAt {
+                dst: dst_device,
+                src: src_host as usize,
+                bytes: byte_count,
+            };
+            if let Some(rc) = on_device_work(&mut st, s, &captured) {
+                return rc;
+            }
             // SAFETY: the caller's promise.
             let data = unsafe { std::slice::from_raw_parts(src_host.cast::<u8>(), byte_count) };
             let work = DeviceWork::CopyHtoD {
@@ -206,7 +222,8 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
 }
 
 /// `cuMemcpyDtoHAsync_v2`: waits for the stream's earlier work, then copies before returning (the
-/// driver's behaviour for pageable memory). Memory freed while waiting is a bad use.
+/// driver's behaviour for pageable memory). Memory freed while waiting is a bad use. Captured,
+/// the node writes the host memory when it runs, on every launch.
 ///
 /// # Safety
 ///
@@ -227,6 +244,14 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         if byte_count == 0 {
             return SUCCESS;
         }
+        let captured = DeviceWork::CopyDtoH {
+            dst: dst_host as usize,
+            src: src_device,
+            bytes: byte_count,
+        };
+        if let Some(rc) = on_device_work(&mut st, s, &captured) {
+            return rc;
+        }
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         let mut st = state::wait_until_done(st, target);
         let Some(bytes) = st.device.slice_mut(src_device, byte_count) else {
@@ -237,48 +262,4 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst_host.cast::<u8>(), byte_count) };
         SUCCESS
     })
-}
-
-/// `cuStreamIsCapturing`: this model has no stream capture of its own, so a live stream answers
-/// `CU_STREAM_CAPTURE_STATUS_NONE` unless `cuda_mock_set_capture_status` said otherwise for its
-/// handle.
-///
-/// # Safety
-///
-/// `capture_status` is null or valid for a write.
-#[cfg_attr(exported = "cuStreamIsCapturing", unsafe(no_mangle))]
-pub unsafe extern "C" fn cuStreamIsCapturing(
-    h_stream: CUstream,
-    capture_status: *mut CUstreamCaptureStatus,
-) -> CUresult {
-    api("cuStreamIsCapturing", false, |mut st| {
-        tri!(st.stream(h_stream));
-        if capture_status.is_null() {
-            return INVALID_VALUE;
-        }
-        let status = st
-            .device
-            .capture_status
-            .get(&(h_stream as usize))
-            .map_or(CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE, |&s| {
-                CUstreamCaptureStatus(s)
-            });
-        // SAFETY: non-null; the caller's contract makes it writable.
-        unsafe { put(capture_status, status) };
-        SUCCESS
-    })
-}
-
-/// Makes `cuStreamIsCapturing` answer `status` (a `CUstreamCaptureStatus`) for the stream handle
-/// `stream`; `CU_STREAM_CAPTURE_STATUS_NONE` (0) forgets it.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuda_mock_set_capture_status(stream: *mut c_void, status: u32) {
-    super::guard((), || {
-        let mut st = state::lock();
-        if status == 0 {
-            st.device.capture_status.remove(&(stream as usize));
-        } else {
-            st.device.capture_status.insert(stream as usize, status);
-        }
-    });
 }
