@@ -1,11 +1,13 @@
 //! The main example: real work on device 0. A SAXPY kernel that ships as PTX text (the driver
 //! compiles it; no CUDA toolkit) runs over 4 Mi floats on two streams of different priorities,
-//! ordered by events, timed by events, and checked on the host; then host functions run in
-//! order, a current-stream guard names a stream for other libraries, and a fork/join scope with
-//! pooled streams splits the work in two.
+//! ordered by events, timed by events, and checked on the host. Then the same work runs 100
+//! times enqueued directly, and is captured once into a graph and replayed 100 times: both are
+//! timed per iteration and checked. Then host functions run in order, a current-stream guard
+//! names a stream for other libraries, and a fork/join scope with pooled streams splits the work
+//! in two.
 //!
 //! ```sh
-//! cargo run --release -p cuda-stream --example streams
+//! cargo run --release -p cuda-stream --example streams [-- --elements N --replays R]
 //! ```
 //!
 //! Without an NVIDIA driver it says so and exits with status 2.
@@ -13,11 +15,12 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cuda_stream::{
-    AsStream, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function, LaunchConfig, Module,
-    StreamOptions, StreamPool, current_stream, kernel_args,
+    AsStream, CaptureMode, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function,
+    LaunchConfig, Module, OwnedStream, StreamOptions, StreamPool, current_stream, kernel_args,
+    memset_d32_async,
 };
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`, one thread per element.
@@ -130,7 +133,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream`: a stream, or (later) a graph capture.
+/// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream`: a stream, or a graph capture.
 ///
 /// # Safety
 ///
@@ -163,6 +166,117 @@ fn wrong_results(what: &str, got: &[f32], expected: impl Fn(usize) -> f32) -> us
         eprintln!("{what}: {wrong} of {} results are wrong", got.len());
     }
     wrong
+}
+
+/// One iteration of the two-stream work, enqueued directly: `low` sets `y` to 1, `high` waits
+/// for that and computes `y = 2x + y`, `low` waits for `high` and computes `y = -x + y`.
+fn direct_iteration(
+    high: &OwnedStream,
+    low: &OwnedStream,
+    kernel: &Function<'_>,
+    x: &DeviceBuffer<f32>,
+    y: &DeviceBuffer<f32>,
+) -> cuda_stream::Result<()> {
+    let n = y.len();
+    y.fill(low, 1.0)?;
+    high.wait_stream(low)?;
+    // SAFETY: `x` and `y` hold `n` floats and outlive the work (dropping them waits for it).
+    unsafe { saxpy(high, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }?;
+    low.wait_stream(high)?;
+    // SAFETY: as above.
+    unsafe { saxpy(low, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
+}
+
+/// Enqueues `iterations` times with `enqueue`, timing the work on `low` (where every iteration
+/// ends) by events and the enqueueing by the host's clock; both per iteration.
+fn per_iteration(
+    low: &OwnedStream,
+    iterations: usize,
+    mut enqueue: impl FnMut() -> cuda_stream::Result<()>,
+) -> cuda_stream::Result<(Duration, Duration)> {
+    let timed = EventOptions::new().timing(true);
+    let start = low.record_event_with(timed)?;
+    let host = Instant::now();
+    for _ in 0..iterations {
+        enqueue()?;
+    }
+    let host = host.elapsed();
+    let end = low.record_event_with(timed)?;
+    end.synchronize()?;
+    let gpu = end.elapsed_since(&start)?;
+    let per = |t: Duration| t / u32::try_from(iterations).unwrap_or(u32::MAX);
+    Ok((per(gpu), per(host)))
+}
+
+/// The two-stream work `args.replays` times enqueued directly, then captured once into a graph
+/// (the memset, a fork for `high`'s kernel, `low`'s kernel after the join) and replayed as many
+/// times; prints both timings and checks both results. `Ok(false)` if a result was wrong.
+fn direct_then_graph(
+    args: &Args,
+    high: &OwnedStream,
+    low: &mut OwnedStream,
+    kernel: &Function<'_>,
+    host_x: &[f32],
+    x: &DeviceBuffer<f32>,
+    y: &DeviceBuffer<f32>,
+) -> cuda_stream::Result<bool> {
+    let (n, iterations) = (y.len(), args.replays);
+    let us = |t: Duration| t.as_secs_f64() * 1e6;
+
+    let (direct_gpu, direct_host) = per_iteration(low, iterations, || {
+        direct_iteration(high, low, kernel, x, y)
+    })?;
+    if wrong_results("direct", &y.to_vec(&*low)?, |i| host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    println!(
+        "direct: {iterations} iterations (a memset, 2 kernels, 2 cross-stream waits): \
+         {:.1} us per iteration on the GPU, {:.1} us to enqueue",
+        us(direct_gpu),
+        us(direct_host)
+    );
+
+    // Captured on `low`; a fork of the capture plays `high`'s part (its scope joins it back
+    // before `low`'s kernel). The capture records the work, it runs nothing.
+    let graph = low.capture(CaptureMode::ThreadLocal, |cap| {
+        // SAFETY: `y` holds `n` floats and outlives every launch of the graph (`exec` is
+        // dropped first, and dropping `y` waits for the context's work).
+        unsafe { memset_d32_async(&cap, y.device_ptr(), 1f32.to_bits(), n) }?;
+        cap.scope(|s| {
+            let side = s.fork()?;
+            // SAFETY: as above, for `x` and `y`.
+            unsafe { saxpy(&side, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }
+        })?;
+        // SAFETY: as above.
+        unsafe { saxpy(&cap, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
+    });
+    let graph = match graph {
+        Ok(g) => g,
+        Err(e @ Error::Unsupported { .. }) => {
+            println!("graph: skipped, this driver cannot capture ({e})");
+            return Ok(true);
+        }
+        Err(e) => return Err(e),
+    };
+    let exec = graph.instantiate()?;
+    y.fill(&*low, 0.0)?; // so that only the replays can produce the expected values
+    let (graph_gpu, graph_host) = per_iteration(low, iterations, || exec.launch(&*low))?;
+    if wrong_results("graph", &y.to_vec(&*low)?, |i| host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    println!(
+        "graph: {iterations} replays of the same work captured once ({} nodes): {:.1} us per \
+         iteration on the GPU, {:.1} us to enqueue; all {n} results checked",
+        graph.node_count()?,
+        us(graph_gpu),
+        us(graph_host)
+    );
+    println!(
+        "graph replay vs direct, per iteration: {:.2}x on the GPU, {:.2}x to enqueue",
+        direct_gpu.as_secs_f64() / graph_gpu.as_secs_f64().max(1e-12),
+        direct_host.as_secs_f64() / graph_host.as_secs_f64().max(1e-12)
+    );
+    Ok(true)
 }
 
 /// Runs everything; `Ok(false)` if a result was wrong.
@@ -256,6 +370,13 @@ fn run(args: &Args) -> cuda_stream::Result<bool> {
         "host functions ran in order ({})",
         order.load(Ordering::SeqCst)
     );
+
+    // The same work, again and again: enqueued directly on the two streams each time, then
+    // captured once into a graph and replayed.
+    let mut low = low;
+    if !direct_then_graph(args, &high, &mut low, &kernel, &host_x, &x, &y)? {
+        return Ok(false);
+    }
 
     // A current-stream guard: code that asks for "the current stream" gets `low`.
     {

@@ -1,6 +1,6 @@
 //! The main example (`examples/streams.rs`) runs to its end against the test driver, which
-//! computes its SAXPY kernel on the host, so every result check of the example runs here too;
-//! and without a driver it says so and exits with status 2.
+//! computes its SAXPY kernel on the host (also when replayed from a graph), so every result check
+//! of the example runs here too; and without a driver it says so and exits with status 2.
 //!
 //! `cargo test` builds the example before the tests run; it lies in `target/<profile>/examples/`,
 //! next to the folder of this test's executable.
@@ -52,8 +52,13 @@ fn the_example_checks_its_results_against_the_test_driver() {
     for line in [
         "CUDA driver 13.0 with 2 device(s)",
         "streams: high priority -5, low priority 0",
+        "on high then low",
         "all 65536 results checked",
         "host functions ran in order (2)",
+        "direct: 20 iterations",
+        "graph: 20 replays of the same work captured once (3 nodes)",
+        "graph replay vs direct, per iteration",
+        "fork/join over two forks of the context's pool: all 65536 results checked",
         "ok",
     ] {
         assert!(stdout.contains(line), "no `{line}` in the output");
