@@ -2,19 +2,22 @@
 //! PTX JIT-compiled from a string and a cubin linked by the driver, launches on two streams
 //! ordered by an event, on every default stream, without a current context, with dynamic
 //! shared memory; memsets and copies that round-trip; what is refused before the driver sees
-//! it; and drops that wait for the work still using the memory or the module, also when made
-//! inside a host function (queued, then made on an ordinary thread).
+//! it; drops that wait for the work still using the memory or the module, also when made
+//! inside a host function (queued, then made on an ordinary thread); and kernels, memsets and
+//! copies captured into a graph (on two forks) and replayed.
 
 use std::error::Error as _;
 use std::ffi::{CString, c_void};
 use std::ptr;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
-    AsStream, Context, DeviceBuffer, Error, EventOptions, Function, JitOptions, LaunchConfig,
-    Module, Stream, StreamOptions, deferred_failed, drain_deferred, kernel_args,
+    AsStream, CaptureMode, Context, DeviceBuffer, Enqueue, Error, EventOptions, Function,
+    JitOptions, LaunchConfig, Module, Stream, StreamOptions, deferred_failed, drain_deferred,
+    kernel_args,
 };
 use cuda_stream_tests::{
     Kernels, RawContext, Window, bind, check, current_context, error_chain, gpu, raw_stream_create,
@@ -103,11 +106,11 @@ fn module(ctx: &Context) -> Module {
     Module::from_ptx(ctx, PTX).unwrap_or_else(|e| panic!("{}", error_chain(&e)))
 }
 
-/// Enqueues `y = a * x + y` over `n` floats at raw addresses.
+/// Enqueues `y = a * x + y` over `n` floats at raw addresses, on a stream or into a capture.
 ///
 /// # Safety
 /// `x` and `y` hold `n` floats of `f`'s context and outlive the work.
-unsafe fn saxpy(s: Stream<'_>, f: &Function<'_>, n: usize, a: f32, x: u64, y: u64) {
+unsafe fn saxpy(s: impl Enqueue, f: &Function<'_>, n: usize, a: f32, x: u64, y: u64) {
     let n = n as u32;
     // SAFETY: `saxpy` takes (u32, f32, pointer, pointer); the caller vouches for the memory.
     unsafe {
@@ -583,4 +586,80 @@ fn a_cubin_linked_by_the_driver_loads_as_an_image() {
     // SAFETY: refused by the header checks.
     let err = unsafe { Module::from_image(&ctx, &cubin[..cubin.len() / 2]) }.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+}
+
+/// Kernels on two forks of a capture, a memset before them and a copy and a host function after,
+/// captured into a graph and replayed: each replay computes the same results (checked after each
+/// of the first ten, with the output cleared between them), and 1,000 replays run the host
+/// function 1,000 times.
+#[test]
+fn kernels_on_two_forks_and_a_copy_captured_into_a_graph_and_replayed() {
+    let Some(ctx) = gpu() else { return };
+    const N: usize = 1 << 20;
+    let mut s = ctx.new_stream().unwrap();
+    let m = module(&ctx);
+    let f = m.function("saxpy").unwrap();
+    let host_x = ramp(N);
+    let x = DeviceBuffer::from_host(&ctx, &s, &host_x).unwrap();
+    let y = DeviceBuffer::<f32>::zeroed(&ctx, &s, N).unwrap();
+    let z = DeviceBuffer::<f32>::zeroed(&ctx, &s, N).unwrap();
+    let half = N / 2;
+    let offset = (half * 4) as u64;
+    let replays = Arc::new(AtomicUsize::new(0));
+    let counter = replays.clone();
+    let graph = s
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            // SAFETY: `y` holds N floats and outlives every launch of the graph.
+            unsafe { cuda_stream::memset_d32_async(&cap, y.device_ptr(), 1f32.to_bits(), N) }?;
+            cap.scope(|sc| {
+                let (a, b) = (sc.fork()?, sc.fork()?);
+                // SAFETY: each fork touches its own half of `x` and `y`, which outlive every
+                // launch of the graph.
+                unsafe {
+                    saxpy(a, &f, half, 2.0, x.device_ptr(), y.device_ptr());
+                    saxpy(
+                        b,
+                        &f,
+                        N - half,
+                        2.0,
+                        x.device_ptr() + offset,
+                        y.device_ptr() + offset,
+                    );
+                }
+                Ok(())
+            })?;
+            // SAFETY: `z` and `y` hold N floats and outlive every launch of the graph.
+            unsafe { cuda_stream::memcpy_dtod_async(&cap, z.device_ptr(), y.device_ptr(), 4 * N) }?;
+            cap.launch_host_func(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+            })
+        })
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    // A memset, two kernels, a copy and a host function; the forks' joins add no node.
+    assert_eq!(graph.node_count().unwrap(), 5);
+    assert_eq!(
+        z.to_vec(&s).unwrap(),
+        vec![0.0; N],
+        "nothing ran during the capture"
+    );
+    let exec = graph.instantiate().unwrap();
+    let expected: Vec<f32> = host_x.iter().map(|v| 2.0 * v + 1.0).collect();
+    for replay in 1..=10 {
+        z.fill(&s, 0.0).unwrap();
+        exec.launch(&s).unwrap();
+        let got = z.to_vec(&s).unwrap();
+        let wrong = (0..N).filter(|&i| got[i] != expected[i]).count();
+        assert_eq!(wrong, 0, "replay {replay}: {wrong} of {N} results wrong");
+    }
+    let w = std::time::Instant::now();
+    for _ in 0..1000 {
+        exec.launch(&s).unwrap();
+    }
+    s.synchronize().unwrap();
+    println!(
+        "1,000 replays of 2 kernels, a memset and a copy over {N} floats: {:?}",
+        w.elapsed()
+    );
+    assert_eq!(replays.load(Ordering::Relaxed), 1010);
+    assert_eq!(z.to_vec(&s).unwrap(), expected);
 }
