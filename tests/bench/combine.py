@@ -6,8 +6,10 @@
 RUNn.json are written by `cuda-stream-bench --json FILE` (one per full run, two for the target
 verdicts), PEERS.json by `peers.py --json FILE`. Prints, in Markdown:
 
-1. the targets over the runs: per row, each run's ratio to the raw call with its spread, and
-   `met` only when every run (at least two) is within the target;
+1. the targets over the runs: per row, each run's ratio to the raw call with its spread (min–max)
+   and its median over the repetitions that ran the raw side first and over those that ran
+   cuda-stream first, and `met` only when every run (at least two) is within the target (rows
+   without a target, the diagnostics and the A/A control, are listed with their ratios);
 2. one table of ns per operation for every column: raw, cuda-stream and cudarc (from the first
    run), PyTorch, CuPy and cuda.core (from the peers), `n/a` where a column has no equivalent,
    with the reasons and the calls timed below it.
@@ -50,15 +52,21 @@ def within(row):
 
 
 def run_cell(row):
+    """`ratio (min–max; raw first / cuda-stream first)`, the parts the run has."""
     if row is None:
         return "—"
     safe, t = row["safe"], row.get("target")
     if t is not None and t["kind"] == "below_ns":
         return f"{safe['ns']:.1f} ns"
     sp = safe.get("spread") or {}
-    if sp.get("min") is None:
+    parts = []
+    if sp.get("min") is not None:
+        parts.append(f"{sp['min']:.3f}–{sp['max']:.3f}")
+    if safe.get("raw_first") is not None and safe.get("side_first") is not None:
+        parts.append(f"{safe['raw_first']:.3f} / {safe['side_first']:.3f}")
+    if not parts:
         return f"{safe['ratio']:.3f}"
-    return f"{safe['ratio']:.3f} ({sp['min']:.3f}–{sp['max']:.3f})"
+    return f"{safe['ratio']:.3f} ({'; '.join(parts)})"
 
 
 def verdict(rows):
@@ -147,7 +155,9 @@ def main(argv):
     print()
     print(f"Targets over {len(runs)} full runs (met only when every run is within the target):")
     print()
-    heads = " | ".join(f"run {i + 1}: ratio (min–max)" for i in range(len(runs)))
+    heads = " | ".join(
+        f"run {i + 1}: ratio (min–max; raw first / cuda-stream first)" for i in range(len(runs))
+    )
     print(f"| op | target | {heads} | verdict |")
     print("|---|---|" + "---:|" * len(runs) + "---|")
     met = total = 0

@@ -40,7 +40,10 @@ FRAMEWORKS = [("torch", "PyTorch"), ("cupy", "CuPy"), ("cuda.core", "cuda.core")
 # at hand. A row a framework cannot do is `{"na": why}`.
 ROWS = [
     ("stream_create", "stream create + destroy"),
+    ("stream_create_aa", "A/A control: stream create + destroy, raw against raw"),
     ("event_create", "event create + destroy (timing disabled)"),
+    ("event_create_close", "event create + destroy, no spare events (Event::new + close())"),
+    ("record_event", "record_event() + drop"),
     ("event_create_in_current", "event create + destroy, unsafe Event::new_in_current"),
     ("context_check", "the context check alone"),
     ("query", "query (idle stream)"),
@@ -51,10 +54,24 @@ ROWS = [
     ("host_round_trip", "host function round trip (launch + synchronize)"),
     ("host_throughput", "host function throughput (per host fn)"),
     ("host_throughput_boxed", "host function throughput, capturing closure (per host fn)"),
+    ("host_throughput_boxed_raw_box", "the same, raw side boxing the closure"),
+    ("host_throughput_boxed_plain", "the same, raw side passing no data"),
     ("pool_acquire", "pool acquire + release, warm"),
     ("completed", "completed().await"),
+    ("completed_nospin", "completed().spin_limit(ZERO).await"),
+    ("completed_after_kernel", "completed().await after a 5 µs kernel"),
+    ("completed_after_kernel_nospin", "completed().spin_limit(ZERO).await after a 5 µs kernel"),
+    ("completed_after_host_fn", "completed().await after a 5 µs host function"),
+    ("completed_after_host_fn_nospin", "completed().spin_limit(ZERO).await after a 5 µs host function"),
     ("scope_2_forks", "scope with 2 forks"),
 ]
+# Rows only the Rust benchmark has: each framework reports them as n/a with this reason.
+COMPLETED_ROWS = [
+    "completed", "completed_nospin", "completed_after_kernel", "completed_after_kernel_nospin",
+    "completed_after_host_fn", "completed_after_host_fn_nospin",
+]
+BOXED_DIAGNOSTICS = ["host_throughput_boxed_raw_box", "host_throughput_boxed_plain"]
+CONTROL = "a control of the Rust benchmark's method: the raw code against itself"
 CUDA_STREAM_ONLY = "a diagnostic of cuda-stream's own event creation"
 NO_FUTURE = "no completion future (nothing awaits a stream without blocking a thread)"
 NO_POOL = "no stream pool"
@@ -67,9 +84,9 @@ class Config:
     def __init__(self, quick):
         self.quick = quick
         if quick:
-            self.reps, self.fast, self.medium, self.slow, self.host_batch = 3, 500, 200, 50, 1_000
+            self.reps, self.fast, self.medium, self.slow, self.host_batch = 4, 500, 200, 50, 1_000
         else:
-            self.reps, self.fast, self.medium, self.slow, self.host_batch = 15, 20_000, 5_000, 2_000, 100_000
+            self.reps, self.fast, self.medium, self.slow, self.host_batch = 16, 20_000, 5_000, 2_000, 100_000
 
     def as_json(self):
         return {
@@ -127,6 +144,18 @@ def na(row_id, why):
     emit(row_id, {"na": why})
 
 
+def na_rust_only(host_why=None):
+    """The rows that only the Rust benchmark has (`host_why`: why the framework has no
+    capturing-closure diagnostics, where it is not that every Python callback is an object)."""
+    na("stream_create_aa", CONTROL)
+    na("event_create_in_current", CUDA_STREAM_ONLY)
+    na("context_check", CUDA_STREAM_ONLY)
+    for row in COMPLETED_ROWS:
+        na(row, NO_FUTURE)
+    for row in BOXED_DIAGNOSTICS:
+        na(row, host_why or PYTHON_CALLBACKS)
+
+
 def wait_for_host_fn(launch, query):
     """Enqueues one host function and waits for it by polling (never blocking in a driver call
     while holding the GIL): the callbacks need the GIL to run."""
@@ -165,10 +194,13 @@ def run_torch(cfg):
 
     na("stream_create", "torch.cuda.Stream() hands out one of a fixed pool of streams and never "
        "destroys them: see the pool row")
-    na("event_create", "torch.cuda.Event() makes its CUDA event lazily, at the first record, and "
-       "alone makes no driver call")
-    na("event_create_in_current", CUDA_STREAM_ONLY)
-    na("context_check", CUDA_STREAM_ONLY)
+    lazy = ("torch.cuda.Event() makes its CUDA event lazily, at the first record, and alone makes "
+            "no driver call: see record_event")
+    na("event_create", lazy)
+    na("event_create_close", lazy)
+    na_rust_only(host_why="PyTorch has no host-function API")
+    run_row(cfg, "record_event", "s.record_event() + drop (a new torch.cuda.Event, made at the record)",
+            lambda: (s1.record_event, cfg.medium, settle))
     run_row(cfg, "query", "s.query()", lambda: (s1.query, cfg.fast))
     run_row(cfg, "record", "e.record(s)", lambda: (functools.partial(e.record, s1), cfg.fast, settle))
     e.record(s2)
@@ -182,7 +214,6 @@ def run_torch(cfg):
         na(row, "PyTorch has no host-function API")
     run_row(cfg, "pool_acquire", "torch.cuda.Stream() (from torch's stream pool) + drop",
             lambda: (torch.cuda.Stream, cfg.fast))
-    na("completed", NO_FUTURE)
 
     def fork_join():
         f1.wait_stream(s1)
@@ -221,8 +252,10 @@ def run_cupy(cfg):
             lambda: (functools.partial(S, non_blocking=True), cfg.slow))
     run_row(cfg, "event_create", "cupy.cuda.Event(disable_timing=True) + drop",
             lambda: (functools.partial(E, disable_timing=True), cfg.medium))
-    na("event_create_in_current", CUDA_STREAM_ONLY)
-    na("context_check", CUDA_STREAM_ONLY)
+    run_row(cfg, "event_create_close", "cupy.cuda.Event(disable_timing=True) + drop (CuPy keeps no spare events)",
+            lambda: (functools.partial(E, disable_timing=True), cfg.medium))
+    run_row(cfg, "record_event", "s.record() + drop (a new Event per call)", lambda: (s1.record, cfg.medium, settle))
+    na_rust_only()
     run_row(cfg, "query", "s.done", lambda: (lambda: s1.done, cfg.fast))
     run_row(cfg, "record", "e.record(s)", lambda: (functools.partial(e.record, s1), cfg.fast, settle))
     e.record(s2)
@@ -233,7 +266,6 @@ def run_cupy(cfg):
     run_row(cfg, "wait_stream", "s.wait_event(other.record()) (a new event per call; CuPy has no wait_stream)",
             lambda: (lambda: s1.wait_event(s2.record()), cfg.fast, settle))
     na("pool_acquire", NO_POOL)
-    na("completed", NO_FUTURE)
 
     def fork_join():
         f1.wait_event(s1.record())
@@ -317,14 +349,20 @@ def run_cuda_core(cfg):
     run_row(cfg, "stream_create", "Device().create_stream() + close()", lambda: (stream_create_close, cfg.slow))
     if new_event is None:
         na("event_create", "this cuda.core has no Device.create_event")
+        na("event_create_close", "this cuda.core has no Device.create_event")
     else:
         def event_create_close():
             dev.create_event().close()
 
-        run_row(cfg, "event_create", "Device().create_event() + close()",
+        def event_create_drop():
+            dev.create_event()
+
+        run_row(cfg, "event_create", "Device().create_event() + drop",
+                lambda: (event_create_drop, cfg.medium))
+        run_row(cfg, "event_create_close", "Device().create_event() + close()",
                 lambda: (event_create_close, cfg.medium))
-    na("event_create_in_current", CUDA_STREAM_ONLY)
-    na("context_check", CUDA_STREAM_ONLY)
+    run_row(cfg, "record_event", "s.record() + drop (a new event per call)", lambda: (s1.record, cfg.medium, settle))
+    na_rust_only()
     if hasattr(type(s1), "is_done"):
         run_row(cfg, "query", "s.is_done", lambda: (lambda: s1.is_done, cfg.fast))
     else:
@@ -337,7 +375,6 @@ def run_cuda_core(cfg):
     run_row(cfg, "wait_stream", "s.wait(other) (records a new event per call)",
             lambda: (functools.partial(s1.wait, s2), cfg.fast, settle))
     na("pool_acquire", NO_POOL)
-    na("completed", NO_FUTURE)
 
     def fork_join():
         f1.wait(s1)

@@ -1,6 +1,6 @@
 //! The cudarc column: the same operations through cudarc's safe driver API, written as a cudarc
 //! user writes them (`ctx.new_stream()`, `ctx.new_event(None)`, `event.record(&stream)`,
-//! `stream.wait(&event)`, `stream.join(&other)`, `stream.fork()`, `stream.synchronize()`), in
+//! `stream.record_event(None)`, `stream.wait(&event)`, `stream.join(&other)`, `stream.fork()`, `stream.synchronize()`), in
 //! the same process and on the same primary context as the raw and cuda-stream columns.
 //!
 //! cudarc opens libcuda itself (by the names `libcuda.so`, ..., `libcuda.so.1`) and panics where
@@ -38,6 +38,10 @@ fn probe(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaStream>, Arc<CudaStream>, Cu
     let s2 = ctx.new_stream().map_err(e("CudaContext::new_stream"))?;
     let event = ctx.new_event(None).map_err(e("CudaContext::new_event"))?;
     drop(ctx.new_event(None).map_err(e("CudaContext::new_event"))?);
+    drop(
+        s1.record_event(None)
+            .map_err(e("CudaStream::record_event"))?,
+    );
     event.record(&s2).map_err(e("CudaEvent::record"))?;
     s1.wait(&event).map_err(e("CudaStream::wait"))?;
     s1.join(&s2).map_err(e("CudaStream::join"))?;

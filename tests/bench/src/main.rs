@@ -10,10 +10,12 @@
 //! Method (`method.rs`): for every operation the raw body (the driver's function pointers,
 //! resolved once before timing, so the raw column is the floor a C program pays), the safe body
 //! (the `cuda-stream` call) and, where cudarc has one, cudarc's body are each run for many
-//! iterations per repetition; repetitions change which side goes first; the median ns/op of each
-//! side is reported, and the median and spread of the repetitions' own ratios to raw (each from
-//! batches run back to back, so drift cancels). Work that an operation enqueues is drained
-//! (untimed) between batches.
+//! iterations per repetition; an even number of repetitions, each order followed by its reverse,
+//! so half run the raw side first and half the safe side; the median ns/op of each side is
+//! reported, and the median, spread and per-order medians of the repetitions' own ratios to raw
+//! (each from batches run back to back, so drift cancels). Work that an operation enqueues is
+//! drained (untimed) between batches. An A/A row (the raw code against itself) shows the
+//! method's own noise.
 //!
 //! The rows live in `rows/`, one module per group; the cudarc column in `cudarc_column.rs`; the
 //! "first use" table comes from child processes (`first_use.rs`).
@@ -24,6 +26,7 @@ mod cudarc_column;
 mod executor;
 mod fail;
 mod first_use;
+mod kernel;
 mod method;
 mod raw;
 mod report;
@@ -41,10 +44,11 @@ use crate::method::Config;
 use crate::report::Machine;
 
 fn usage() -> &'static str {
-    "usage: cuda-stream-bench [--quick] [--no-cudarc] [--json FILE]\n\
+    "usage: cuda-stream-bench [--quick] [--reps N] [--no-cudarc] [--json FILE]\n\
      Times cuda-stream operations against the raw CUDA driver calls (and cudarc's) on GPU 0 and\n\
      prints Markdown tables.\n  \
        --quick       few iterations: a smoke test, the numbers are not meaningful\n  \
+       --reps N      repetitions per row (even: half run raw first; default 16, 4 with --quick)\n  \
        --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
        --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)"
 }
@@ -60,17 +64,33 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     let mut cfg = Config::full();
     let mut cudarc = true;
     let mut json = None;
+    let mut reps = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => cfg = Config::quick(),
             "--no-cudarc" => cudarc = false,
             "--json" => json = Some(args.next().ok_or("--json needs a file name")?),
+            "--reps" => {
+                let n = args.next().ok_or("--reps needs a number")?;
+                match n.parse::<usize>() {
+                    Ok(n) if n >= 2 && n % 2 == 0 => reps = Some(n),
+                    _ => {
+                        return Err(format!(
+                            "--reps {n:?}: an even number of at least 2 (half the repetitions \
+                             run the raw side first)"
+                        ));
+                    }
+                }
+            }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     cfg.cudarc = cudarc;
+    if let Some(n) = reps {
+        cfg.reps = n;
+    }
     Ok(Some(Args { cfg, json }))
 }
 
@@ -113,6 +133,7 @@ fn main() -> ExitCode {
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build; build with --release for meaningful numbers");
     }
+    let started = std::time::Instant::now();
     let (rows, cudarc) = match rows::run(&cfg, &ctx) {
         Ok(r) => r,
         Err(e) => {
@@ -132,6 +153,11 @@ fn main() -> ExitCode {
 
     report::print_header(&cfg, &machine);
     report::print_rows(&rows);
+    println!();
+    println!(
+        "The rows took {:.1} s (first use not included).",
+        started.elapsed().as_secs_f64()
+    );
     first_use::print(&cfg, &first);
     if let Some(path) = json {
         let text = report::json(&cfg, &machine, &rows, &first);
@@ -163,5 +189,17 @@ mod tests {
         assert!(parse(&["--help"]).unwrap().is_none());
         assert!(parse(&["--json"]).unwrap_err().contains("file name"));
         assert!(parse(&["--fast"]).unwrap_err().contains("--fast"));
+        assert_eq!(parse(&["--reps", "32"]).unwrap().unwrap().cfg.reps, 32);
+        // --quick sets its own count; a later --reps overrides it, in any order.
+        let a = parse(&["--reps", "8", "--quick"]).unwrap().unwrap();
+        assert!(a.cfg.quick && a.cfg.reps == 8);
+        assert_eq!(parse(&[]).unwrap().unwrap().cfg.reps, 16);
+        for bad in ["15", "0", "x"] {
+            assert!(
+                parse(&["--reps", bad]).unwrap_err().contains("even"),
+                "{bad}"
+            );
+        }
+        assert!(parse(&["--reps"]).unwrap_err().contains("number"));
     }
 }

@@ -1,9 +1,12 @@
 //! The measurement method: batches, repetitions, interleaving and medians.
 //!
-//! A [`Case`] holds one row's bodies: the raw driver call and the safe call, each run as a batch
-//! of many iterations per repetition. Repetitions alternate which side goes first, and the ratio
-//! is the median of the repetitions' own safe/raw ratios, each from two batches run back to back,
-//! so drift of the machine between repetitions cancels out.
+//! A [`Case`] holds one row's bodies: the raw driver call and the safe call (and the peer's), each
+//! run as a batch of many iterations per repetition. The number of repetitions is even, and each
+//! pair of repetitions runs the sides in one order and then in the reverse order, so every side
+//! runs before the raw side in exactly half of them. The ratio is the median of the repetitions'
+//! own side/raw ratios, each from batches run back to back, so drift of the machine between
+//! repetitions cancels out; the medians of the raw-first and the side-first halves are reported
+//! too, so an effect of running first or second shows instead of hiding in the median.
 
 use std::time::Instant;
 
@@ -11,7 +14,8 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Config {
     pub(crate) quick: bool,
-    /// Repetitions per operation (the median is reported).
+    /// Repetitions per operation (the median is reported): even, half of them with the raw side
+    /// first.
     pub(crate) reps: usize,
     /// Iterations per repetition for operations of about 100 ns.
     pub(crate) fast: u64,
@@ -31,7 +35,7 @@ impl Config {
     pub(crate) fn full() -> Config {
         Config {
             quick: false,
-            reps: 15,
+            reps: 16,
             fast: 20_000,
             medium: 5_000,
             slow: 2_000,
@@ -44,7 +48,7 @@ impl Config {
     pub(crate) fn quick() -> Config {
         Config {
             quick: true,
-            reps: 3,
+            reps: 4,
             fast: 500,
             medium: 200,
             slow: 50,
@@ -119,12 +123,16 @@ impl Spread {
 }
 
 /// One side's result: the median ns per operation and, for a side compared with the raw one,
-/// the median and spread of the per-repetition ratios to it.
+/// the median and spread of the per-repetition ratios to it, and their median in each order.
 #[derive(Debug, Clone)]
 pub(crate) struct Side {
     pub(crate) ns: f64,
     pub(crate) ratio: f64,
     pub(crate) spread: Spread,
+    /// The median ratio over the repetitions in which the raw side ran before this one.
+    pub(crate) raw_first: f64,
+    /// The median ratio over the repetitions in which this side ran before the raw one.
+    pub(crate) side_first: f64,
 }
 
 /// What the peer column of a row holds.
@@ -150,9 +158,10 @@ pub(crate) struct Measured {
 
 fn nothing() {}
 
-/// The orders the sides run in, one per repetition, cycling. Two sides alternate; three go
-/// through all six orders, so each side runs first, second and last equally often, and each pair
-/// runs in either order equally often.
+/// The orders the sides run in, one per repetition, cycling. Each even-numbered order is followed
+/// by its reverse, so any even number of repetitions runs each pair of sides in either order
+/// equally often. Two sides alternate; three go through all six orders, so over six repetitions
+/// each side also runs first, second and last equally often.
 const ORDERS_2: [&[usize]; 2] = [&[0, 1], &[1, 0]];
 const ORDERS_3: [&[usize]; 6] = [
     &[0, 1, 2],
@@ -162,6 +171,39 @@ const ORDERS_3: [&[usize]; 6] = [
     &[2, 0, 1],
     &[1, 0, 2],
 ];
+
+/// The order of repetition `rep` with `sides` sides (2 or 3).
+fn order(sides: usize, rep: usize) -> &'static [usize] {
+    let orders: &[&'static [usize]] = if sides == 3 { &ORDERS_3 } else { &ORDERS_2 };
+    orders[rep % orders.len()]
+}
+
+/// Whether the raw side (0) runs before `side` in `order`.
+fn raw_before(order: &[usize], side: usize) -> bool {
+    let at = |s: usize| order.iter().position(|&x| x == s);
+    at(0) < at(side)
+}
+
+/// One side's [`Side`] from the raw side's and its own ns per batch, repetition by repetition
+/// (`sides` sides ran in [`order`]; this is side `which`; `per` operations per iteration).
+fn summarize(raw: &[f64], v: &mut [f64], sides: usize, which: usize, per: f64) -> Side {
+    let ratios: Vec<f64> = raw.iter().zip(v.iter()).map(|(r, x)| x / r).collect();
+    let (mut raw_first, mut side_first) = (Vec::new(), Vec::new());
+    for (rep, &ratio) in ratios.iter().enumerate() {
+        if raw_before(order(sides, rep), which) {
+            raw_first.push(ratio);
+        } else {
+            side_first.push(ratio);
+        }
+    }
+    Side {
+        ns: median(v) / per,
+        spread: Spread::of(&ratios),
+        ratio: median(&mut ratios.clone()),
+        raw_first: median(&mut raw_first),
+        side_first: median(&mut side_first),
+    }
+}
 
 /// One row's bodies and iteration counts, run by [`Case::run`].
 ///
@@ -248,9 +290,15 @@ impl<R: FnMut(), S: FnMut(), P: FnMut(), T: FnMut()> Case<R, S, P, T> {
         }
     }
 
-    /// Median ns per operation of each side, and the median and spread of the repetitions' own
-    /// ratios to the raw side. Repetitions interleave the sides, changing which goes first.
+    /// Median ns per operation of each side, and the median, spread and per-order medians of the
+    /// repetitions' own ratios to the raw side. Repetitions interleave the sides, each order
+    /// followed by its reverse (`cfg.reps` is even, so every side runs before the raw side in
+    /// exactly half of them).
     pub(crate) fn run(self, cfg: &Config) -> Measured {
+        debug_assert!(
+            cfg.reps % 2 == 0,
+            "an odd number of repetitions unbalances the order"
+        );
         let Case {
             raw_iters,
             safe_iters,
@@ -267,6 +315,7 @@ impl<R: FnMut(), S: FnMut(), P: FnMut(), T: FnMut()> Case<R, S, P, T> {
             Vec::with_capacity(cfg.reps),
         );
         let has_peer = peer.is_some();
+        let sides = if has_peer { 3 } else { 2 };
         // One batch of side `side`; `warm` batches are untimed warm-ups.
         let mut run_side = |side: usize, warm: bool| {
             let iters = |n: u64| if warm { n.clamp(1, 1_000) } else { n };
@@ -283,30 +332,22 @@ impl<R: FnMut(), S: FnMut(), P: FnMut(), T: FnMut()> Case<R, S, P, T> {
                 [&mut r, &mut s, &mut p][side].push(ns);
             }
         };
-        let orders: &[&[usize]] = if has_peer { &ORDERS_3 } else { &ORDERS_2 };
         // Warm-up: caches, lazily resolved symbols, the driver's own free lists.
-        for &side in orders[0] {
+        for &side in order(sides, 0) {
             run_side(side, true);
         }
         for rep in 0..cfg.reps {
-            for &side in orders[rep % orders.len()] {
+            for &side in order(sides, rep) {
                 run_side(side, false);
             }
         }
         let per = per_iter as f64;
         // A ratio is the median of each repetition's own ratio: the batches of a repetition run
         // back to back, so drift of the machine between repetitions cancels out.
-        let side = |v: &mut Vec<f64>| {
-            let mut ratios: Vec<f64> = r.iter().zip(v.iter()).map(|(raw, x)| x / raw).collect();
-            Side {
-                ns: median(v) / per,
-                spread: Spread::of(&ratios),
-                ratio: median(&mut ratios),
-            }
-        };
-        let safe = side(&mut s);
+        let side = |v: &mut Vec<f64>, which: usize| summarize(&r, v, sides, which, per);
+        let safe = side(&mut s, 1);
         let peer = if has_peer {
-            Peer::Measured(side(&mut p))
+            Peer::Measured(side(&mut p, 2))
         } else if let Some(why) = peer_note {
             Peer::NoEquivalent(why)
         } else {
@@ -334,7 +375,7 @@ mod tests {
     #[test]
     fn a_case_runs_warm_up_and_every_repetition_and_settles_after_each_batch() {
         let cfg = Config {
-            reps: 5,
+            reps: 4,
             ..Config::quick()
         };
         let (mut raw, mut safe, mut settled) = (0u64, 0u64, 0u64);
@@ -342,10 +383,10 @@ mod tests {
             .safe_iters(20)
             .settle(|| settled += 1)
             .run(&cfg);
-        // One warm-up batch each (clamped to the iteration count), then 5 repetitions.
-        assert_eq!(raw, 10 + 5 * 10);
-        assert_eq!(safe, 20 + 5 * 20);
-        assert_eq!(settled, 2 + 2 * 5);
+        // One warm-up batch each (clamped to the iteration count), then 4 repetitions.
+        assert_eq!(raw, 10 + 4 * 10);
+        assert_eq!(safe, 20 + 4 * 20);
+        assert_eq!(settled, 2 + 2 * 4);
         assert!(m.raw_ns >= 0.0 && m.safe.ns >= 0.0);
         assert!(matches!(m.peer, Peer::NotRun));
     }
@@ -386,6 +427,52 @@ mod tests {
         for side in 0..3 {
             assert_eq!(ORDERS_3.iter().filter(|o| o[0] == side).count(), 2);
         }
+    }
+
+    #[test]
+    fn any_even_number_of_repetitions_runs_each_pair_of_sides_in_either_order_equally_often() {
+        for sides in [2, 3] {
+            for reps in (2..=20).step_by(2) {
+                for a in 0..sides {
+                    for b in (a + 1)..sides {
+                        let a_first = (0..reps)
+                            .filter(|&rep| {
+                                let o = order(sides, rep);
+                                let at = |s| o.iter().position(|&x| x == s);
+                                at(a) < at(b)
+                            })
+                            .count();
+                        assert_eq!(a_first * 2, reps, "{sides} sides, {reps} reps, {a} vs {b}");
+                    }
+                }
+            }
+        }
+        assert!(Config::full().reps % 2 == 0 && Config::quick().reps % 2 == 0);
+    }
+
+    #[test]
+    fn the_per_order_medians_split_the_repetitions_by_which_side_ran_first() {
+        // Whichever side runs second in a repetition takes 15 ns, the first 10: with two sides,
+        // even repetitions run raw first.
+        let raw: Vec<f64> = (0..6)
+            .map(|rep| if rep % 2 == 0 { 10.0 } else { 15.0 })
+            .collect();
+        let mut safe: Vec<f64> = (0..6)
+            .map(|rep| if rep % 2 == 0 { 15.0 } else { 10.0 })
+            .collect();
+        let s = summarize(&raw, &mut safe, 2, 1, 1.0);
+        assert_eq!((s.raw_first, s.side_first), (1.5, 10.0 / 15.0));
+        assert_eq!(s.ns, 12.5);
+        // The plain median sits between the two orders.
+        assert!(s.ratio > s.side_first && s.ratio < s.raw_first);
+        assert_eq!((s.spread.min, s.spread.max), (10.0 / 15.0, 1.5));
+        // With three sides, the peer (side 2) is split by its own position against raw: orders
+        // [0,1,2] [2,1,0] [1,2,0] [0,2,1] put raw first, last, last, first.
+        let raw = [10.0; 4];
+        let mut peer = [20.0, 30.0, 30.0, 20.0];
+        let p = summarize(&raw, &mut peer, 3, 2, 2.0);
+        assert_eq!((p.raw_first, p.side_first), (2.0, 3.0));
+        assert_eq!(p.ns, 12.5);
     }
 
     #[test]

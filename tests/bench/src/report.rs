@@ -92,6 +92,11 @@ fn fmt_spread(s: &Spread) -> String {
     format!("{:.3}–{:.3} (IQR {:.3}–{:.3})", s.min, s.max, s.q1, s.q3)
 }
 
+/// `raw-first / side-first`: the median ratio of each order.
+fn fmt_orders(s: &Side) -> String {
+    format!("{:.3} / {:.3}", s.raw_first, s.side_first)
+}
+
 /// The NVIDIA kernel module's version, where the OS exposes it (Linux).
 pub(crate) fn kernel_module_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
@@ -131,7 +136,8 @@ pub(crate) fn print_header(cfg: &Config, machine: &Machine) {
     };
     println!(
         "GPU: {} (device 0); driver: CUDA {} ({}){kernel}; {} repetitions per op, \
-         {sides} interleaved, median reported{}.",
+         {sides} interleaved (each order, then its reverse: half the repetitions run raw first), \
+         median reported{}.",
         machine.gpu,
         cuda_sys::format_version(machine.driver_version),
         machine.driver_version,
@@ -144,8 +150,9 @@ pub(crate) fn print_header(cfg: &Config, machine: &Machine) {
     );
     println!(
         "Iterations per repetition: {} (query, record, wait on an event, wait_stream, pool \
-         acquire), {} (event create, synchronize, scope), {} (stream create, host fn round trip, \
-         completed(), the pool row's raw column); throughput: {} host fns per repetition.",
+         acquire), {} (event create and record_event, synchronize, scope), {} (stream create, \
+         host fn round trip, completed(), the pool row's raw column); throughput: {} host fns \
+         per repetition.",
         cfg.fast, cfg.medium, cfg.slow, cfg.host_batch
     );
     match &machine.cudarc {
@@ -171,9 +178,9 @@ pub(crate) fn print_rows(rows: &Rows) {
     };
     println!();
     println!(
-        "| op | raw ns | cuda-stream ns | ratio | ratio spread: min–max (IQR) | cudarc ns | cudarc / raw | target |"
+        "| op | raw ns | cuda-stream ns | ratio | ratio spread: min–max (IQR) | ratio by order: raw first / cuda-stream first | cudarc ns | cudarc / raw | target |"
     );
-    println!("|---|---:|---:|---:|---|---:|---:|---|");
+    println!("|---|---:|---:|---:|---|---:|---:|---:|---|");
     for r in &rows.0 {
         let m = &r.measured;
         let (peer_ns, peer_ratio) = match &m.peer {
@@ -182,22 +189,29 @@ pub(crate) fn print_rows(rows: &Rows) {
             Peer::NotRun => ("—".to_string(), "—".to_string()),
         };
         println!(
-            "| {} | {:.1} | {:.1} | {:.3} | {} | {peer_ns} | {peer_ratio} | {} |",
+            "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {peer_ns} | {peer_ratio} | {} |",
             r.op,
             m.raw_ns,
             m.safe.ns,
             m.safe.ratio,
             fmt_spread(&m.safe.spread),
+            fmt_orders(&m.safe),
             r.target_cell()
         );
     }
+    println!();
+    println!("{}", targets_line(rows));
     println!();
     println!(
         "raw: the driver's function pointers, resolved once before timing (what C code calling \
          libcuda pays); cuda-stream: the safe call; cudarc: cudarc's safe call; ratio: the median \
          over repetitions of cuda-stream / raw, each from batches run back to back; spread: the \
-         lowest and highest of those per-repetition ratios and their interquartile range. The \
-         primary context is current on the benchmark thread throughout."
+         lowest and highest of those per-repetition ratios and their interquartile range; by \
+         order: the median ratio over the half of the repetitions that ran the raw side first, \
+         and over the half that ran cuda-stream first (far apart: running first or second \
+         matters, and the median sits between them). A/A rows run the same raw code on both \
+         sides: their ratio and spread are the method's own noise. The primary context is \
+         current on the benchmark thread throughout."
     );
     if !notes.is_empty() {
         println!();
@@ -208,6 +222,29 @@ pub(crate) fn print_rows(rows: &Rows) {
             .collect();
         println!("cudarc n/a: {}.", list.join("; "));
     }
+}
+
+/// `Targets met in this run: N of M (missed: ...)`.
+pub(crate) fn targets_line(rows: &Rows) -> String {
+    let with_target: Vec<&Row> = rows.0.iter().filter(|r| r.met().is_some()).collect();
+    let missed: Vec<&str> = with_target
+        .iter()
+        .filter(|r| r.met() == Some(false))
+        .map(|r| r.id)
+        .collect();
+    let mut line = format!(
+        "Targets met in this run: {} of {}",
+        with_target.len() - missed.len(),
+        with_target.len()
+    );
+    if !missed.is_empty() {
+        let _ = write!(line, " (missed: {})", missed.join(", "));
+    }
+    line.push_str(
+        ". A target counts as met only when it is met in two consecutive full runs \
+         (tests/bench/combine.py).",
+    );
+    line
 }
 
 fn note_letter(i: usize) -> char {
@@ -259,10 +296,12 @@ fn json_spread(s: &Spread) -> String {
 
 fn json_side(s: &Side) -> String {
     format!(
-        r#"{{"ns": {}, "ratio": {}, "spread": {}}}"#,
+        r#"{{"ns": {}, "ratio": {}, "spread": {}, "raw_first": {}, "side_first": {}}}"#,
         jn(s.ns),
         jn(s.ratio),
-        json_spread(&s.spread)
+        json_spread(&s.spread),
+        jn(s.raw_first),
+        jn(s.side_first)
     )
 }
 
@@ -378,6 +417,8 @@ mod tests {
                 q3: ratio,
                 max: ratio + 0.1,
             },
+            raw_first: ratio - 0.01,
+            side_first: ratio + 0.01,
         }
     }
 
@@ -398,6 +439,54 @@ mod tests {
         assert_eq!(row(0.2, 49.9, Target::BelowNs(50.0)).met(), Some(true));
         assert_eq!(row(0.2, 50.0, Target::BelowNs(50.0)).met(), Some(false));
         assert_eq!(row(9.0, 900.0, Target::None).met(), None);
+    }
+
+    #[test]
+    fn a_side_in_json_carries_its_spread_and_its_median_per_order() {
+        let s = Side {
+            ns: 10.0,
+            ratio: 1.5,
+            spread: Spread {
+                min: 1.0,
+                q1: 1.25,
+                q3: 1.75,
+                max: 2.0,
+            },
+            raw_first: 1.75,
+            side_first: 1.25,
+        };
+        assert_eq!(
+            json_side(&s),
+            r#"{"ns": 10, "ratio": 1.5, "spread": {"min": 1, "q1": 1.25, "q3": 1.75, "max": 2}, "raw_first": 1.75, "side_first": 1.25}"#
+        );
+        assert_eq!(fmt_orders(&s), "1.750 / 1.250");
+    }
+
+    #[test]
+    fn the_targets_line_counts_the_rows_with_a_target_and_names_the_missed_ones() {
+        let mut rows = Rows::default();
+        for (id, ratio, target) in [
+            ("a", 1.01, Target::Ratio(1.05)),
+            ("b", 1.2, Target::Ratio(1.05)),
+            ("c", 9.0, Target::None),
+            ("d", 0.5, Target::Ratio(1.0)),
+        ] {
+            rows.add(
+                id,
+                id,
+                target,
+                Measured {
+                    raw_ns: 100.0,
+                    safe: side(100.0 * ratio, ratio),
+                    peer: Peer::NotRun,
+                },
+            );
+        }
+        let line = targets_line(&rows);
+        assert!(
+            line.starts_with("Targets met in this run: 2 of 3 (missed: b)."),
+            "{line}"
+        );
     }
 
     #[test]

@@ -34,6 +34,8 @@ fn side(ns: f64, ratio: f64) -> Side {
         ns,
         ratio,
         spread: Spread::of(&[ratio - 0.02, ratio, ratio + 0.03]),
+        raw_first: ratio - 0.005,
+        side_first: ratio + 0.005,
     }
 }
 
@@ -148,7 +150,10 @@ fn combine_py_gives_met_only_when_both_runs_are_within_the_target() {
     );
     assert!(line_of(&text, "| stream create + destroy | <= 1.05 |").ends_with("| met |"));
     let query = line_of(&text, "| query (idle stream) | <= 1.05 |");
-    assert!(query.contains("1.020 (1.000–1.050)") && query.contains("1.070"));
+    assert!(
+        query.contains("| 1.020 (1.000–1.050; 1.015 / 1.025) |") && query.contains("| 1.070 ("),
+        "{query}"
+    );
     assert!(query.ends_with("| MISSED |"), "{query}");
     assert!(line_of(&text, "| pool acquire + release, warm | < 50 ns |").ends_with("| met |"));
     assert!(line_of(&text, "| completed() | — |").ends_with("| — |"));
@@ -233,4 +238,44 @@ fn peers_py_reports_frameworks_it_cannot_import_as_missing() {
     let doc = std::fs::read_to_string(&json).unwrap();
     assert!(doc.contains(r#""status": "missing""#), "{doc}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The row ids `peers.py` lists (its `ROWS`).
+fn peers_py_ids() -> Vec<String> {
+    let text = std::fs::read_to_string(script("peers.py")).unwrap();
+    let start = text.find("\nROWS = [\n").expect("ROWS in peers.py");
+    let block = &text[start..];
+    let block = &block[..block.find("\n]\n").expect("the end of ROWS")];
+    block
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("(\""))
+        .map(|l| l[..l.find('"').unwrap()].to_string())
+        .collect()
+}
+
+#[test]
+fn every_row_id_of_peers_py_is_a_row_of_the_benchmark() {
+    // The ids are string literals in the row modules (given to `rows.add` or listed beside it).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/rows");
+    let mut sources = String::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        sources.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
+    let ids = peers_py_ids();
+    assert!(ids.len() > 20, "{ids:?}");
+    for id in &ids {
+        assert!(
+            sources.contains(&format!("\"{id}\"")),
+            "peers.py lists {id:?}, which no row of the benchmark has"
+        );
+    }
+    for id in [
+        "stream_create_aa",
+        "event_create_close",
+        "record_event",
+        "host_throughput_boxed_raw_box",
+        "completed_after_kernel_nospin",
+    ] {
+        assert!(ids.iter().any(|i| i == id), "{id} not in peers.py");
+    }
 }

@@ -147,7 +147,7 @@ fn after_the_pattern_the_live_handles_return_to_zero() {
         );
 
         // Finally the last owners of a stream and of the context, inside that stream's own host
-        // function: the stream, the spare event and the release are queued, in that order.
+        // function: the stream, the spare events and the release are queued, in that order.
         let gate = hold(worker.as_stream());
         let last = Arc::new(worker);
         let keep = last.clone();
@@ -165,10 +165,11 @@ fn after_the_pattern_the_live_handles_return_to_zero() {
             "no driver call from a host function"
         );
 
-        // The worker stream, the spare event, the release.
-        assert_eq!(drain_deferred(), 3);
+        // The worker stream, the two spare events (the dropped event and the one the completion
+        // recorded for its spin), the release.
+        assert_eq!(drain_deferred(), 4);
         assert_eq!(deferred_pending(), 0);
-        assert_eq!(deferred_total() - total, 8);
+        assert_eq!(deferred_total() - total, 9);
         assert_eq!(
             deferred_failed(),
             failed,

@@ -65,7 +65,7 @@ use cuda_sys::SymbolInfo;
 const FAULT: CUresult = CUresult::CUDA_ERROR_LAUNCH_FAILED;
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 
-/// The floor on fault cases: the table discovers about 2,500 on every flavour (2,507 to 2,522
+/// The floor on fault cases: the table discovers about 2,500 on every flavour (2,519 to 2,534
 /// measured); a few hundred fewer means operations stopped calling the driver (or the table lost
 /// rows), which must not pass silently.
 const MIN_FAULT_CASES: usize = 2250;
@@ -178,6 +178,23 @@ const SWALLOW_DROP: &[&str] = &[
     "cuEventDestroy",
     "cuDevicePrimaryCtxRelease",
 ];
+/// `completed` must report a failure of its capture check, its queries and its host function;
+/// where no event can be had or recorded it falls back to a host function on the stream, so
+/// failures to get or record the event are swallowed; plus the `Drop` cleanup.
+const SWALLOW_COMPLETED: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuEventCreate",
+    "cuEventRecord",
+];
+/// How often the spin of `completed` queries its event depends on when the work finishes, and so
+/// whether the host function that wakes it (on the notifier stream, after a wait for the event)
+/// is needed at all; each of them, when made and failing, is reported.
+const VARYING_COMPLETED: &[&str] = &["cuEventQuery", "cuStreamWaitEvent", "cuLaunchHostFunc"];
 /// `OwnedStream::close` must report its `cuStreamDestroy`; the rest is `Drop` cleanup.
 const SWALLOW_CLOSE_STREAM: &[&str] = &[
     "cuCtxPopCurrent",
@@ -535,7 +552,17 @@ struct Op {
     /// Whether it frees a module or a buffer, which a failure may leave allocated (see
     /// [`expected_after`]).
     frees: bool,
+    /// Swallowed calls whose number depends on timing (a spin's queries): a case failing one of
+    /// them may find the call no longer made.
+    varying: &'static [&'static str],
     run: OpFn,
+}
+
+impl Op {
+    fn varying(mut self, varying: &'static [&'static str]) -> Op {
+        self.varying = varying;
+        self
+    }
 }
 
 fn op(
@@ -547,6 +574,7 @@ fn op(
         name: name.into(),
         swallowed,
         frees: false,
+        varying: &[],
         run: Box::new(run),
     }
 }
@@ -683,9 +711,10 @@ fn stream_ops(kind: Kind) -> Vec<Op> {
                 Ok(())
             })
         }),
-        op(name("completed"), SWALLOW_DROP, move |fx| {
+        op(name("completed"), SWALLOW_COMPLETED, move |fx| {
             on_stream(fx, k, |s| block_on(s.completed()))
-        }),
+        })
+        .varying(VARYING_COMPLETED),
         op(name("scope with forks"), SWALLOW_DROP, move |fx| {
             on_stream(fx, k, |s| {
                 s.scope(|sc| {
@@ -922,9 +951,10 @@ fn operations() -> Vec<Op> {
             let e = unsafe { Event::from_raw(raw, &fx.ctx, EventOptions::new()) };
             e.query().map(drop)
         }),
-        op("Event::completed", SWALLOW_DROP, |fx| {
+        op("Event::completed", SWALLOW_COMPLETED, |fx| {
             block_on(fx.recorded.completed())
-        }),
+        })
+        .varying(VARYING_COMPLETED),
         op("StreamPool::acquire", SWALLOW_DROP, |fx| {
             let pool = StreamPool::new(&fx.ctx, StreamOptions::new());
             let a = pool.acquire()?;
@@ -1917,7 +1947,7 @@ fn host_fn_drop_ops() -> Vec<Op> {
         ),
         op(
             "Completion dropped in a host function",
-            SWALLOW_DROP,
+            SWALLOW_COMPLETED,
             |fx| {
                 let mut c = fx.owned.completed();
                 if let Poll::Ready(r) = poll_once(&mut c) {
@@ -1927,7 +1957,8 @@ fn host_fn_drop_ops() -> Vec<Op> {
                 drain_expecting(0);
                 Ok(())
             },
-        ),
+        )
+        .varying(VARYING_COMPLETED),
         op(
             "Context clone (not the last) dropped in a host function",
             SWALLOW_DROP,
@@ -2253,7 +2284,7 @@ fn every_operation_fails_cleanly_at_every_driver_call() {
                 let fired = m.calls(binding) >= k;
                 let after = After::now(m, &fx);
                 let case = format!("{}: {binding} call {k}/{n} failing", op.name);
-                if !fired {
+                if !fired && !op.varying.contains(&symbol) {
                     failures.push(format!("{case}: the run no longer makes that call"));
                 }
                 match r {

@@ -362,14 +362,14 @@ fn a_completion_that_failed_to_enqueue_reports_the_error_without_spinning() {
     let (_g, m) = mock();
     let ctx = Context::primary(0).unwrap();
     let s = ctx.new_stream().unwrap();
-    m.fail("cuLaunchHostFunc", 1, FAULT);
+    m.fail("cuStreamIsCapturing", 1, FAULT);
     let mut c = s.completed().spin_limit(Duration::from_secs(60));
     assert!(c.is_complete());
     let (_state, waker) = counting_waker();
     let t = Instant::now();
     match poll_once(&mut c, &waker) {
         Poll::Ready(Err(e)) => assert_eq!(e.driver_code(), Some(FAULT), "{e}"),
-        other => panic!("expected the launch error, got {other:?}"),
+        other => panic!("expected the capture check's error, got {other:?}"),
     }
     assert!(t.elapsed() < Duration::from_secs(60));
 }
@@ -379,8 +379,9 @@ fn many_completions_in_flight_on_many_streams_and_threads() {
     let (_g, m) = mock();
     let ctx = Context::primary(0).unwrap();
     let streams: Vec<OwnedStream> = (0..4).map(|_| ctx.new_stream().unwrap()).collect();
-    // Nothing completes until the gate opens (the worker runs host functions in order).
-    let gate = Gate::hold(streams[0].as_stream());
+    // Nothing completes until the gates open: each stream's work waits for its gate, and the
+    // worker runs host functions in order.
+    let gates: Vec<Arc<Gate>> = streams.iter().map(|s| Gate::hold(s.as_stream())).collect();
     let mut kept: Vec<Vec<Completion>> = (0..4).map(|_| Vec::new()).collect();
     let (_state, waker) = counting_waker();
     for round in 0..100 {
@@ -413,7 +414,9 @@ fn many_completions_in_flight_on_many_streams_and_threads() {
             });
         }
         std::thread::sleep(Duration::from_millis(20));
-        gate.open();
+        for gate in &gates {
+            gate.open();
+        }
     });
     assert_eq!(resolved.load(Ordering::Relaxed), 4 * 50);
     for s in &streams {
@@ -421,5 +424,54 @@ fn many_completions_in_flight_on_many_streams_and_threads() {
         assert!(s.query().unwrap());
     }
     assert_eq!(m.pending_host_fns(), 0);
+    assert_eq!(m.host_fn_api_calls(), 0);
+}
+
+#[test]
+fn the_spin_watches_an_event_and_only_work_still_running_gets_a_host_function() {
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let (state, waker) = counting_waker();
+
+    // Finished work: the event says so, no host function is ever enqueued.
+    s.synchronize().unwrap();
+    m.reset();
+    let mut c = s.completed().spin_limit(Duration::from_secs(5));
+    assert_eq!(m.calls("cuEventRecord"), 1, "one event, recorded");
+    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
+    assert_eq!(m.calls("cuLaunchHostFunc"), 0, "no host function");
+    drop(c);
+
+    // Held work: the spin queries the event until its limit, then one host function, on the
+    // notifier stream after a wait for the event, wakes the task.
+    let gate = Gate::hold(s.as_stream());
+    m.reset();
+    let mut c = s.completed().spin_limit(Duration::from_millis(20));
+    assert_eq!(m.calls("cuLaunchHostFunc"), 0, "none before the first poll");
+    assert!(poll_once(&mut c, &waker).is_pending());
+    assert!(m.calls("cuEventQuery") > 1, "the spin watched the event");
+    assert_eq!(m.calls("cuStreamWaitEvent"), 1);
+    assert_eq!(m.calls("cuLaunchHostFunc"), 1);
+    // More work on the stream does not hold back the wake-up of the earlier work.
+    let later = Gate::hold(s.as_stream());
+    gate.open();
+    while state.wakes.load(Ordering::SeqCst) == 0 {
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
+    later.open();
+    drop(c);
+
+    // Without a spin: one query, then the host function.
+    let gate = Gate::hold(s.as_stream());
+    m.reset();
+    let mut c = s.completed().spin_limit(Duration::ZERO);
+    assert!(poll_once(&mut c, &waker).is_pending());
+    assert_eq!(m.calls("cuEventQuery"), 1, "queried once");
+    assert_eq!(m.calls("cuLaunchHostFunc"), 1);
+    gate.open();
+    s.synchronize().unwrap();
+    assert!(c.is_complete());
     assert_eq!(m.host_fn_api_calls(), 0);
 }

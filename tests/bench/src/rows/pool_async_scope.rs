@@ -1,7 +1,11 @@
-//! The conveniences: a warm pool lease, `completed().await`, and a scope with two forks.
+//! The conveniences: a warm pool lease, `completed().await` (on an idle stream, after a small
+//! kernel and after a host function, each with the default spin and with
+//! `spin_limit(Duration::ZERO)`), and a scope with two forks.
 
+use std::ffi::c_void;
 use std::hint::black_box;
 use std::ptr;
+use std::time::{Duration, Instant};
 
 use cuda_stream::{Error, StreamOptions, StreamPool};
 use cuda_sys as sys;
@@ -11,9 +15,34 @@ use super::host_fn::raw_host_round_trip;
 use super::hot_path::bench_raw_wait_stream;
 use crate::executor::{block_on, current_thread_waker};
 use crate::fail::{must, must_cudarc, ok};
+use crate::kernel::SpinKernel;
 use crate::method::case;
 use crate::raw::Raw;
 use crate::report::{Rows, Target};
+
+/// How long the work before a `completed()` row's wait runs: well inside the default spin
+/// (`Completion::DEFAULT_SPIN`, 20 µs) together with the host function's round trip.
+const WORK_NS: u64 = 5_000;
+
+/// A host function that busy-waits for the nanoseconds its user data holds.
+unsafe extern "C" fn spin_host_fn(user_data: *mut c_void) {
+    let ns = user_data as u64;
+    let t = Instant::now();
+    while t.elapsed().as_nanos() < u128::from(ns) {
+        std::hint::spin_loop();
+    }
+}
+
+/// What is enqueued, with raw calls on both sides, before the wait a `completed()` row times.
+#[derive(Clone, Copy)]
+enum Work {
+    /// Nothing: the stream is idle.
+    Idle,
+    /// `csb_spin<<<1, 1>>>(WORK_NS)`.
+    Kernel(SpinKernel),
+    /// A host function that busy-waits `WORK_NS`.
+    HostFn,
+}
 
 pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let (cfg, ctx) = (fx.cfg, fx.ctx);
@@ -53,20 +82,100 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         .run(cfg),
     );
 
-    // Async completion: a future woken from a host function, awaited by parking the thread.
+    // Async completion: a future that spins briefly in its first poll, then is woken from a
+    // host function, awaited by parking the thread; against the raw host function + synchronize,
+    // on an idle stream and after work, with the default spin and without it (the old wake-up).
     let waker = current_thread_waker();
-    rows.add(
-        "completed",
-        "completed().await via block_on (raw: host fn + synchronize)",
-        Target::None,
-        case(
-            cfg.slow,
-            || raw_host_round_trip(fx),
-            || must(block_on(s1.completed(), &waker), "Stream::completed"),
-        )
-        .no_peer("no completion future (nothing awaits a stream without blocking a thread)")
-        .run(cfg),
-    );
+    let kernel = SpinKernel::load();
+    if let Err(why) = &kernel {
+        eprintln!("cuda-stream-bench: the completed() rows after a kernel are left out: {why}");
+    }
+    let us = WORK_NS / 1_000;
+    let mut variants = vec![
+        ("completed", Work::Idle, None, String::new()),
+        (
+            "completed_nospin",
+            Work::Idle,
+            Some(Duration::ZERO),
+            String::new(),
+        ),
+    ];
+    if let Ok(k) = kernel {
+        let what = format!(" after a {us} µs kernel");
+        variants.push((
+            "completed_after_kernel",
+            Work::Kernel(k),
+            None,
+            what.clone(),
+        ));
+        variants.push((
+            "completed_after_kernel_nospin",
+            Work::Kernel(k),
+            Some(Duration::ZERO),
+            what,
+        ));
+    }
+    let what = format!(" after a {us} µs host function");
+    variants.push(("completed_after_host_fn", Work::HostFn, None, what.clone()));
+    variants.push((
+        "completed_after_host_fn_nospin",
+        Work::HostFn,
+        Some(Duration::ZERO),
+        what,
+    ));
+    let launch = fx.raw.launch_host_func;
+    for (id, work, spin, what) in variants {
+        let enqueue = move || match work {
+            Work::Idle => {}
+            Work::Kernel(k) => k.spin(r1, WORK_NS),
+            Work::HostFn => {
+                // SAFETY: `spin_host_fn` matches `CUhostFn` and reads its argument as a number.
+                let rc = unsafe { launch(r1, Some(spin_host_fn), WORK_NS as *mut c_void) };
+                ok(rc, "cuLaunchHostFunc");
+            }
+        };
+        let (label, target) = match spin {
+            None => (
+                format!("completed().await{what} via block_on (raw: host fn + synchronize)"),
+                // Only the idle row has a target (the wake-up path's own price); the rows after
+                // work show how the spin fares when the wait is longer.
+                if matches!(work, Work::Idle) {
+                    Target::Ratio(1.30)
+                } else {
+                    Target::None
+                },
+            ),
+            Some(_) => (
+                format!(
+                    "completed().spin_limit(ZERO).await{what} via block_on (no spin: parks at once; raw: host fn + synchronize)"
+                ),
+                Target::None,
+            ),
+        };
+        rows.add(
+            id,
+            label,
+            target,
+            case(
+                cfg.slow,
+                || {
+                    enqueue();
+                    raw_host_round_trip(fx);
+                },
+                || {
+                    enqueue();
+                    let c = s1.completed();
+                    let c = match spin {
+                        Some(limit) => c.spin_limit(limit),
+                        None => c,
+                    };
+                    must(block_on(c, &waker), "Stream::completed");
+                },
+            )
+            .no_peer("no completion future (nothing awaits a stream without blocking a thread)")
+            .run(cfg),
+        );
+    }
 
     // Scope fork/join with two forks vs two raw streams.
     let f1 = ctx.new_stream()?;
