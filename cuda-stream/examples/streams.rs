@@ -1,8 +1,13 @@
-//! The main example: two streams ordered by an event, a host function, a current-stream guard,
-//! elapsed time, a pool lease and a fork/join scope on device 0.
+//! The main example: real work on device 0. A SAXPY kernel that ships as PTX text (the driver
+//! compiles it; no CUDA toolkit) runs over 4 Mi floats on two streams of different priorities,
+//! ordered by events, timed by events, and checked on the host. Then the same work runs 100
+//! times enqueued directly, and is captured once into a graph and replayed 100 times: both are
+//! timed per iteration and checked. Then host functions run in order, a current-stream guard
+//! names a stream for other libraries, and a fork/join scope with pooled streams splits the work
+//! in two.
 //!
 //! ```sh
-//! cargo run --release -p cuda-stream --example streams
+//! cargo run --release -p cuda-stream --example streams [-- --elements N --replays R]
 //! ```
 //!
 //! Without an NVIDIA driver it says so and exits with status 2.
@@ -10,14 +15,107 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use cuda_stream::{
-    AsStream, Device, Error, EventOptions, StreamOptions, StreamPool, current_stream,
+    AsStream, CaptureMode, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function,
+    LaunchConfig, Module, OwnedStream, StreamOptions, StreamPool, current_stream, kernel_args,
+    memset_d32_async,
 };
 
+/// `y[i] = a * x[i] + y[i]` for `i < n`, one thread per element.
+const SAXPY_PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry saxpy(
+    .param .u32 saxpy_n,
+    .param .f32 saxpy_a,
+    .param .u64 saxpy_x,
+    .param .u64 saxpy_y
+)
+{
+    .reg .pred  %p<2>;
+    .reg .b32   %r<6>;
+    .reg .f32   %f<5>;
+    .reg .b64   %rd<8>;
+
+    ld.param.u32        %r1, [saxpy_n];
+    ld.param.f32        %f1, [saxpy_a];
+    ld.param.u64        %rd1, [saxpy_x];
+    ld.param.u64        %rd2, [saxpy_y];
+    mov.u32             %r2, %ctaid.x;
+    mov.u32             %r3, %ntid.x;
+    mov.u32             %r4, %tid.x;
+    mad.lo.s32          %r5, %r2, %r3, %r4;
+    setp.ge.u32         %p1, %r5, %r1;
+    @%p1 bra            $L_done;
+    cvta.to.global.u64  %rd3, %rd1;
+    cvta.to.global.u64  %rd4, %rd2;
+    mul.wide.u32        %rd5, %r5, 4;
+    add.s64             %rd6, %rd3, %rd5;
+    add.s64             %rd7, %rd4, %rd5;
+    ld.global.f32       %f2, [%rd6];
+    ld.global.f32       %f3, [%rd7];
+    fma.rn.f32          %f4, %f1, %f2, %f3;
+    st.global.f32       [%rd7], %f4;
+$L_done:
+    ret;
+}
+"#;
+
+/// Elements per vector unless `--elements` says otherwise: 4 Mi floats, 16 MiB each.
+const DEFAULT_ELEMENTS: usize = 1 << 22;
+/// Graph replays (and direct iterations) timed unless `--replays` says otherwise.
+const DEFAULT_REPLAYS: usize = 100;
+
+/// What the command line asks for.
+struct Args {
+    elements: usize,
+    replays: usize,
+}
+
+impl Args {
+    /// `[--elements N] [--replays R]`.
+    fn parse() -> Result<Args, String> {
+        let mut args = Args {
+            elements: DEFAULT_ELEMENTS,
+            replays: DEFAULT_REPLAYS,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let value = |it: &mut dyn Iterator<Item = String>| -> Result<usize, String> {
+                let v = it.next().ok_or(format!("{flag} needs a number"))?;
+                match v.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(format!("{flag} {v}: not a positive number")),
+                }
+            };
+            match flag.as_str() {
+                "--elements" => args.elements = value(&mut it)?,
+                "--replays" => args.replays = value(&mut it)?,
+                _ => return Err(format!("unknown argument {flag}")),
+            }
+        }
+        if args.elements > u32::MAX as usize {
+            return Err(format!("--elements {}: at most 2^32 - 1", args.elements));
+        }
+        Ok(args)
+    }
+}
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
+    let args = match Args::parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\nusage: streams [--elements N] [--replays R]");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(Error::Load(e)) => {
             eprintln!("no CUDA driver found: {e}");
             eprintln!("this example needs an NVIDIA GPU and its driver (libcuda)");
@@ -35,7 +133,155 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> cuda_stream::Result<()> {
+/// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream`: a stream, or a graph capture.
+///
+/// # Safety
+///
+/// `x` and `y` are device addresses of at least `n` floats in the kernel's context that stay
+/// allocated until the work has run (and for every launch of a graph it is captured into).
+unsafe fn saxpy(
+    stream: &impl Enqueue,
+    kernel: &Function<'_>,
+    n: usize,
+    a: f32,
+    x: u64,
+    y: u64,
+) -> cuda_stream::Result<()> {
+    let n = u32::try_from(n).expect("fewer than 2^32 elements");
+    let config = LaunchConfig::for_elements(n, 256);
+    // SAFETY: `saxpy` takes (u32, f32, pointer, pointer) and touches x[..n] and y[..n], which
+    // the caller keeps allocated.
+    unsafe { kernel.launch(stream, config, &kernel_args![n, a, x, y]) }
+}
+
+/// Bytes moved per second by a SAXPY over `n` floats (two reads and a write each).
+fn gb_per_s(n: usize, t: Duration) -> f64 {
+    (3 * 4 * n) as f64 / t.as_secs_f64() / 1e9
+}
+
+/// Counts the results that differ from `expected(i)`, and says so.
+fn wrong_results(what: &str, got: &[f32], expected: impl Fn(usize) -> f32) -> usize {
+    let wrong = (0..got.len()).filter(|&i| got[i] != expected(i)).count();
+    if wrong > 0 {
+        eprintln!("{what}: {wrong} of {} results are wrong", got.len());
+    }
+    wrong
+}
+
+/// One iteration of the two-stream work, enqueued directly: `low` sets `y` to 1, `high` waits
+/// for that and computes `y = 2x + y`, `low` waits for `high` and computes `y = -x + y`.
+fn direct_iteration(
+    high: &OwnedStream,
+    low: &OwnedStream,
+    kernel: &Function<'_>,
+    x: &DeviceBuffer<f32>,
+    y: &DeviceBuffer<f32>,
+) -> cuda_stream::Result<()> {
+    let n = y.len();
+    y.fill(low, 1.0)?;
+    high.wait_stream(low)?;
+    // SAFETY: `x` and `y` hold `n` floats and outlive the work (dropping them waits for it).
+    unsafe { saxpy(high, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }?;
+    low.wait_stream(high)?;
+    // SAFETY: as above.
+    unsafe { saxpy(low, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
+}
+
+/// Enqueues `iterations` times with `enqueue`, timing the work on `low` (where every iteration
+/// ends) by events and the enqueueing by the host's clock; both per iteration.
+fn per_iteration(
+    low: &OwnedStream,
+    iterations: usize,
+    mut enqueue: impl FnMut() -> cuda_stream::Result<()>,
+) -> cuda_stream::Result<(Duration, Duration)> {
+    let timed = EventOptions::new().timing(true);
+    let start = low.record_event_with(timed)?;
+    let host = Instant::now();
+    for _ in 0..iterations {
+        enqueue()?;
+    }
+    let host = host.elapsed();
+    let end = low.record_event_with(timed)?;
+    end.synchronize()?;
+    let gpu = end.elapsed_since(&start)?;
+    let per = |t: Duration| t / u32::try_from(iterations).unwrap_or(u32::MAX);
+    Ok((per(gpu), per(host)))
+}
+
+/// The two-stream work `args.replays` times enqueued directly, then captured once into a graph
+/// (the memset, a fork for `high`'s kernel, `low`'s kernel after the join) and replayed as many
+/// times; prints both timings and checks both results. `Ok(false)` if a result was wrong.
+fn direct_then_graph(
+    args: &Args,
+    high: &OwnedStream,
+    low: &mut OwnedStream,
+    kernel: &Function<'_>,
+    host_x: &[f32],
+    x: &DeviceBuffer<f32>,
+    y: &DeviceBuffer<f32>,
+) -> cuda_stream::Result<bool> {
+    let (n, iterations) = (y.len(), args.replays);
+    let us = |t: Duration| t.as_secs_f64() * 1e6;
+
+    let (direct_gpu, direct_host) = per_iteration(low, iterations, || {
+        direct_iteration(high, low, kernel, x, y)
+    })?;
+    if wrong_results("direct", &y.to_vec(&*low)?, |i| host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    println!(
+        "direct: {iterations} iterations (a memset, 2 kernels, 2 cross-stream waits): \
+         {:.1} us per iteration on the GPU, {:.1} us to enqueue",
+        us(direct_gpu),
+        us(direct_host)
+    );
+
+    // Captured on `low`; a fork of the capture plays `high`'s part (its scope joins it back
+    // before `low`'s kernel). The capture records the work, it runs nothing.
+    let graph = low.capture(CaptureMode::ThreadLocal, |cap| {
+        // SAFETY: `y` holds `n` floats and outlives every launch of the graph (`exec` is
+        // dropped first, and dropping `y` waits for the context's work).
+        unsafe { memset_d32_async(&cap, y.device_ptr(), 1f32.to_bits(), n) }?;
+        cap.scope(|s| {
+            let side = s.fork()?;
+            // SAFETY: as above, for `x` and `y`.
+            unsafe { saxpy(&side, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }
+        })?;
+        // SAFETY: as above.
+        unsafe { saxpy(&cap, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
+    });
+    let graph = match graph {
+        Ok(g) => g,
+        Err(e @ Error::Unsupported { .. }) => {
+            println!("graph: skipped, this driver cannot capture ({e})");
+            return Ok(true);
+        }
+        Err(e) => return Err(e),
+    };
+    let exec = graph.instantiate()?;
+    y.fill(&*low, 0.0)?; // so that only the replays can produce the expected values
+    let (graph_gpu, graph_host) = per_iteration(low, iterations, || exec.launch(&*low))?;
+    if wrong_results("graph", &y.to_vec(&*low)?, |i| host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    println!(
+        "graph: {iterations} replays of the same work captured once ({} nodes): {:.1} us per \
+         iteration on the GPU, {:.1} us to enqueue; all {n} results checked",
+        graph.node_count()?,
+        us(graph_gpu),
+        us(graph_host)
+    );
+    println!(
+        "graph replay vs direct, per iteration: {:.2}x on the GPU, {:.2}x to enqueue",
+        direct_gpu.as_secs_f64() / graph_gpu.as_secs_f64().max(1e-12),
+        direct_host.as_secs_f64() / graph_host.as_secs_f64().max(1e-12)
+    );
+    Ok(true)
+}
+
+/// Runs everything; `Ok(false)` if a result was wrong.
+fn run(args: &Args) -> cuda_stream::Result<bool> {
+    let n = args.elements;
     let count = Device::count()?;
     let version = cuda_stream::driver_version()?;
     println!(
@@ -44,71 +290,135 @@ fn run() -> cuda_stream::Result<()> {
     );
     if count == 0 {
         println!("no CUDA device: nothing to run");
-        return Ok(());
+        return Ok(true);
     }
     let device = Device::new(0)?;
     let ctx = device.primary_context()?;
     let range = ctx.priority_range()?;
     println!("device 0: {}, stream priorities {range}", device.name()?);
 
-    let producer = ctx.new_stream_with(StreamOptions::new().priority(range.greatest()))?;
-    let consumer = ctx.new_stream()?;
+    // Two streams: `high` is scheduled ahead of `low` when both have work ready.
+    let high = ctx.new_stream_with(StreamOptions::new().priority(range.greatest()))?;
+    let low = ctx.new_stream_with(StreamOptions::new().priority(range.least()))?;
     println!(
-        "producer: priority {}, non-blocking {}, id {}",
-        producer.priority()?,
-        producer.is_nonblocking()?,
-        producer.id()?
+        "streams: high priority {}, low priority {}",
+        high.priority()?,
+        low.priority()?
     );
+
+    let module = Module::from_ptx(&ctx, SAXPY_PTX)?;
+    let kernel = module.function("saxpy")?;
+    println!(
+        "saxpy JIT-compiled from PTX for sm_{}: {} registers, up to {} threads a block",
+        kernel.binary_version()?,
+        kernel.registers()?,
+        kernel.max_threads_per_block()
+    );
+
+    // `low` uploads x and sets y to 1; `high` waits for that, computes y = 2x + y; `low` waits
+    // for `high` and computes y = -x + y. Each kernel is timed by events on its own stream.
+    let host_x: Vec<f32> = (0..n).map(|i| (i % 4096) as f32).collect();
+    let x = DeviceBuffer::from_host(&ctx, &low, &host_x)?;
+    let y = DeviceBuffer::<f32>::alloc(&ctx, n)?;
+    y.fill(&low, 1.0)?;
+    let ready = low.record_event()?;
 
     let timed = EventOptions::new().timing(true);
-    let start = producer.record_event_with(timed)?;
+    high.wait_event(&ready)?;
+    let high_start = high.record_event_with(timed)?;
+    // SAFETY: `x` and `y` hold `n` floats and live until the end of this function, after the
+    // streams are synchronised (dropping them would wait for the work anyway).
+    unsafe { saxpy(&high, &kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }?;
+    let high_end = high.record_event_with(timed)?;
+
+    low.wait_event(&high_end)?;
+    let low_start = low.record_event_with(timed)?;
+    // SAFETY: as above.
+    unsafe { saxpy(&low, &kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }?;
+    let low_end = low.record_event_with(timed)?;
+
+    // Host functions run in stream order too: `low`'s runs after `high`'s.
     let order = Arc::new(AtomicUsize::new(0));
     let seen = order.clone();
-    producer.launch_host_func(move || {
+    high.launch_host_func(move || {
         seen.fetch_add(1, Ordering::SeqCst);
     })?;
-    let end = producer.record_event_with(timed)?;
-
-    consumer.wait_event(&end)?;
-    consumer.wait_stream(&producer)?;
+    low.wait_stream(&high)?;
     let seen = order.clone();
-    consumer.launch_host_func(move || {
-        // Runs after the producer's host function, thanks to the wait.
-        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    low.launch_host_func(move || {
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "after high's host function");
         seen.fetch_add(1, Ordering::SeqCst);
     })?;
-    consumer.synchronize()?;
-    end.synchronize()?;
+
+    let result = y.to_vec(&low)?; // waits for `low`, and so for everything above
+    if wrong_results("two streams", &result, |i| host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    let (t_high, t_low) = (
+        high_end.elapsed_since(&high_start)?,
+        low_end.elapsed_since(&low_start)?,
+    );
     println!(
-        "host functions ran in order ({}), producer span {:?}",
-        order.load(Ordering::SeqCst),
-        end.elapsed_since(&start)?
+        "saxpy over {n} floats on high then low: {:.1} us ({:.0} GB/s), {:.1} us ({:.0} GB/s); \
+         all {n} results checked",
+        t_high.as_secs_f64() * 1e6,
+        gb_per_s(n, t_high),
+        t_low.as_secs_f64() * 1e6,
+        gb_per_s(n, t_low),
+    );
+    println!(
+        "host functions ran in order ({})",
+        order.load(Ordering::SeqCst)
     );
 
+    // The same work, again and again: enqueued directly on the two streams each time, then
+    // captured once into a graph and replayed.
+    let mut low = low;
+    if !direct_then_graph(args, &high, &mut low, &kernel, &host_x, &x, &y)? {
+        return Ok(false);
+    }
+
+    // A current-stream guard: code that asks for "the current stream" gets `low`.
     {
-        let _guard = consumer.make_current();
+        let _guard = low.make_current();
         current_stream(&ctx, |s| {
-            println!(
-                "current stream is the consumer: {}",
-                s == consumer.as_stream()
-            )
+            println!("current stream is low: {}", s == low.as_stream())
         });
     }
 
+    // A pool lease: a stream no other lease gets while this one lives.
     let pool = StreamPool::new(&ctx, StreamOptions::new());
     let lease = pool.acquire()?;
-    lease.wait_stream(&consumer)?;
+    lease.wait_stream(&low)?;
+    high.wait_stream(&lease)?;
+    println!("leased a stream from a pool of {}", pool.created());
     drop(lease);
 
-    let joined = producer.scope(|s| {
-        let a = s.fork()?;
-        let b = s.fork()?;
-        a.launch_host_func(|| ())?;
-        b.launch_host_func(|| ())?;
-        Ok(a != b)
+    // Fork/join: two forks each take half of the vectors (y = x + y); `high` waits for both
+    // when the scope ends, however it ends.
+    let half = n / 2;
+    let offset = (half * std::mem::size_of::<f32>()) as u64;
+    high.scope(|s| {
+        let (a, b) = (s.fork()?, s.fork()?);
+        // SAFETY: each fork touches its own half of `x` and `y`, which outlive the scope's work.
+        unsafe {
+            saxpy(&a, &kernel, half, 1.0, x.device_ptr(), y.device_ptr())?;
+            saxpy(
+                &b,
+                &kernel,
+                n - half,
+                1.0,
+                x.device_ptr() + offset,
+                y.device_ptr() + offset,
+            )?;
+        }
+        Ok(())
     })?;
-    producer.synchronize()?;
-    println!("fork/join with two distinct forks: {joined}");
+    let result = y.to_vec(&high)?;
+    if wrong_results("fork/join", &result, |i| 2.0 * host_x[i] + 1.0) > 0 {
+        return Ok(false);
+    }
+    println!("fork/join over two forks of the context's pool: all {n} results checked");
     println!("ok");
-    Ok(())
+    Ok(true)
 }

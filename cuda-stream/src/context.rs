@@ -344,3 +344,58 @@ impl Drop for Bound {
         }
     }
 }
+
+/// A destroy that must wait for the work of the object's context first (freeing memory or
+/// unloading a module that queued work may still use): binds `ctx`, waits for all of its work
+/// (`cuCtxSynchronize`), then calls `destroy(handle)`. If binding or waiting fails the object is
+/// left alive (leaked): work might still be using it.
+///
+/// Inside a host function no CUDA call is made: the whole destroy is queued for an ordinary
+/// thread (see `deferred`) and the answer is [`Error::InHostFunction`] naming `call`. The queued
+/// item keeps only the context's raw handle; the caller's owner holds a [`Context`] clone, whose
+/// release (queued after this item, or made on an ordinary thread, which drains first) comes
+/// later, so the context is alive when the item runs.
+pub(crate) fn destroy_after_work(
+    ctx: &Context,
+    handle: usize,
+    call: &'static str,
+    destroy: fn(usize) -> Result<()>,
+) -> Result<()> {
+    let job = AfterWork {
+        ctx: ctx.raw() as usize,
+        handle,
+        destroy,
+    };
+    if deferred::in_host_fn() {
+        let queued = Box::into_raw(Box::new(job)) as usize;
+        deferred::defer([Deferred::new(queued, run_queued_after_work)]);
+        return Err(Error::InHostFunction { call });
+    }
+    deferred::drain_if_pending();
+    job.run()
+}
+
+/// A destroy of [`destroy_after_work`], as queued.
+struct AfterWork {
+    ctx: usize,
+    handle: usize,
+    destroy: fn(usize) -> Result<()>,
+}
+
+impl AfterWork {
+    fn run(self) -> Result<()> {
+        let _bound = bind(self.ctx as ffi::CUcontext)?;
+        let f = driver_fn!(cuCtxSynchronize);
+        // SAFETY: no arguments; the object's context is current.
+        check(unsafe { f() }, "cuCtxSynchronize")?;
+        (self.destroy)(self.handle)
+    }
+}
+
+/// The queued form of [`AfterWork::run`]: `queued` is a `Box<AfterWork>` turned into an address.
+fn run_queued_after_work(queued: usize) -> Result<()> {
+    // SAFETY: `queued` came from `Box::into_raw` in `destroy_after_work`, and the queue hands
+    // each item to its function exactly once.
+    let job = unsafe { Box::from_raw(queued as *mut AfterWork) };
+    job.run()
+}

@@ -113,6 +113,53 @@ pub enum Error {
         /// The pool's limit.
         limit: usize,
     },
+    /// The driver refused to load a module (`cuModuleLoadDataEx`); the JIT compiler's error log
+    /// is the `source()`.
+    #[error("{call}: {}", ffi::result_name(code.0))]
+    ModuleLoad {
+        /// The driver function (`cuModuleLoadDataEx`).
+        call: &'static str,
+        /// What the driver returned.
+        code: DriverCode,
+        /// What the JIT compiler (or the loader) wrote to its error log.
+        #[source]
+        log: JitLog,
+    },
+    /// A module has no kernel of this name (`cuModuleGetFunction` answered
+    /// `CUDA_ERROR_NOT_FOUND`).
+    #[error("the module has no kernel named `{name}`")]
+    FunctionNotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A launch configuration the kernel cannot run with, refused before the driver is called.
+    #[error("invalid launch configuration: {reason}")]
+    InvalidLaunch {
+        /// Why.
+        reason: String,
+    },
+    /// Host and device sides of a copy (or two buffers) of different lengths.
+    #[error("length mismatch: {expected} elements expected, {actual} given")]
+    LengthMismatch {
+        /// The length of the destination (or of the buffer).
+        expected: usize,
+        /// The length given.
+        actual: usize,
+    },
+    /// An argument refused before any driver call, such as PTX text with a NUL byte.
+    #[error("invalid argument: {reason}")]
+    InvalidArgument {
+        /// Why.
+        reason: String,
+    },
+    /// A safe buffer operation on a stream that is capturing a graph: the graph could be launched
+    /// after the buffer is freed. The `unsafe` raw functions (`memset_d32_async`, ...) record the
+    /// same work into a capture, with the caller keeping the memory alive.
+    #[error("{op} cannot be recorded into a graph capture (the graph could outlive the buffer)")]
+    Capturing {
+        /// The operation, such as `DeviceBuffer::fill`.
+        op: &'static str,
+    },
     /// This crate refused to make a driver call that would be unsound or is certain to fail,
     /// such as a run-once host function on a stream that is being captured (it would run on
     /// every replay of the graph).
@@ -184,6 +231,30 @@ pub(crate) fn update_reason(result: ffi::CUgraphExecUpdateResult) -> &'static st
     }
 }
 
+/// The JIT compiler's error log of a module that failed to load, as the `source()` of
+/// [`Error::ModuleLoad`]; `Display` gives the log, or says that it is empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JitLog(pub String);
+
+impl JitLog {
+    /// The log's text (empty if the driver wrote none).
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JitLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.trim().is_empty() {
+            f.write_str("the JIT compiler wrote no error log")
+        } else {
+            f.write_str(self.0.trim_end())
+        }
+    }
+}
+
+impl std::error::Error for JitLog {}
+
 fn version(v: Option<i32>) -> String {
     v.map(|v| format!(" (CUDA {})", ffi::format_version(v)))
         .unwrap_or_default()
@@ -237,6 +308,7 @@ impl Error {
     pub fn driver_code(&self) -> Option<ffi::CUresult> {
         match self {
             Error::Driver { code, .. }
+            | Error::ModuleLoad { code, .. }
             | Error::CaptureFailed { code, .. }
             | Error::GraphUpdate { code, .. } => Some(code.0),
             _ => None,
@@ -244,10 +316,11 @@ impl Error {
     }
 
     /// The driver call that failed (or, for [`Error::Refused`], that was not made), for driver
-    /// errors, unsupported calls, failed captures and refused graph updates.
+    /// errors, module loads, unsupported calls, failed captures and refused graph updates.
     pub fn call(&self) -> Option<&'static str> {
         match self {
             Error::Driver { call, .. }
+            | Error::ModuleLoad { call, .. }
             | Error::Unsupported { call, .. }
             | Error::Refused { call, .. }
             | Error::CaptureFailed { call, .. } => Some(call),

@@ -25,6 +25,31 @@
 //! # Ok::<(), cuda_stream::Error>(())
 //! ```
 //!
+//! # Device code and memory
+//!
+//! A [`Module`] is loaded from PTX text (JIT-compiled by the driver, no toolkit needed) or a
+//! cubin/fatbin, with the compiler's log in the error when it fails; its kernels are
+//! [`Function`]s, launched with the `unsafe` [`Function::launch`] (the driver cannot check
+//! arguments against parameters) on anything that implements [`Enqueue`]: every stream, and a
+//! graph capture. [`DeviceBuffer`] owns typed device memory with safe fill and copies; the raw
+//! [`memset_d32_async`] / [`memcpy_htod_async`] family serves memory the caller manages.
+//!
+//! ```no_run
+//! use cuda_stream::{Context, DeviceBuffer, LaunchConfig, Module, kernel_args};
+//!
+//! # const SCALE_PTX: &str = "";
+//! let ctx = Context::primary(0)?;
+//! let stream = ctx.new_stream()?;
+//! let module = Module::from_ptx(&ctx, SCALE_PTX)?; // `.entry scale(.param .u64 x, .param .u32 n)`
+//! let scale = module.function("scale")?;
+//! let x = DeviceBuffer::from_host(&ctx, &stream, &[1.0f32; 4096])?;
+//! let n = x.len() as u32;
+//! // SAFETY: `scale` takes (float *x, unsigned n) and touches x[0..n]; `x` outlives the work.
+//! unsafe { scale.launch(&stream, LaunchConfig::for_elements(n, 256), &kernel_args![x.device_ptr(), n]) }?;
+//! let host = x.to_vec(&stream)?; // waits for the stream
+//! # Ok::<(), cuda_stream::Error>(())
+//! ```
+//!
 //! Beyond what the Python stream APIs offer: an exclusive [`StreamPool`] (no aliasing of leased
 //! streams), [`Stream::completed`] / [`Event::completed`] futures that need no async runtime, and
 //! structured fork/join with [`Stream::scope`].
@@ -120,9 +145,10 @@
 //! # Host functions
 //!
 //! No CUDA call may be made inside a host function or stream callback, and this crate makes
-//! none there: a stream, event, pool, context or completion whose last owner is dropped inside
-//! one is destroyed later, on an ordinary thread (the next call that creates something or
-//! synchronizes, the release of its context, or [`drain_deferred`]); `close()` there returns
+//! none there: a stream, event, pool, context, completion, [`Module`] or [`DeviceBuffer`] whose
+//! last owner is dropped inside one is destroyed later, on an ordinary thread (the next call that
+//! creates something or synchronizes, the release of its context, or [`drain_deferred`]; a module
+//! or buffer after its context's work, as on any thread); `close()` or `free()` there returns
 //! [`Error::InHostFunction`]. See [`Stream::launch_host_func`].
 //!
 //! # Layout
@@ -131,14 +157,14 @@
 //! circle). From the bottom:
 //!
 //! - **Values and errors**: `priority` ([`PriorityRange`]), `capture_mode` ([`CaptureMode`],
-//!   [`CaptureStatus`]), `error` ([`Error`], and the one chokepoint that turns a `CUresult` into
-//!   a `Result`), `abi` (the newest of a driver function's ABIs that the driver has, chosen
-//!   once).
+//!   [`CaptureStatus`]), `device_copy` ([`DeviceCopy`]), `error` ([`Error`], and the one
+//!   chokepoint that turns a `CUresult` into a `Result`), `abi` (the newest of a driver
+//!   function's ABIs that the driver has, chosen once).
 //! - **The host-function rule**: `deferred` (whether this thread runs a host function, and the
 //!   queue of destroys made later on an ordinary thread; every destroy path consults it; see
 //!   [`drain_deferred`]), `spare_events` (a context's recycled event handles).
 //! - **Driver objects**: `device` ([`Device`], [`init`]), `context` ([`Context`], and making a
-//!   context current for one call), `event` ([`Event`]).
+//!   context current for one call), `event` ([`Event`]), `module` ([`Module`], [`Function`]).
 //! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
 //!   (panics caught in host functions, reported later), `installed` (streams named by a live
 //!   current-stream guard, which must not be destroyed), `wait_events` (the per-thread event
@@ -151,7 +177,8 @@
 //! - **Conveniences**: `host` (host functions), `current` (the current-stream guard),
 //!   `completion` (futures), `scope` (fork/join), `capture` (capture through [`CaptureStream`],
 //!   forks in a capture, the capture-mode guard). Each adds its own `impl Stream` block and
-//!   forwards it to the owners.
+//!   forwards it to the owners. `launch` (kernel launches) and `memory` (memset, memcpy,
+//!   [`DeviceBuffer`]) take any [`Enqueue`] instead, so they work on a [`CaptureStream`] too.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -161,6 +188,7 @@ pub use ffi;
 // Bottom to top; see the table above.
 mod abi;
 mod capture_mode;
+mod device_copy;
 mod error;
 mod priority;
 
@@ -170,6 +198,7 @@ mod spare_events;
 mod context;
 mod device;
 mod event;
+mod module;
 
 mod capturing;
 mod installed;
@@ -188,6 +217,8 @@ mod capture;
 mod completion;
 mod current;
 mod host;
+mod launch;
+mod memory;
 mod scope;
 
 pub use capture::{
@@ -199,9 +230,16 @@ pub use context::{Context, ContextBinding, current_context_raw};
 pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
 pub use deferred::{deferred_failed, deferred_pending, deferred_total, drain_deferred};
 pub use device::{Device, driver_version, init};
-pub use error::{DriverCode, Error, Result};
+pub use device_copy::DeviceCopy;
+pub use error::{DriverCode, Error, JitLog, Result};
 pub use event::{Event, EventOptions, IpcEventHandle};
 pub use graph::{Graph, GraphExec, InstantiateOptions};
+pub use launch::{Dim3, KernelArg, LaunchConfig};
+pub use memory::{
+    DeviceBuffer, memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async,
+    memset_d16_async, memset_d32_async,
+};
+pub use module::{Function, JitOptions, Module};
 pub use owned::{OwnedStream, StreamOptions};
 pub use pool::{PooledStream, StreamPool};
 pub use priority::PriorityRange;
@@ -216,6 +254,12 @@ static_assertions::assert_impl_all!(StreamPool: Send, Sync);
 static_assertions::assert_impl_all!(PooledStream<'static>: Send, Sync);
 static_assertions::assert_not_impl_any!(CurrentStreamGuard<'static>: Send, Sync);
 static_assertions::assert_not_impl_any!(Event: Clone, Copy);
+static_assertions::assert_impl_all!(Module: Send, Sync);
+static_assertions::assert_impl_all!(Function<'static>: Send, Sync, Copy);
+static_assertions::assert_impl_all!(DeviceBuffer<f32>: Send, Sync);
+static_assertions::assert_not_impl_any!(Module: Clone);
+static_assertions::assert_not_impl_any!(DeviceBuffer<f32>: Clone);
+static_assertions::assert_not_impl_any!(KernelArg<'static>: Send, Sync);
 static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);
 static_assertions::assert_impl_all!(CaptureStream<'static>: Send, Sync, Copy);
 static_assertions::assert_impl_all!(CapturedEvent<'static>: Send, Sync, Copy);

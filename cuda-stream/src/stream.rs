@@ -116,6 +116,18 @@ pub(crate) fn is_special(raw: ffi::CUstream) -> bool {
     (raw as usize) <= 2
 }
 
+/// Binds `ctx` for a call on `raw` if `raw` is a default stream, which the driver resolves
+/// through the current context; explicit handles need no binding. For operations that only
+/// enqueue, on an [`Enqueue::enqueue_handle`].
+#[inline(always)]
+pub(crate) fn bind_if_special(raw: ffi::CUstream, ctx: ffi::CUcontext) -> Result<Option<Bound>> {
+    if is_special(raw) {
+        bind(ctx).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 impl<'a> Stream<'a> {
     pub(crate) fn special(value: usize, ctx: ffi::CUcontext) -> Stream<'a> {
         Stream {
@@ -212,11 +224,7 @@ impl<'a> Stream<'a> {
     /// Binds the context for the default streams, which the driver resolves through it.
     #[inline(always)]
     pub(crate) fn bind_if_default(self) -> Result<Option<Bound>> {
-        if is_special(self.raw) {
-            bind(self.ctx).map(Some)
-        } else {
-            Ok(None)
-        }
+        bind_if_special(self.raw, self.ctx)
     }
 
     /// Whether all work enqueued so far has completed (`cuStreamQuery`). `Ok(false)` only for

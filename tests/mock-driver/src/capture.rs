@@ -8,8 +8,10 @@
 //! - While a stream is capturing, `cuLaunchHostFunc` adds a host node, `cuEventRecord` captures
 //!   the event (it stands for the stream's tail), `cuEventRecordWithFlags(EXTERNAL)` adds an event
 //!   record node, `cuStreamWaitEvent` on a captured event of the same capture merges the event's
-//!   nodes into the tail, and with `CU_EVENT_WAIT_EXTERNAL` adds an event wait node. Other
-//!   enqueues (kernels, memsets, copies, graph launches) add opaque nodes through [`on_enqueue`].
+//!   nodes into the tail, and with `CU_EVENT_WAIT_EXTERNAL` adds an event wait node. Kernel
+//!   launches, memsets and copies add device nodes through [`on_device_work`], which every launch
+//!   of the graph runs again (host-to-device copies read the host memory then, device-to-host
+//!   copies write it then); graph launches add opaque nodes through [`on_enqueue`].
 //!   A stream that is not capturing and waits on a captured event joins that capture (a fork).
 //! - Illegal while capturing, as the driver's documentation says: querying or synchronising a
 //!   capturing stream, a captured event, or the context of a capturing stream, and
@@ -214,6 +216,21 @@ fn prohibited(st: &mut State) -> Option<CUresult> {
 pub(crate) fn on_enqueue(st: &mut State, s: StreamRef, what: &'static str) -> Option<CUresult> {
     st.graphs.captures.capture_of(s.key)?;
     Some(match add_node(st, s.key, NodeKind::Opaque(what)) {
+        Ok(()) => SUCCESS,
+        Err(rc) => rc,
+    })
+}
+
+/// A kernel launch, memset or copy on `s` (`exports/kernels.rs`, `exports/memory.rs`):
+/// `Some(result)` if `s` is capturing (the work became a node, run on every launch of the
+/// graph), `None` to run it now.
+pub(crate) fn on_device_work(
+    st: &mut State,
+    s: StreamRef,
+    work: &crate::device_model::DeviceWork,
+) -> Option<CUresult> {
+    st.graphs.captures.capture_of(s.key)?;
+    Some(match add_node(st, s.key, NodeKind::Device(work.clone())) {
         Ok(()) => SUCCESS,
         Err(rc) => rc,
     })

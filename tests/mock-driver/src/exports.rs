@@ -21,9 +21,10 @@
 //!    function), passing the symbol: it counts the call, applies the failure rules and checks
 //!    `cuInit`.
 //!
-//! The capture and graph functions live in `capture.rs` and `graph.rs` under the same convention
+//! The capture and graph functions live in `capture.rs` and `graph.rs`, the module, launch and
+//! memory functions in `exports/kernels.rs` and `exports/memory.rs`, under the same convention
 //! (and are listed in [`driver_functions`] here). A unit test
-//! (`driver_exports_follow_the_convention`) checks 1 to 3 on the three files.
+//! (`driver_exports_follow_the_convention`) checks 1 to 3 on the five files.
 
 // The driver functions have the exported C names, also where a flavour does not export them.
 #![allow(non_snake_case)]
@@ -397,6 +398,21 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             cuIpcOpenEventHandle,
             cuMemGetInfo,
             cuMemGetInfo_v2,
+            // Modules, kernels and device memory (`exports/kernels.rs`, `exports/memory.rs`).
+            cuModuleLoadDataEx,
+            cuModuleUnload,
+            cuModuleGetFunction,
+            cuFuncGetAttribute,
+            cuFuncSetAttribute,
+            cuLaunchKernel,
+            cuMemAlloc_v2,
+            cuMemFree_v2,
+            cuMemsetD8Async,
+            cuMemsetD16Async,
+            cuMemsetD32Async,
+            cuMemcpyDtoDAsync_v2,
+            cuMemcpyHtoDAsync_v2,
+            cuMemcpyDtoHAsync_v2,
             // Capture (capture.rs).
             cuStreamBeginCapture,
             cuStreamBeginCapture_ptsz,
@@ -1753,17 +1769,33 @@ pub extern "C" fn cuda_mock_event_flags(handle: *mut c_void) -> i64 {
     })
 }
 
+// Modules, kernels and device memory (after the helpers above, which they use), in files of
+// their own that follow the same convention.
+mod kernels;
+mod memory;
+
+use kernels::{
+    cuFuncGetAttribute, cuFuncSetAttribute, cuLaunchKernel, cuModuleGetFunction,
+    cuModuleLoadDataEx, cuModuleUnload,
+};
+use memory::{
+    cuMemAlloc_v2, cuMemFree_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2,
+    cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The convention of the module docs, checked on this file's text.
+    /// The convention of the module docs, checked on the text of this file and its submodules'.
     #[test]
     fn driver_exports_follow_the_convention() {
         let files = [
             include_str!("exports.rs"),
             include_str!("capture.rs"),
             include_str!("graph.rs"),
+            include_str!("exports/kernels.rs"),
+            include_str!("exports/memory.rs"),
         ];
         let lines: Vec<&str> = files.iter().flat_map(|f| f.lines()).collect();
         let table: Vec<&str> = driver_functions().iter().map(|(n, _)| *n).collect();

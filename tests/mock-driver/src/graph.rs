@@ -63,14 +63,16 @@ pub(crate) fn fresh_handle() -> usize {
     cell as *mut u64 as usize
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum NodeKind {
     Host(HostFn, usize),
     /// Records the event whose record state is `core`.
     EventRecord(u64),
     /// Waits for the event whose record state is `core`.
     EventWait(u64),
-    /// Work the mock does not model (a kernel, a memset, a child graph): its name.
+    /// A kernel, memset or copy (`device_model.rs`), run again on every launch.
+    Device(crate::device_model::DeviceWork),
+    /// Work the mock does not model (a child graph): its name.
     Opaque(&'static str),
 }
 
@@ -79,6 +81,7 @@ impl NodeKind {
     fn same_type(&self, other: &NodeKind) -> bool {
         match (self, other) {
             (NodeKind::Opaque(a), NodeKind::Opaque(b)) => a == b,
+            (NodeKind::Device(a), NodeKind::Device(b)) => a.label() == b.label(),
             _ => std::mem::discriminant(self) == std::mem::discriminant(other),
         }
     }
@@ -88,6 +91,7 @@ impl NodeKind {
             NodeKind::Host(..) => "host",
             NodeKind::EventRecord(_) => "event record",
             NodeKind::EventWait(_) => "event wait",
+            NodeKind::Device(work) => work.label(),
             NodeKind::Opaque(what) => what,
         }
     }
@@ -573,6 +577,9 @@ fn launch(st: &mut State, h: usize, s: StreamRef) -> Result<(), CUresult> {
         match n.kind {
             NodeKind::Host(f, data) => {
                 st.enqueue(s, Work::Host(f, data))?;
+            }
+            NodeKind::Device(ref work) => {
+                st.enqueue(s, Work::Device(work.clone()))?;
             }
             NodeKind::EventRecord(core) => {
                 let seq = st.enqueue(s, Work::Marker(core))?;

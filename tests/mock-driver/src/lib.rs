@@ -47,7 +47,7 @@
 //!   is never reused and a stale handle is always recognised. The special stream handles 0x0
 //!   (the NULL stream, i.e. legacy), 0x1 (`CU_STREAM_LEGACY`) and 0x2 (`CU_STREAM_PER_THREAD`)
 //!   resolve through the calling thread's current context; with none, `CUDA_ERROR_INVALID_CONTEXT`.
-//! - There is no device work. A stream is idle unless it has host functions queued:
+//! - A stream is idle unless it has host functions or device work (below) queued:
 //!   `cuLaunchHostFunc` and `cuStreamAddCallback` (called as `(stream, CUDA_SUCCESS, userData)`)
 //!   run on one dedicated worker thread of the library, in the order they were queued over all
 //!   streams. `cuStreamQuery` gives `CUDA_ERROR_NOT_READY` while the stream has one queued or
@@ -57,10 +57,11 @@
 //!   `CUDA_ERROR_NOT_PERMITTED` (the driver's documented answer) and is counted.
 //! - Graph capture (`capture.rs`) and graphs, executable graphs and user objects (`graph.rs`),
 //!   with the driver's rules for the three capture modes, forks and joins through events,
-//!   invalidation and unjoined captures; captured host functions run on the worker on every
-//!   launch; a user object's destructor runs on the worker after the launches that hold it. Each
-//!   module's documentation states its model. Other code that enqueues on a stream reports the
-//!   enqueue to `capture::on_enqueue`, which records an opaque node while the stream is capturing.
+//!   invalidation and unjoined captures; captured host functions, kernels, memsets and copies run
+//!   on the worker on every launch (kernels and memory reach the capture through
+//!   `capture::on_device_work`, graph launches through `capture::on_enqueue`, an opaque node); a
+//!   user object's destructor runs on the worker after the launches that hold it. Each module's
+//!   documentation states its model.
 //! - A stream "owned by someone else" (for borrowing tests) is just one the test creates with
 //!   `cuStreamCreate` through the driver: the mock does not care who created a handle, only that
 //!   it did and that it is still alive.
@@ -74,6 +75,18 @@
 //!   `CUDA_ERROR_INVALID_HANDLE`, one not complete gives `CUDA_ERROR_NOT_READY`.
 //!   `cuIpcGetEventHandle` needs `CU_EVENT_INTERPROCESS`; `cuIpcOpenEventHandle` in the same
 //!   process opens a new handle (to destroy separately) sharing the original's record state.
+//! - Modules, kernels and device memory (`device_model.rs`): `cuModuleLoadDataEx` takes PTX
+//!   text, whose `.entry` kernels (with their parameter sizes and `.maxntid`) become the module's
+//!   functions; text without one fails with `CUDA_ERROR_INVALID_PTX` and a `ptxas`-style error
+//!   log. Device memory is host memory behind never-reused fake addresses. Memsets,
+//!   device-to-device copies, the device side of host-to-device copies (the host side is read at
+//!   the call) and kernel launches (counted) are queued on the stream and run by the worker in
+//!   order; a device-to-host copy waits for the stream and copies before returning. The PTX is
+//!   not executed, but a few kernels are computed on the host by name and signature (`saxpy`, as
+//!   in the example, and the GPU tests' `store_after_spin`, `copy_u32`, `add_u32`, `spin`), so
+//!   results can be checked; other kernels do nothing.
+//!   `cuMemFree` and `cuModuleUnload` do not wait: queued work that reaches freed memory or an
+//!   unloaded module counts as a bad use. `cuLaunchKernel` keeps the parameter bytes it read.
 //! - Any use or destroy of a handle the mock did not create, or already destroyed, returns
 //!   `CUDA_ERROR_INVALID_HANDLE` (`CUDA_ERROR_INVALID_CONTEXT` for contexts), is counted, and
 //!   never crashes. No export unwinds into C: every body runs under `catch_unwind`, and a poisoned
@@ -109,6 +122,12 @@
 //! uint64_t cuda_mock_live_captures(void);                 // active or invalidated
 //! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
 //! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
+//! uint64_t cuda_mock_live_modules(void);
+//! uint64_t cuda_mock_live_allocations(void);
+//! uint64_t cuda_mock_kernels_run(void);                   // never reset
+//! int      cuda_mock_last_launch(uint32_t out[8]);        // grid, block, shared bytes, #params
+//! int64_t  cuda_mock_last_launch_param(uint32_t i, uint8_t *out, size_t cap); // its size, or -1
+//! int      cuda_mock_read_memory(uint64_t ptr, uint8_t *out, size_t len);     // 0, or -1
 //! int64_t  cuda_mock_event_flags(void *handle);           // an event's creation flags, -1 if not one
 //! ```
 //!
@@ -174,9 +193,13 @@
 //! `Mutex`) and call [`MockDriver::reset`] first.
 
 mod capture;
+mod control_device;
+mod device_model;
 mod exports;
 mod graph;
 mod state;
+
+pub use control_device::MockLaunch;
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;

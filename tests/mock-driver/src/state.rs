@@ -275,6 +275,8 @@ pub(crate) enum Work {
     Callback(StreamCallback, usize, usize),
     /// Marks an event's record complete.
     Marker(u64),
+    /// A memset, a copy or a kernel (`device_model.rs`).
+    Device(crate::device_model::DeviceWork),
     /// A graph launch's end, or a user object's destructor (graph.rs).
     Graph(crate::graph::GraphJob),
 }
@@ -310,6 +312,8 @@ pub(crate) struct State {
     pub(crate) last_job: HashMap<Key, u64>,
     pub(crate) ctx_last_job: HashMap<usize, u64>,
     worker_started: bool,
+    /// Modules, kernels and memory (`device_model.rs`).
+    pub(crate) device: crate::device_model::DeviceState,
     /// Captures, graphs, executable graphs and user objects (capture.rs, graph.rs).
     pub(crate) graphs: crate::graph::Graphs,
 }
@@ -358,6 +362,7 @@ impl State {
             last_job: HashMap::new(),
             ctx_last_job: HashMap::new(),
             worker_started: false,
+            device: Default::default(),
             graphs: crate::graph::Graphs::default(),
         };
         st.baseline = baseline;
@@ -566,6 +571,7 @@ impl State {
                 _ => {}
             }
         }
+        crate::device_model::release_ctx(self, handle);
         Ok(())
     }
 }
@@ -655,6 +661,7 @@ fn worker() {
                 unsafe { f(data as *mut c_void) };
                 st = lock();
             }
+            Work::Device(work) => crate::device_model::run(&mut st, work),
             Work::Callback(f, stream, data) => {
                 drop(st);
                 // SAFETY: as above, for `cuStreamAddCallback`: the callback gets the stream as
@@ -711,7 +718,7 @@ mod tests {
         for bad in [
             "fail=cuStreamCreate:0:2",
             "fail=cuStreamCreate:1",
-            "fail=cuMemAlloc:1:2",
+            "fail=cuTexObjectCreate:1:2",
             "fail=cuStreamCreate:1:CUDA_ERROR_NOPE",
             "version=abc",
             "devices=9",
@@ -741,7 +748,8 @@ mod tests {
             Some("cuEventElapsedTime")
         );
         assert_eq!(canonical("cuMemGetInfo"), Some("cuMemGetInfo_v2"));
-        assert_eq!(canonical("cuMemAlloc"), None);
+        assert_eq!(canonical("cuMemAlloc"), Some("cuMemAlloc_v2"));
+        assert_eq!(canonical("cuTexObjectCreate"), None);
         assert_eq!(parse_code("600"), Some(CUresult::CUDA_ERROR_NOT_READY));
         assert_eq!(
             parse_code("CUDA_ERROR_NOT_READY"),
@@ -777,7 +785,7 @@ mod tests {
             Err(S::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
         );
         assert_eq!(
-            proc_address("cuMemAlloc", 13000, false),
+            proc_address("cuTexObjectCreate", 13000, false),
             Err(S::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
         );
         let query = implemented("cuStreamQuery").unwrap().1;

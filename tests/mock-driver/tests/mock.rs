@@ -371,7 +371,7 @@ fn the_nth_call_fails() {
         "omission is not a run-time setting"
     );
     assert!(
-        !m.configure("fail=cuMemAlloc:1:2"),
+        !m.configure("fail=cuTexObjectCreate:1:2"),
         "not an export of the mock"
     );
     leave(0);

@@ -1,0 +1,636 @@
+//! Device memory on a stream: the raw, `unsafe` memset and memcpy functions for memory the
+//! caller manages, and [`DeviceBuffer`], an owned typed allocation with safe operations.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::{ManuallyDrop, size_of};
+use std::ptr;
+
+use crate::capturing::is_capturing;
+use crate::context::{Bound, Context, bind, destroy_after_work};
+use crate::device_copy::DeviceCopy;
+use crate::error::{Error, Result, check, driver_fn};
+use crate::ffi;
+use crate::stream::{AsStream, Enqueue, bind_if_special};
+
+/// `cuMemsetD8Async`: sets `count` bytes at `dst` to `value`, after the work enqueued on
+/// `stream` so far. Returns at once; works on every stream (a default stream's context is made
+/// current for the call) and inside a graph capture.
+///
+/// # Safety
+///
+/// `dst` must be device memory (or memory the device can address) valid for `count` bytes of
+/// writes until the stream's work up to here has completed, and, when recorded into a graph
+/// capture, for every launch of the graphs made from it; nothing may access it meanwhile
+/// without ordering (other streams by events; the host not at all, if it is host memory).
+pub unsafe fn memset_d8_async(
+    stream: &impl Enqueue,
+    dst: ffi::CUdeviceptr,
+    value: u8,
+    count: usize,
+) -> Result<()> {
+    let (raw, ctx) = stream.enqueue_handle();
+    let f = driver_fn!(cuMemsetD8Async);
+    let _bound = bind_if_special(raw, ctx)?;
+    // SAFETY: the caller vouches for `dst`; the stream is live while borrowed.
+    check(unsafe { f(dst, value, count, raw) }, "cuMemsetD8Async")
+}
+
+/// `cuMemsetD16Async`: sets `count` 16-bit words at `dst` (2-byte aligned) to `value`; see
+/// [`memset_d8_async`].
+///
+/// # Safety
+///
+/// As for [`memset_d8_async`], for `2 * count` bytes at a 2-byte-aligned `dst`.
+pub unsafe fn memset_d16_async(
+    stream: &impl Enqueue,
+    dst: ffi::CUdeviceptr,
+    value: u16,
+    count: usize,
+) -> Result<()> {
+    let (raw, ctx) = stream.enqueue_handle();
+    let f = driver_fn!(cuMemsetD16Async);
+    let _bound = bind_if_special(raw, ctx)?;
+    // SAFETY: the caller vouches for `dst`; the stream is live while borrowed.
+    check(unsafe { f(dst, value, count, raw) }, "cuMemsetD16Async")
+}
+
+/// `cuMemsetD32Async`: sets `count` 32-bit words at `dst` (4-byte aligned) to `value`; see
+/// [`memset_d8_async`].
+///
+/// # Safety
+///
+/// As for [`memset_d8_async`], for `4 * count` bytes at a 4-byte-aligned `dst`.
+pub unsafe fn memset_d32_async(
+    stream: &impl Enqueue,
+    dst: ffi::CUdeviceptr,
+    value: u32,
+    count: usize,
+) -> Result<()> {
+    let (raw, ctx) = stream.enqueue_handle();
+    let f = driver_fn!(cuMemsetD32Async);
+    let _bound = bind_if_special(raw, ctx)?;
+    // SAFETY: the caller vouches for `dst`; the stream is live while borrowed.
+    check(unsafe { f(dst, value, count, raw) }, "cuMemsetD32Async")
+}
+
+/// `cuMemcpyDtoDAsync`: copies `bytes` bytes from `src` to `dst` (device memory, of any device
+/// with unified addressing), after the work enqueued on `stream` so far; see
+/// [`memset_d8_async`].
+///
+/// # Safety
+///
+/// `src` must be valid for `bytes` bytes of reads and `dst` for `bytes` bytes of writes, the
+/// two not overlapping, until the stream's work up to here has completed (and for every launch
+/// of a graph the copy is captured into); nothing may write `src` or access `dst` meanwhile
+/// without ordering.
+pub unsafe fn memcpy_dtod_async(
+    stream: &impl Enqueue,
+    dst: ffi::CUdeviceptr,
+    src: ffi::CUdeviceptr,
+    bytes: usize,
+) -> Result<()> {
+    let (raw, ctx) = stream.enqueue_handle();
+    let f = driver_fn!(cuMemcpyDtoDAsync);
+    let _bound = bind_if_special(raw, ctx)?;
+    // SAFETY: the caller vouches for both ranges; the stream is live while borrowed.
+    check(unsafe { f(dst, src, bytes, raw) }, "cuMemcpyDtoDAsync")
+}
+
+/// `cuMemcpyHtoDAsync`: copies `src` from host memory to `dst`, after the work enqueued on
+/// `stream` so far. From pinned (page-locked) memory the copy is truly asynchronous; from
+/// ordinary memory the driver stages it first.
+///
+/// # Safety
+///
+/// `dst` must be valid for `size_of_val(src)` bytes of writes until the copy has completed;
+/// `src` must stay allocated and unmodified until then: until the stream's work up to here has
+/// completed, and, when the copy is recorded into a graph capture, for every launch of the
+/// graphs made from it (the graph reads `src` each time).
+pub unsafe fn memcpy_htod_async<T: DeviceCopy>(
+    stream: &impl Enqueue,
+    dst: ffi::CUdeviceptr,
+    src: &[T],
+) -> Result<()> {
+    let (raw, ctx) = stream.enqueue_handle();
+    let f = driver_fn!(cuMemcpyHtoDAsync);
+    let _bound = bind_if_special(raw, ctx)?;
+    // SAFETY: `src` is readable for its size now; the caller keeps it so and vouches for `dst`.
+    let rc = unsafe { f(dst, src.as_ptr().cast(), size_of_val(src), raw) };
+    check(rc, "cuMemcpyHtoDAsync")
+}
+
+/// `cuMemcpyDtoHAsync`: copies `size_of_val(dst)` bytes from `src` into host memory `dst`,
+/// after the work enqueued on `stream` so far. Into pinned memory the copy is truly
+/// asynchronous; into ordinary memory the call returns once the copy is done.
+///
+/// # Safety
+///
+/// `src` must be valid for the reads; `dst` must stay allocated, and must not be read or written
+/// by anything, until the copy has completed (until the stream's work up to here has completed,
+/// and for every launch of a graph the copy is recorded into): the device writes it
+/// behind the compiler's back. Synchronise the stream (or an event recorded after the copy)
+/// before reading `dst`.
+pub unsafe fn memcpy_dtoh_async<T: DeviceCopy>(
+    stream: &impl Enqueue,
+    dst: &mut [T],
+    src: ffi::CUdeviceptr,
+) -> Result<()> {
+    let (raw, ctx) = stream.enqueue_handle();
+    let f = driver_fn!(cuMemcpyDtoHAsync);
+    let _bound = bind_if_special(raw, ctx)?;
+    // SAFETY: `dst` is writable for its size now; the caller keeps it so until the copy is done,
+    // and vouches for `src`.
+    let rc = unsafe { f(dst.as_mut_ptr().cast(), src, size_of_val(dst), raw) };
+    check(rc, "cuMemcpyDtoHAsync")
+}
+
+/// `len` values of `T` in device memory of one context (`cuMemAlloc`), freed on `Drop`.
+///
+/// The safe operations take the stream they run on: [`fill`](DeviceBuffer::fill) and
+/// [`copy_from`](DeviceBuffer::copy_from) only enqueue; [`copy_to_host`](DeviceBuffer::copy_to_host),
+/// [`to_vec`](DeviceBuffer::to_vec) and [`copy_from_host`](DeviceBuffer::copy_from_host) enqueue
+/// the copy and then wait for the stream, so the host slice is never touched after they return.
+/// Ordering between streams is the caller's, as everywhere in CUDA: a missing wait gives wrong
+/// values, never undefined behaviour on the host (`T: DeviceCopy` accepts any bytes).
+///
+/// **Freeing.** `cuMemFree` does not wait for work that still uses the memory. So `Drop` (and
+/// [`free`](DeviceBuffer::free)) first waits for all work of the buffer's context
+/// (`cuCtxSynchronize`), then frees: no stream can use the memory after it is freed, whatever
+/// streams the buffer was used on. Every safe operation refuses a stream of another context
+/// ([`Error::ContextMismatch`]), so that wait covers them all. The price is that a drop waits
+/// for the whole context: allocate buffers ahead of a hot loop and reuse them (as PyTorch's and
+/// CuPy's caching allocators do) rather than dropping one per iteration.
+///
+/// **Graphs.** A graph can be launched long after its capture, after the buffer is gone. The safe
+/// operations therefore refuse a stream that is capturing ([`Error::Capturing`], asked with
+/// `cuStreamIsCapturing`); record buffer work into a graph with the `unsafe` raw functions
+/// ([`memset_d32_async`], ...) on [`device_ptr`](DeviceBuffer::device_ptr), or with a kernel,
+/// whose contracts make the caller keep the buffer alive while the graph can run. Allocate and
+/// drop buffers outside captures, as with `cudaMalloc` and `cudaFree`: during a global or
+/// thread-local capture the driver refuses the wait before the free, so a buffer dropped there
+/// stays allocated (and the capture is invalidated).
+///
+/// ```no_run
+/// use cuda_stream::{Context, DeviceBuffer};
+///
+/// let ctx = Context::primary(0)?;
+/// let stream = ctx.new_stream()?;
+/// let a = DeviceBuffer::from_host(&ctx, &stream, &[1.0f32, 2.0, 3.0])?;
+/// let b = DeviceBuffer::<f32>::zeroed(&ctx, &stream, 3)?;
+/// b.copy_from(&stream, &a)?;
+/// a.fill(&stream, 0.5)?;
+/// assert_eq!(b.to_vec(&stream)?, [1.0, 2.0, 3.0]);
+/// assert_eq!(a.to_vec(&stream)?, [0.5; 3]);
+/// # Ok::<(), cuda_stream::Error>(())
+/// ```
+pub struct DeviceBuffer<T: DeviceCopy> {
+    ptr: ffi::CUdeviceptr,
+    len: usize,
+    ctx: Context,
+    _values: PhantomData<T>,
+}
+
+// `T: DeviceCopy` is `Send + Sync`; the pointer is device memory, not host memory.
+static_assertions::assert_impl_all!(DeviceBuffer<u8>: Send, Sync);
+
+impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .field("ctx", &self.ctx.raw())
+            .finish()
+    }
+}
+
+/// The bytes of `value` (its type has no padding, so every byte is initialised).
+fn bytes_of<T: DeviceCopy>(value: &T) -> &[u8] {
+    // SAFETY: `T: DeviceCopy` has no padding, so all `size_of::<T>()` bytes are initialised;
+    // the slice borrows `value`.
+    unsafe { std::slice::from_raw_parts(ptr::from_ref(value).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The widest memset (1, 2 or 4 bytes) and its word that writes `bytes` of repeated `pattern`,
+/// if the pattern repeats every 1, 2 or 4 bytes.
+fn memset_word(pattern: &[u8], bytes: usize) -> Option<(usize, u32)> {
+    if pattern.is_empty() {
+        // A zero-sized type: there are no bytes to set.
+        return Some((1, 0));
+    }
+    let period = [1usize, 2, 4]
+        .into_iter()
+        .find(|&p| pattern.len() % p == 0 && pattern.chunks(p).all(|c| c == &pattern[..p]))?;
+    let width = [4usize, 2, 1]
+        .into_iter()
+        .find(|&w| w % period == 0 && bytes % w == 0)?;
+    let mut word = [0u8; 4];
+    for (i, b) in word[..width].iter_mut().enumerate() {
+        *b = pattern[i % period];
+    }
+    Some((width, u32::from_le_bytes(word)))
+}
+
+fn unfillable(pattern: &[u8]) -> Error {
+    Error::InvalidArgument {
+        reason: format!(
+            "a {}-byte value whose bytes do not repeat every 1, 2 or 4 bytes cannot be written \
+             with memset",
+            pattern.len()
+        ),
+    }
+}
+
+/// Checks a stream for a safe operation on a buffer of context `ctx`: the same context
+/// ([`Error::ContextMismatch`]), and not capturing a graph ([`Error::Capturing`], from
+/// `cuStreamIsCapturing`). Returns the raw handle and the binding a default stream needs.
+fn prepare(
+    ctx: ffi::CUcontext,
+    (raw, stream_ctx): (ffi::CUstream, ffi::CUcontext),
+    op: &'static str,
+) -> Result<(ffi::CUstream, Option<Bound>)> {
+    if stream_ctx != ctx {
+        return Err(Error::ContextMismatch { what: "the buffer" });
+    }
+    let bound = bind_if_special(raw, ctx)?;
+    if is_capturing(raw)? {
+        return Err(Error::Capturing { op });
+    }
+    Ok((raw, bound))
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Allocates `len` values in `ctx` (`cuMemAlloc`, with the context made current for the
+    /// call). The contents are whatever the memory held: any bytes are a valid `T`, but
+    /// [`zeroed`](DeviceBuffer::zeroed) or [`from_host`](DeviceBuffer::from_host) is usually what
+    /// is meant. A zero-byte buffer allocates nothing.
+    pub fn alloc(ctx: &Context, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Error::InvalidArgument {
+                reason: format!(
+                    "{len} values of {} bytes do not fit in memory",
+                    size_of::<T>()
+                ),
+            })?;
+        let mut ptr = 0;
+        if bytes > 0 {
+            // Frees that host functions queued are made before more memory is taken.
+            crate::deferred::drain_if_pending();
+            let f = driver_fn!(cuMemAlloc);
+            let _bound = bind(ctx.raw())?;
+            // SAFETY: `ptr` is a valid out-pointer; the context is current.
+            check(unsafe { f(&mut ptr, bytes) }, "cuMemAlloc")?;
+        }
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            ctx: ctx.clone(),
+            _values: PhantomData,
+        })
+    }
+
+    /// Allocates `len` values in `ctx` and enqueues zeroing them on `stream` (which must belong
+    /// to `ctx`): work enqueued on `stream` afterwards sees zeros; work on other streams must
+    /// wait for `stream` first.
+    pub fn zeroed(ctx: &Context, stream: &impl Enqueue, len: usize) -> Result<DeviceBuffer<T>> {
+        // Checked before allocating: a buffer dropped during a capture could not be freed.
+        let (raw, _bound) = prepare(ctx.raw(), stream.enqueue_handle(), "DeviceBuffer::zeroed")?;
+        let buf = DeviceBuffer::alloc(ctx, len)?;
+        buf.memset_bytes(raw, &[0])?;
+        Ok(buf)
+    }
+
+    /// Allocates a buffer in `ctx` holding a copy of `data`: copies on `stream` (of `ctx`) and
+    /// waits for it, so `data` is free again on return.
+    pub fn from_host(ctx: &Context, stream: impl AsStream, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let view = stream.as_stream();
+        // Checked before allocating: a buffer dropped during a capture could not be freed.
+        drop(prepare(
+            ctx.raw(),
+            (view.raw(), view.context_raw()),
+            "DeviceBuffer::from_host",
+        )?);
+        let buf = DeviceBuffer::alloc(ctx, data.len())?;
+        buf.copy_from_host(view, data)?;
+        Ok(buf)
+    }
+
+    /// Takes ownership of `len` values at `ptr`, allocated in `ctx` with `cuMemAlloc` (or handed
+    /// over by [`into_raw`](DeviceBuffer::into_raw)); freed like any buffer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be a live `cuMemAlloc` allocation of `ctx` of at least `len * size_of::<T>()`
+    /// bytes (or 0 with a zero-byte length) that nothing else frees or uses after this value is
+    /// dropped.
+    pub unsafe fn from_raw(ctx: &Context, ptr: ffi::CUdeviceptr, len: usize) -> DeviceBuffer<T> {
+        DeviceBuffer {
+            ptr,
+            len,
+            ctx: ctx.clone(),
+            _values: PhantomData,
+        }
+    }
+
+    /// Hands the allocation over without freeing it: `(device pointer, len)`.
+    pub fn into_raw(self) -> (ffi::CUdeviceptr, usize) {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the context clone is released here.
+        let _ctx = unsafe { ptr::read(&this.ctx) };
+        (this.ptr, this.len)
+    }
+
+    /// How many values.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The device address of the first value (0 for a zero-byte buffer), for kernel arguments
+    /// and the raw functions.
+    pub fn device_ptr(&self) -> ffi::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The context the memory belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Checks `stream` for an operation of this buffer: see [`prepare`].
+    fn enqueue_on(
+        &self,
+        stream: (ffi::CUstream, ffi::CUcontext),
+        op: &'static str,
+    ) -> Result<(ffi::CUstream, Option<Bound>)> {
+        prepare(self.ctx.raw(), stream, op)
+    }
+
+    /// Enqueues a memset of the whole buffer with `pattern` repeated, on a stream `prepare`d.
+    fn memset_bytes(&self, raw: ffi::CUstream, pattern: &[u8]) -> Result<()> {
+        let bytes = self.byte_len();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let (width, word) = memset_word(pattern, bytes).ok_or_else(|| unfillable(pattern))?;
+        let count = bytes / width;
+        // The buffer holds `bytes` bytes at a 256-byte-aligned address and lives until its
+        // context's work has completed (`Drop` waits for it); the stream is of its context and
+        // not capturing, so no graph can replay the memset later.
+        match width {
+            4 => {
+                let f = driver_fn!(cuMemsetD32Async);
+                // SAFETY: as above, `count` 4-byte words.
+                check(unsafe { f(self.ptr, word, count, raw) }, "cuMemsetD32Async")
+            }
+            2 => {
+                let f = driver_fn!(cuMemsetD16Async);
+                // SAFETY: as above, `count` 2-byte words.
+                check(
+                    unsafe { f(self.ptr, word as u16, count, raw) },
+                    "cuMemsetD16Async",
+                )
+            }
+            _ => {
+                let f = driver_fn!(cuMemsetD8Async);
+                // SAFETY: as above, `count` bytes.
+                check(
+                    unsafe { f(self.ptr, word as u8, count, raw) },
+                    "cuMemsetD8Async",
+                )
+            }
+        }
+    }
+
+    /// Enqueues setting every value to `value` on `stream` (a memset: `cuMemsetD32Async`,
+    /// `D16` or `D8`, the widest the value allows). Any value of a 1-, 2- or 4-byte type works,
+    /// and any value whose bytes repeat every 1, 2 or 4 bytes (zero of any type); others are
+    /// [`Error::InvalidArgument`] (copy them from the host instead).
+    pub fn fill(&self, stream: &impl Enqueue, value: T) -> Result<()> {
+        let pattern = bytes_of(&value);
+        if memset_word(pattern, size_of::<T>() * 4).is_none() {
+            return Err(unfillable(pattern));
+        }
+        let (raw, _bound) = self.enqueue_on(stream.enqueue_handle(), "DeviceBuffer::fill")?;
+        self.memset_bytes(raw, pattern)
+    }
+
+    /// Enqueues a copy of `src` (of the same length and context) into this buffer on `stream`
+    /// (`cuMemcpyDtoDAsync`).
+    pub fn copy_from(&self, stream: &impl Enqueue, src: &DeviceBuffer<T>) -> Result<()> {
+        if src.len != self.len {
+            return Err(Error::LengthMismatch {
+                expected: self.len,
+                actual: src.len,
+            });
+        }
+        if src.ctx.raw() != self.ctx.raw() {
+            return Err(Error::ContextMismatch {
+                what: "the source buffer",
+            });
+        }
+        let (raw, _bound) = self.enqueue_on(stream.enqueue_handle(), "DeviceBuffer::copy_from")?;
+        if self.byte_len() == 0 || src.ptr == self.ptr {
+            return Ok(());
+        }
+        let f = driver_fn!(cuMemcpyDtoDAsync);
+        // SAFETY: two distinct live allocations of `byte_len` bytes each, which live until their
+        // context's work has completed; the stream is of their context and not capturing.
+        let rc = unsafe { f(self.ptr, src.ptr, self.byte_len(), raw) };
+        check(rc, "cuMemcpyDtoDAsync")
+    }
+
+    /// Copies `src` (of the buffer's length) into the buffer on `stream`, and waits for the
+    /// stream: returns once the copy (and everything enqueued on `stream` before it) is done.
+    pub fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
+        if src.len() != self.len {
+            return Err(Error::LengthMismatch {
+                expected: self.len,
+                actual: src.len(),
+            });
+        }
+        let stream = stream.as_stream();
+        let (raw, bound) = self.enqueue_on(
+            (stream.raw(), stream.context_raw()),
+            "DeviceBuffer::copy_from_host",
+        )?;
+        if self.byte_len() > 0 {
+            let f = driver_fn!(cuMemcpyHtoDAsync);
+            // SAFETY: `src` is borrowed until this function returns, which is after the stream
+            // has been synchronised below; the buffer holds `byte_len` bytes.
+            let rc = unsafe { f(self.ptr, src.as_ptr().cast(), self.byte_len(), raw) };
+            check(rc, "cuMemcpyHtoDAsync")?;
+        }
+        drop(bound);
+        // If this fails, the stream is broken or was capturing after all: either way no copy is
+        // pending that could read `src` later.
+        stream.synchronize()
+    }
+
+    /// Copies the buffer into `dst` (of the buffer's length) on `stream`, and waits for the
+    /// stream: `dst` holds the values once this returns.
+    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(Error::LengthMismatch {
+                expected: self.len,
+                actual: dst.len(),
+            });
+        }
+        // SAFETY: `dst` is borrowed mutably until the copy has completed (the call waits).
+        unsafe { self.copy_to_host_ptr(stream, dst.as_mut_ptr()) }
+    }
+
+    /// The buffer's values, copied on `stream` after the work enqueued there so far.
+    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(self.len);
+        // SAFETY: `out` has room for `len` values and is owned here until the copy has completed.
+        unsafe { self.copy_to_host_ptr(stream, out.as_mut_ptr()) }?;
+        // SAFETY: the copy wrote all `len` values (any bytes are a valid `T`).
+        unsafe { out.set_len(self.len) };
+        Ok(out)
+    }
+
+    /// # Safety
+    /// `dst` is valid for `len` values of writes until this returns, and nothing reads it
+    /// meanwhile.
+    unsafe fn copy_to_host_ptr(&self, stream: impl AsStream, dst: *mut T) -> Result<()> {
+        let stream = stream.as_stream();
+        let (raw, bound) = self.enqueue_on(
+            (stream.raw(), stream.context_raw()),
+            "DeviceBuffer::copy_to_host",
+        )?;
+        if self.byte_len() > 0 {
+            let f = driver_fn!(cuMemcpyDtoHAsync);
+            // SAFETY: the caller keeps `dst` writable until this returns, after the stream has
+            // been synchronised below; the buffer holds `byte_len` bytes.
+            let rc = unsafe { f(dst.cast(), self.ptr, self.byte_len(), raw) };
+            check(rc, "cuMemcpyDtoHAsync")?;
+        }
+        drop(bound);
+        // If this fails, the stream is broken or was capturing after all: either way no copy is
+        // pending that could write `dst` later.
+        stream.synchronize()
+    }
+
+    /// Enqueues a copy of `src` (of the buffer's length) into the buffer, without waiting
+    /// (`cuMemcpyHtoDAsync`); works inside a graph capture.
+    ///
+    /// # Safety
+    ///
+    /// `src` must stay allocated and unmodified until the copy has completed (the stream's work
+    /// up to here), and, when recorded into a graph capture, for every launch of the graphs made
+    /// from it; the buffer must outlive those graph launches too.
+    pub unsafe fn copy_from_host_async(&self, stream: &impl Enqueue, src: &[T]) -> Result<()> {
+        if src.len() != self.len {
+            return Err(Error::LengthMismatch {
+                expected: self.len,
+                actual: src.len(),
+            });
+        }
+        if stream.enqueue_handle().1 != self.ctx.raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        if self.byte_len() == 0 {
+            return Ok(());
+        }
+        // SAFETY: the buffer holds `byte_len` bytes; the caller keeps `src` and the buffer alive.
+        unsafe { memcpy_htod_async(stream, self.ptr, src) }
+    }
+
+    /// Enqueues a copy of the buffer into `dst` (of the buffer's length), without waiting
+    /// (`cuMemcpyDtoHAsync`); works inside a graph capture.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must stay allocated, and must not be read or written, until the copy has completed
+    /// (synchronise the stream or an event recorded after it), and, when recorded into a graph
+    /// capture, for every launch of the graphs made from it; the buffer must outlive those graph
+    /// launches too.
+    pub unsafe fn copy_to_host_async(&self, stream: &impl Enqueue, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len {
+            return Err(Error::LengthMismatch {
+                expected: self.len,
+                actual: dst.len(),
+            });
+        }
+        if stream.enqueue_handle().1 != self.ctx.raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        if self.byte_len() == 0 {
+            return Ok(());
+        }
+        // SAFETY: the buffer holds `byte_len` bytes; the caller keeps `dst` untouched meanwhile.
+        unsafe { memcpy_dtoh_async(stream, dst, self.ptr) }
+    }
+
+    /// Frees the memory, returning the driver's error: waits for all work of the buffer's context
+    /// (`cuCtxSynchronize`), then `cuMemFree`. If the wait fails the memory is left allocated
+    /// (leaked): work might still be using it.
+    ///
+    /// Inside a host function no CUDA call is made: the wait and the free are queued for an
+    /// ordinary thread, as for a drop, and the answer is [`Error::InHostFunction`](crate::Error::InHostFunction).
+    pub fn free(self) -> Result<()> {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; the context clone is released after the
+        // free.
+        let ctx = unsafe { ptr::read(&this.ctx) };
+        free(this.ptr, &ctx)
+    }
+}
+
+/// Frees `ptr` after the work of `ctx` (queued inside a host function).
+fn free(ptr: ffi::CUdeviceptr, ctx: &Context) -> Result<()> {
+    if ptr == 0 {
+        return Ok(());
+    }
+    destroy_after_work(ctx, ptr as usize, "cuMemFree", free_now)
+}
+
+/// `cuMemFree`, in the form [`destroy_after_work`] takes; the context is current and idle.
+fn free_now(ptr: usize) -> Result<()> {
+    let f = driver_fn!(cuMemFree);
+    // SAFETY: the caller owns the allocation and never uses it again; no work of the context is
+    // pending, so none can still use it.
+    check(unsafe { f(ptr as ffi::CUdeviceptr) }, "cuMemFree")
+}
+
+impl<T: DeviceCopy> Drop for DeviceBuffer<T> {
+    /// Frees the memory after its context's work; inside a host function, later, on an ordinary
+    /// thread.
+    fn drop(&mut self) {
+        let _ = free(self.ptr, &self.ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memset_word;
+
+    #[test]
+    fn memset_words() {
+        assert_eq!(memset_word(&[0], 12), Some((4, 0)));
+        assert_eq!(memset_word(&[7], 6), Some((2, 0x0707)));
+        assert_eq!(memset_word(&[7], 3), Some((1, 7)));
+        assert_eq!(memset_word(&[1, 2], 8), Some((4, 0x0201_0201)));
+        assert_eq!(memset_word(&[1, 2], 6), Some((2, 0x0201)));
+        assert_eq!(memset_word(&[1, 2, 3, 4], 8), Some((4, 0x0403_0201)));
+        assert_eq!(memset_word(&0.5f64.to_le_bytes(), 16), None);
+        assert_eq!(memset_word(&0f64.to_le_bytes(), 16), Some((4, 0)));
+        assert_eq!(
+            memset_word(&[1, 2, 1, 2, 1, 2, 1, 2], 16),
+            Some((4, 0x0201_0201))
+        );
+        assert_eq!(memset_word(&[1, 2, 3], 9), None);
+    }
+}

@@ -1,0 +1,89 @@
+//! [`MockDriver`]'s view of modules, launches and device memory: the `cuda_mock_*` control
+//! functions of `exports/kernels.rs`, resolved from the loaded library on each call.
+
+use std::ffi::c_int;
+
+use crate::MockDriver;
+
+/// What the last successful `cuLaunchKernel` was asked to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MockLaunch {
+    /// Blocks in the grid.
+    pub grid: [u32; 3],
+    /// Threads in a block.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_memory_bytes: u32,
+    /// Each parameter's bytes, as the driver read them at the call (sizes from the PTX).
+    pub params: Vec<Vec<u8>>,
+}
+
+impl MockDriver {
+    /// The control function `name` of the loaded library.
+    fn control<T: Copy>(&self, name: &[u8]) -> T {
+        // SAFETY: `name` is one of the mock's exports, declared with type `T` in
+        // `exports/kernels.rs`; the library stays loaded while `self` lives (and is linked
+        // `-z nodelete`).
+        unsafe {
+            *self
+                ._lib
+                .get::<T>(name)
+                .expect("the mock exports its control functions")
+        }
+    }
+
+    /// Modules loaded now.
+    pub fn live_modules(&self) -> u64 {
+        self.control::<extern "C" fn() -> u64>(b"cuda_mock_live_modules\0")()
+    }
+
+    /// Device allocations alive now.
+    pub fn live_allocations(&self) -> u64 {
+        self.control::<extern "C" fn() -> u64>(b"cuda_mock_live_allocations\0")()
+    }
+
+    /// Kernels that have run since the library was loaded (never reset).
+    pub fn kernels_run(&self) -> u64 {
+        self.control::<extern "C" fn() -> u64>(b"cuda_mock_kernels_run\0")()
+    }
+
+    /// The last successful launch, if any.
+    pub fn last_launch(&self) -> Option<MockLaunch> {
+        let dims =
+            self.control::<unsafe extern "C" fn(*mut u32) -> c_int>(b"cuda_mock_last_launch\0");
+        let param = self.control::<unsafe extern "C" fn(u32, *mut u8, usize) -> i64>(
+            b"cuda_mock_last_launch_param\0",
+        );
+        let mut v = [0u32; 8];
+        // SAFETY: 8 writable values.
+        if unsafe { dims(v.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        let params = (0..v[7])
+            .map(|i| {
+                let mut buf = vec![0u8; 4096];
+                // SAFETY: `buf` is writable for its length.
+                let n = unsafe { param(i, buf.as_mut_ptr(), buf.len()) };
+                buf.truncate(usize::try_from(n).unwrap_or(0));
+                buf
+            })
+            .collect();
+        Some(MockLaunch {
+            grid: [v[0], v[1], v[2]],
+            block: [v[3], v[4], v[5]],
+            shared_memory_bytes: v[6],
+            params,
+        })
+    }
+
+    /// `len` bytes of device memory at `ptr` now (no stream involved), or `None` if the range is
+    /// not inside one live allocation.
+    pub fn read_memory(&self, ptr: u64, len: usize) -> Option<Vec<u8>> {
+        let read = self.control::<unsafe extern "C" fn(u64, *mut u8, usize) -> c_int>(
+            b"cuda_mock_read_memory\0",
+        );
+        let mut out = vec![0u8; len];
+        // SAFETY: `out` is writable for `len` bytes.
+        (unsafe { read(ptr, out.as_mut_ptr(), len) } == 0).then_some(out)
+    }
+}

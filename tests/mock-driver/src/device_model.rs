@@ -1,0 +1,527 @@
+//! The mock's device: modules parsed from PTX text, their kernels, host-backed device memory,
+//! and the work that stream-ordered memory operations and launches leave on the queue.
+//!
+//! - **Modules** come from PTX text only (a cubin or fatbin is `CUDA_ERROR_INVALID_IMAGE`): each
+//!   `.entry NAME(...)` is a kernel, with its parameters' sizes (`.u32` 4, `.u64` 8, `.b8 x[16]`
+//!   16, ...) and an optional `.maxntid X, Y, Z`. Text without a `.entry` fails to load with
+//!   `CUDA_ERROR_INVALID_PTX` and a `ptxas`-style error log; a successful load writes one info-log
+//!   line per kernel.
+//! - **Memory** is host memory behind fake device addresses that are never reused (each
+//!   allocation is followed by an unmapped gap), so a stale or out-of-bounds pointer is always
+//!   recognised and counted as a bad use, whether by a call or, later, by queued work (a "GPU
+//!   use after free").
+//! - **Work**: memsets, device-to-device copies, the device side of host-to-device copies and
+//!   kernel launches are jobs on the stream's queue, run in order by the host-function worker. A
+//!   host-to-device copy reads the host memory at the call (like the real driver's staging of
+//!   pageable memory); a device-to-host copy waits for the stream and copies before returning
+//!   (the real driver's behaviour for pageable memory). A kernel runs as a no-op that is counted.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cuda_sys::CUresult;
+
+use crate::state::State;
+
+/// Where fake device addresses start, and the gap after each allocation.
+const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
+const GAP: u64 = 1 << 20;
+/// The most a single allocation may have: the mock's memory is the test process's.
+pub(crate) const MAX_ALLOCATION: usize = 1 << 30;
+/// The dynamic shared memory a launch may use unless raised, and the most it may be raised to.
+pub(crate) const DEFAULT_DYNAMIC_SHARED: i32 = 48 * 1024;
+pub(crate) const MAX_DYNAMIC_SHARED: i32 = 227 * 1024;
+
+/// A kernel as the PTX declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) name: String,
+    /// Each parameter's size in bytes.
+    pub(crate) params: Vec<usize>,
+    /// From `.maxntid`, the product of its dimensions.
+    pub(crate) max_threads: Option<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ModuleRec {
+    pub(crate) ctx: usize,
+    pub(crate) entries: Vec<Entry>,
+    /// `.target sm_50` as 50 (`CU_FUNC_ATTRIBUTE_PTX_VERSION`).
+    pub(crate) ptx_version: i32,
+    pub(crate) alive: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct FunctionRec {
+    pub(crate) module: usize,
+    pub(crate) entry: usize,
+    pub(crate) max_dynamic_shared: i32,
+}
+
+#[derive(Debug)]
+pub(crate) struct AllocRec {
+    pub(crate) ctx: usize,
+    pub(crate) size: usize,
+    /// Emptied when freed; the record stays so the address is never reused.
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) alive: bool,
+}
+
+/// What the last successful `cuLaunchKernel` was asked to run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LaunchRec {
+    pub(crate) grid: [u32; 3],
+    pub(crate) block: [u32; 3],
+    pub(crate) shared: u32,
+    /// Each parameter's bytes, read through `kernelParams` at the call.
+    pub(crate) params: Vec<Vec<u8>>,
+}
+
+/// A queued device operation.
+#[derive(Debug, Clone)]
+pub(crate) enum DeviceWork {
+    /// `count` words of `width` bytes at `dst`, each `value`.
+    Memset {
+        dst: u64,
+        width: usize,
+        value: u32,
+        count: usize,
+    },
+    /// `bytes` bytes from `src` to `dst`, both device addresses.
+    CopyDtoD { dst: u64, src: u64, bytes: usize },
+    /// The staged bytes of a host-to-device copy.
+    CopyHtoD { dst: u64, data: Vec<u8> },
+    /// A captured host-to-device copy: the host memory at `src` is read when the node runs.
+    CopyHtoDAt { dst: u64, src: usize, bytes: usize },
+    /// A captured device-to-host copy: the host memory at `dst` is written when the node runs.
+    CopyDtoH { dst: usize, src: u64, bytes: usize },
+    /// A kernel of a module: checked to be loaded still, counted, and, for the kernels of
+    /// [`run_kernel`], computed.
+    Kernel {
+        module: usize,
+        name: String,
+        /// Threads in the grid (`grid * block`, all dimensions).
+        threads: u64,
+        params: Vec<Vec<u8>>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct DeviceState {
+    pub(crate) modules: HashMap<usize, ModuleRec>,
+    /// Function handles, one per (module, kernel), made on first lookup.
+    pub(crate) functions: HashMap<usize, FunctionRec>,
+    pub(crate) function_of: HashMap<(usize, usize), usize>,
+    pub(crate) allocs: BTreeMap<u64, AllocRec>,
+    next_address: u64,
+    pub(crate) live_modules: u64,
+    pub(crate) live_allocations: u64,
+    pub(crate) kernels_run: u64,
+    pub(crate) last_launch: Option<LaunchRec>,
+}
+
+impl DeviceWork {
+    /// The kind of node it makes in a graph (what `cuGraphExecUpdate` compares).
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            DeviceWork::Memset { .. } => "memset",
+            DeviceWork::CopyDtoD { .. }
+            | DeviceWork::CopyHtoD { .. }
+            | DeviceWork::CopyHtoDAt { .. }
+            | DeviceWork::CopyDtoH { .. } => "memcpy",
+            DeviceWork::Kernel { .. } => "kernel",
+        }
+    }
+}
+
+impl Default for DeviceState {
+    fn default() -> DeviceState {
+        DeviceState {
+            modules: HashMap::new(),
+            functions: HashMap::new(),
+            function_of: HashMap::new(),
+            allocs: BTreeMap::new(),
+            next_address: FIRST_ADDRESS,
+            live_modules: 0,
+            live_allocations: 0,
+            kernels_run: 0,
+            last_launch: None,
+        }
+    }
+}
+
+impl DeviceState {
+    /// A fresh address range of `size` bytes, 256-byte aligned, never used before.
+    pub(crate) fn allocate(&mut self, ctx: usize, size: usize) -> u64 {
+        let at = self.next_address;
+        self.next_address += (size as u64).div_ceil(256) * 256 + GAP;
+        self.allocs.insert(
+            at,
+            AllocRec {
+                ctx,
+                size,
+                bytes: vec![0xa5; size],
+                alive: true,
+            },
+        );
+        self.live_allocations += 1;
+        at
+    }
+
+    /// The live allocation holding `[ptr, ptr + len)`, as (base, offset).
+    pub(crate) fn find(&self, ptr: u64, len: usize) -> Option<(u64, usize)> {
+        let (&base, rec) = self.allocs.range(..=ptr).next_back()?;
+        let offset = usize::try_from(ptr - base).ok()?;
+        (rec.alive && offset.checked_add(len)? <= rec.size).then_some((base, offset))
+    }
+
+    /// The bytes `[ptr, ptr + len)` of one live allocation.
+    pub(crate) fn slice_mut(&mut self, ptr: u64, len: usize) -> Option<&mut [u8]> {
+        let (base, offset) = self.find(ptr, len)?;
+        let rec = self.allocs.get_mut(&base)?;
+        rec.bytes.get_mut(offset..offset + len)
+    }
+
+    pub(crate) fn module_alive(&self, module: usize) -> bool {
+        self.modules.get(&module).is_some_and(|m| m.alive)
+    }
+}
+
+/// Runs one queued operation (on the worker, with the state locked). Memory that is no longer
+/// allocated, or a kernel whose module was unloaded, counts as a bad use and does nothing.
+pub(crate) fn run(st: &mut State, work: DeviceWork) {
+    let ok = match work {
+        DeviceWork::Memset {
+            dst,
+            width,
+            value,
+            count,
+        } => match st.device.slice_mut(dst, width * count) {
+            Some(out) => {
+                let word = value.to_le_bytes();
+                for (i, b) in out.iter_mut().enumerate() {
+                    *b = word[i % width];
+                }
+                true
+            }
+            None => false,
+        },
+        DeviceWork::CopyDtoD { dst, src, bytes } => {
+            let data = st.device.slice_mut(src, bytes).map(|s| s.to_vec());
+            match (data, st.device.slice_mut(dst, bytes)) {
+                (Some(data), Some(out)) => {
+                    out.copy_from_slice(&data);
+                    true
+                }
+                _ => false,
+            }
+        }
+        DeviceWork::CopyHtoD { dst, data } => match st.device.slice_mut(dst, data.len()) {
+            Some(out) => {
+                out.copy_from_slice(&data);
+                true
+            }
+            None => false,
+        },
+        DeviceWork::CopyHtoDAt { dst, src, bytes } => match st.device.slice_mut(dst, bytes) {
+            Some(out) => {
+                // SAFETY: the capturing caller promised the host memory stays readable for every
+                // launch of the graph (`cuMemcpyHtoDAsync`'s contract in a capture).
+                let data = unsafe { std::slice::from_raw_parts(src as *const u8, bytes) };
+                out.copy_from_slice(data);
+                true
+            }
+            None => false,
+        },
+        DeviceWork::CopyDtoH { dst, src, bytes } => match st.device.slice_mut(src, bytes) {
+            Some(data) => {
+                // SAFETY: as above, writable and not accessed by the host meanwhile.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, bytes) };
+                true
+            }
+            None => false,
+        },
+        DeviceWork::Kernel {
+            module,
+            name,
+            threads,
+            params,
+        } => {
+            if st.device.module_alive(module) {
+                st.device.kernels_run += 1;
+                run_kernel(&mut st.device, &name, threads, &params)
+            } else {
+                false
+            }
+        }
+    };
+    if !ok {
+        st.counters.bad_uses += 1;
+    }
+}
+
+/// The kernels the mock computes on the host, by name and parameter sizes (the PTX is not
+/// executed: its name and signature stand for the meaning the tests and the example give it);
+/// any other kernel does nothing. Returns `false` where the memory it touches is not allocated.
+///
+/// - `saxpy(u32 n, f32 a, u64 x, u64 y)`: `y[i] = a * x[i] + y[i]` for `i < n` and `i` below
+///   the grid's thread count (one thread per element);
+/// - `store_after_spin(u64 p, u32 value, u64 ns)`: `*p = value` (no spin);
+/// - `copy_u32(u64 dst, u64 src)`: `*dst = *src`;
+/// - `add_u32(u64 p, u32 value)`: `*p += value`;
+/// - `spin(u64 ns)`: nothing.
+fn run_kernel(dev: &mut DeviceState, name: &str, threads: u64, params: &[Vec<u8>]) -> bool {
+    let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
+    let u32_at = |i: usize| u32::from_le_bytes(params[i][..4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(params[i][..8].try_into().unwrap());
+    let read_u32 = |dev: &mut DeviceState, p: u64| {
+        dev.slice_mut(p, 4)
+            .map(|b| u32::from_le_bytes((&*b).try_into().unwrap()))
+    };
+    let write_u32 = |dev: &mut DeviceState, p: u64, v: u32| {
+        dev.slice_mut(p, 4)
+            .map(|b| b.copy_from_slice(&v.to_le_bytes()))
+            .is_some()
+    };
+    match (name, sizes.as_slice()) {
+        ("saxpy", [4, 4, 8, 8]) => {
+            let n = u64::from(u32_at(0)).min(threads) as usize;
+            let a = f32::from_bits(u32_at(1));
+            let (x, y) = (u64_at(2), u64_at(3));
+            let Some(xs) = dev.slice_mut(x, 4 * n).map(|b| b.to_vec()) else {
+                return n == 0;
+            };
+            let Some(ys) = dev.slice_mut(y, 4 * n) else {
+                return n == 0;
+            };
+            for (yv, xv) in ys.chunks_exact_mut(4).zip(xs.chunks_exact(4)) {
+                let xf = f32::from_le_bytes(xv.try_into().unwrap());
+                let yf = f32::from_le_bytes((&*yv).try_into().unwrap());
+                yv.copy_from_slice(&a.mul_add(xf, yf).to_le_bytes());
+            }
+            true
+        }
+        ("store_after_spin", [8, 4, 8]) => write_u32(dev, u64_at(0), u32_at(1)),
+        ("copy_u32", [8, 8]) => match read_u32(dev, u64_at(1)) {
+            Some(v) => write_u32(dev, u64_at(0), v),
+            None => false,
+        },
+        ("add_u32", [8, 4]) => match read_u32(dev, u64_at(0)) {
+            Some(v) => write_u32(dev, u64_at(0), v.wrapping_add(u32_at(1))),
+            None => false,
+        },
+        _ => true,
+    }
+}
+
+/// Frees what is left in a context whose last reference went: modules and allocations, each
+/// counted as an orphan.
+pub(crate) fn release_ctx(st: &mut State, ctx: usize) {
+    let dev = &mut st.device;
+    let mut orphans = 0;
+    for m in dev.modules.values_mut().filter(|m| m.alive && m.ctx == ctx) {
+        m.alive = false;
+        dev.live_modules -= 1;
+        orphans += 1;
+    }
+    for a in dev.allocs.values_mut().filter(|a| a.alive && a.ctx == ctx) {
+        a.alive = false;
+        a.bytes = Vec::new();
+        dev.live_allocations -= 1;
+        orphans += 1;
+    }
+    st.counters.orphans += orphans;
+}
+
+/// The size of a PTX scalar type (`.u32`, `.f64`, `.b8`, `.pred`, ...).
+fn type_size(t: &str) -> Option<usize> {
+    Some(match t {
+        ".u8" | ".s8" | ".b8" => 1,
+        ".u16" | ".s16" | ".b16" | ".f16" | ".bf16" => 2,
+        ".u32" | ".s32" | ".b32" | ".f32" | ".pred" => 4,
+        ".u64" | ".s64" | ".b64" | ".f64" => 8,
+        _ => return None,
+    })
+}
+
+/// One `.param` declaration's size: `.param .u64 name`, `.param .u64 .ptr .global .align 8 p`,
+/// `.param .align 8 .b8 name[16]`.
+fn param_size(decl: &str) -> Result<usize, String> {
+    let tokens: Vec<&str> = decl.split_whitespace().collect();
+    let size = tokens
+        .iter()
+        .find_map(|t| type_size(t))
+        .ok_or_else(|| format!("parameter `{}` has no type", decl.trim()))?;
+    let name = tokens.last().copied().unwrap_or_default();
+    let count = match (name.find('['), name.find(']')) {
+        (Some(a), Some(b)) if b > a => name[a + 1..b]
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("parameter `{name}`: bad array length"))?,
+        _ => 1,
+    };
+    Ok(size * count)
+}
+
+/// The kernels of PTX text and its `.target` architecture (`sm_50` as 50), or a `ptxas`-style
+/// error message.
+pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
+    // Comments out.
+    let mut clean = String::with_capacity(text.len());
+    for line in text.lines() {
+        clean.push_str(line.split("//").next().unwrap_or(""));
+        clean.push('\n');
+    }
+    let version = clean
+        .split_whitespace()
+        .skip_while(|t| *t != ".version")
+        .nth(1)
+        .ok_or("ptxas fatal   : no .version directive (cuda-mock-driver)")?;
+    let (major, minor) = version.split_once('.').unwrap_or((version, "0"));
+    if major.parse::<u32>().is_err() || minor.parse::<u32>().is_err() {
+        return Err(format!(
+            "ptxas fatal   : bad .version `{version}` (cuda-mock-driver)"
+        ));
+    }
+    let target = clean
+        .split_whitespace()
+        .skip_while(|t| *t != ".target")
+        .nth(1)
+        .ok_or("ptxas fatal   : no .target directive (cuda-mock-driver)")?;
+    let ptx_version = target
+        .trim_end_matches(',')
+        .strip_prefix("sm_")
+        .and_then(|a| a.trim_end_matches(char::is_alphabetic).parse::<i32>().ok())
+        .ok_or_else(|| format!("ptxas fatal   : unknown .target `{target}` (cuda-mock-driver)"))?;
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut rest = clean.as_str();
+    while let Some(i) = rest.find(".entry") {
+        rest = rest[i + ".entry".len()..].trim_start();
+        let name_len = rest
+            .find(|c: char| !(c.is_alphanumeric() || "_$".contains(c)))
+            .unwrap_or(rest.len());
+        let name = rest[..name_len].to_string();
+        if name.is_empty() {
+            return Err("ptxas error   : a .entry without a name (cuda-mock-driver)".into());
+        }
+        let mut params = Vec::new();
+        let mut after = rest[name_len..].trim_start();
+        if let Some(list) = after.strip_prefix('(') {
+            let close = list
+                .find(')')
+                .ok_or_else(|| format!("ptxas error   : `{name}`: unclosed parameter list"))?;
+            for decl in list[..close].split(',').filter(|d| !d.trim().is_empty()) {
+                params
+                    .push(param_size(decl).map_err(|e| format!("ptxas error   : `{name}`: {e}"))?);
+            }
+            after = &list[close + 1..];
+        }
+        let header = &after[..after.find('{').unwrap_or(after.len())];
+        let max_threads = match header.find(".maxntid") {
+            Some(m) => {
+                let dims = header[m + ".maxntid".len()..]
+                    .split(',')
+                    .map(|d| d.trim().parse::<u32>())
+                    .collect::<Result<Vec<u32>, _>>()
+                    .map_err(|_| format!("ptxas error   : `{name}`: bad .maxntid"))?;
+                Some(dims.iter().product())
+            }
+            None => None,
+        };
+        if entries.iter().any(|e| e.name == name) {
+            return Err(format!("ptxas error   : duplicate kernel `{name}`"));
+        }
+        entries.push(Entry {
+            name,
+            params,
+            max_threads,
+        });
+    }
+    if entries.is_empty() {
+        return Err(
+            "ptxas fatal   : the module defines no kernel (.entry) (cuda-mock-driver)".into(),
+        );
+    }
+    Ok((entries, ptx_version))
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` for a memory range that is not inside one live allocation, with the
+/// use counted.
+pub(crate) fn check_range(st: &mut State, ptr: u64, len: usize) -> Result<(), CUresult> {
+    if len == 0 || st.device.find(ptr, len).is_some() {
+        Ok(())
+    } else {
+        st.counters.bad_uses += 1;
+        Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_entries_params_and_maxntid() {
+        let (entries, version) = parse_ptx(
+            ".version 7.8\n.target sm_90a\n// .entry commented(\n\
+             .visible .entry a(\n .param .u64 a_0, // the pointer\n .param .u32 a_1\n)\n{ ret; }\n\
+             .entry b .maxntid 128, 2, 1\n{ ret; }\n\
+             .visible .entry c(.param .align 8 .b8 c_0[24], .param .f64 c_1, .param .u64 .ptr .global .align 4 c_2)\n\
+             .maxntid 64\n{ ret; }\n",
+        )
+        .unwrap();
+        assert_eq!(version, 90);
+        assert_eq!(
+            entries,
+            vec![
+                Entry {
+                    name: "a".into(),
+                    params: vec![8, 4],
+                    max_threads: None
+                },
+                Entry {
+                    name: "b".into(),
+                    params: vec![],
+                    max_threads: Some(256)
+                },
+                Entry {
+                    name: "c".into(),
+                    params: vec![24, 8, 8],
+                    max_threads: Some(64)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_text_without_kernels() {
+        assert!(
+            parse_ptx(".version 7.0\n.target sm_50\n")
+                .unwrap_err()
+                .contains(".entry")
+        );
+        assert!(
+            parse_ptx(".entry a() { ret; }")
+                .unwrap_err()
+                .contains(".version")
+        );
+        assert!(
+            parse_ptx(".version 7.0\n.entry a() {}")
+                .unwrap_err()
+                .contains(".target")
+        );
+        assert!(parse_ptx(".version 7.0\n.target sm_50\n.entry a(.param x) {}").is_err());
+    }
+
+    #[test]
+    fn addresses_are_never_reused() {
+        let mut d = DeviceState::default();
+        let a = d.allocate(1, 100);
+        let b = d.allocate(1, 100);
+        assert!(b >= a + 256 + GAP);
+        assert_eq!(d.find(a + 99, 1), Some((a, 99)));
+        assert_eq!(d.find(a + 100, 1), None);
+        assert_eq!(d.find(a, 101), None);
+        d.allocs.get_mut(&a).unwrap().alive = false;
+        assert_eq!(d.find(a, 1), None);
+    }
+}

@@ -1,0 +1,265 @@
+//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, the async memsets and copies. The model is
+//! `device_model.rs`; on a capturing stream each becomes a graph node (`capture.rs`).
+
+use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
+
+use cuda_sys::{CUdeviceptr, CUresult, CUstream};
+
+use super::{INVALID_VALUE, SUCCESS, api, put};
+use crate::capture::on_device_work;
+use crate::device_model::{DeviceWork, MAX_ALLOCATION, check_range};
+use crate::state::{self, Work};
+
+/// `cuMemAlloc_v2`: `bytesize` bytes (filled with 0xa5, so forgotten initialisation shows) in
+/// the current context, at an address never handed out before. 0 bytes is
+/// `CUDA_ERROR_INVALID_VALUE`; more than 1 GiB is `CUDA_ERROR_OUT_OF_MEMORY`.
+///
+/// # Safety
+///
+/// `dptr` is null or valid for a write.
+#[cfg_attr(exported = "cuMemAlloc_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    api("cuMemAlloc_v2", false, |mut st| {
+        if dptr.is_null() || bytesize == 0 {
+            return INVALID_VALUE;
+        }
+        let ctx = tri!(st.current_ctx());
+        if bytesize > MAX_ALLOCATION {
+            return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        let p = st.device.allocate(ctx, bytesize);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(dptr, p) };
+        SUCCESS
+    })
+}
+
+/// `cuMemFree_v2`: frees at once, without waiting for queued work (as the driver documents no
+/// ordering with streams): queued work that touches the memory later counts as a bad use. Needs a
+/// current context. Anything but the start of a live allocation is `CUDA_ERROR_INVALID_VALUE`,
+/// counted as a bad destroy.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is only looked up.
+#[cfg_attr(exported = "cuMemFree_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    api("cuMemFree_v2", false, |mut st| {
+        tri!(st.current_ctx());
+        let dev = &mut st.device;
+        match dev.allocs.get_mut(&dptr) {
+            Some(a) if a.alive => {
+                a.alive = false;
+                a.bytes = Vec::new();
+                dev.live_allocations -= 1;
+                SUCCESS
+            }
+            _ => {
+                st.counters.bad_destroys += 1;
+                INVALID_VALUE
+            }
+        }
+    })
+}
+
+/// A memset of `count` words of `width` bytes: checks the stream, the alignment and the range,
+/// then queues it.
+fn memset(
+    symbol: &'static str,
+    dst: CUdeviceptr,
+    width: usize,
+    value: u32,
+    count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if dst % width as u64 != 0 {
+            return INVALID_VALUE;
+        }
+        let Some(bytes) = count.checked_mul(width) else {
+            return INVALID_VALUE;
+        };
+        tri!(check_range(&mut st, dst, bytes));
+        if bytes > 0 {
+            let work = DeviceWork::Memset {
+                dst,
+                width,
+                value,
+                count,
+            };
+            if let Some(rc) = on_device_work(&mut st, s, &work) {
+                return rc;
+            }
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemsetD8Async`: queued on the stream after its earlier work.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is checked against the allocations.
+#[cfg_attr(exported = "cuMemsetD8Async", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemsetD8Async(
+    dst_device: CUdeviceptr,
+    uc: c_uchar,
+    n: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    memset("cuMemsetD8Async", dst_device, 1, u32::from(uc), n, h_stream)
+}
+
+/// `cuMemsetD16Async`: `dst_device` must be 2-byte aligned.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is checked against the allocations.
+#[cfg_attr(exported = "cuMemsetD16Async", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemsetD16Async(
+    dst_device: CUdeviceptr,
+    us: c_ushort,
+    n: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    memset(
+        "cuMemsetD16Async",
+        dst_device,
+        2,
+        u32::from(us),
+        n,
+        h_stream,
+    )
+}
+
+/// `cuMemsetD32Async`: `dst_device` must be 4-byte aligned.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is checked against the allocations.
+#[cfg_attr(exported = "cuMemsetD32Async", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemsetD32Async(
+    dst_device: CUdeviceptr,
+    ui: c_uint,
+    n: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    memset("cuMemsetD32Async", dst_device, 4, ui, n, h_stream)
+}
+
+/// `cuMemcpyDtoDAsync_v2`: both ranges inside live allocations; queued.
+///
+/// # Safety
+///
+/// None beyond the C contract; the addresses are checked against the allocations.
+#[cfg_attr(exported = "cuMemcpyDtoDAsync_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst_device: CUdeviceptr,
+    src_device: CUdeviceptr,
+    byte_count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api("cuMemcpyDtoDAsync_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        tri!(check_range(&mut st, dst_device, byte_count));
+        tri!(check_range(&mut st, src_device, byte_count));
+        if byte_count > 0 {
+            let work = DeviceWork::CopyDtoD {
+                dst: dst_device,
+                src: src_device,
+                bytes: byte_count,
+            };
+            if let Some(rc) = on_device_work(&mut st, s, &work) {
+                return rc;
+            }
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2`: reads the host memory at the call (as the driver stages pageable
+/// memory), and queues the write to the device. Captured, the node reads the host memory when it
+/// runs, on every launch.
+///
+/// # Safety
+///
+/// `src_host` is valid for `byte_count` bytes of reads.
+#[cfg_attr(exported = "cuMemcpyHtoDAsync_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst_device: CUdeviceptr,
+    src_host: *const c_void,
+    byte_count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api("cuMemcpyHtoDAsync_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if src_host.is_null() && byte_count > 0 {
+            return INVALID_VALUE;
+        }
+        tri!(check_range(&mut st, dst_device, byte_count));
+        if byte_count > 0 {
+            let captured = DeviceWork::CopyHtoDAt {
+                dst: dst_device,
+                src: src_host as usize,
+                bytes: byte_count,
+            };
+            if let Some(rc) = on_device_work(&mut st, s, &captured) {
+                return rc;
+            }
+            // SAFETY: the caller's promise.
+            let data = unsafe { std::slice::from_raw_parts(src_host.cast::<u8>(), byte_count) };
+            let work = DeviceWork::CopyHtoD {
+                dst: dst_device,
+                data: data.to_vec(),
+            };
+            tri!(st.enqueue(s, Work::Device(work)));
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2`: waits for the stream's earlier work, then copies before returning (the
+/// driver's behaviour for pageable memory). Memory freed while waiting is a bad use. Captured,
+/// the node writes the host memory when it runs, on every launch.
+///
+/// # Safety
+///
+/// `dst_host` is valid for `byte_count` bytes of writes.
+#[cfg_attr(exported = "cuMemcpyDtoHAsync_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst_host: *mut c_void,
+    src_device: CUdeviceptr,
+    byte_count: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    api("cuMemcpyDtoHAsync_v2", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if dst_host.is_null() && byte_count > 0 {
+            return INVALID_VALUE;
+        }
+        tri!(check_range(&mut st, src_device, byte_count));
+        if byte_count == 0 {
+            return SUCCESS;
+        }
+        let captured = DeviceWork::CopyDtoH {
+            dst: dst_host as usize,
+            src: src_device,
+            bytes: byte_count,
+        };
+        if let Some(rc) = on_device_work(&mut st, s, &captured) {
+            return rc;
+        }
+        let target = st.last_job.get(&s.key).copied().unwrap_or(0);
+        let mut st = state::wait_until_done(st, target);
+        let Some(bytes) = st.device.slice_mut(src_device, byte_count) else {
+            st.counters.bad_uses += 1;
+            return INVALID_VALUE;
+        };
+        // SAFETY: the caller's promise; the source is the mock's own memory.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst_host.cast::<u8>(), byte_count) };
+        SUCCESS
+    })
+}
