@@ -197,7 +197,19 @@ impl StreamPool {
         made
     }
 
-    /// Returns a stream leased and forgotten by a scope.
+    /// Takes a stream out of the pool (a free one, else a new one) for a scope, which returns it
+    /// with [`give_back`](StreamPool::give_back).
+    #[inline]
+    pub(crate) fn take_raw(&self) -> Result<ffi::CUstream> {
+        let raw = match self.inner.free.pop() {
+            Some(raw) => raw,
+            None => self.inner.create()?,
+        };
+        Ok(raw as ffi::CUstream)
+    }
+
+    /// Returns a stream taken by a scope.
+    #[inline]
     pub(crate) fn give_back(&self, raw: usize) {
         self.inner.release(raw);
     }

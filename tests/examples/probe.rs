@@ -37,7 +37,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use cuda_stream::{Context, OwnedStream, StreamOptions};
+use cuda_stream::{CaptureMode, Context, OwnedStream, StreamOptions};
 use cuda_stream_tests::Kernels;
 use cuda_sys as sys;
 
@@ -121,6 +121,16 @@ const CASES: &[(&str, &str)] = &[
         "cuStreamCreate(NON_BLOCKING) + cuStreamDestroy",
     ),
     ("stream-create-safe", "OwnedStream::new + drop"),
+    (
+        "scope-raw",
+        "2 forks by hand: cuEventRecord + cuStreamWaitEvent to fork and to join each",
+    ),
+    ("scope-safe", "Stream::scope with 2 forks"),
+    (
+        "capture-kernels",
+        "GPU: per capture mode, capture kernels (alone, on 2 forks) and print the capture status \
+         after each step (does a tool invalidate the capture?)",
+    ),
     (
         "stream-create-check",
         "cuCtxGetCurrent + cuStreamCreate + cuStreamDestroy (raw, with the check the safe side makes)",
@@ -435,6 +445,90 @@ impl Fixture {
             "completed" => {
                 for _ in 0..iters {
                     block_on(self.stream.completed(), &self.waker).expect("completed");
+                }
+            }
+            "scope-raw" | "scope-safe" => {
+                let record = sys::fns::cuEventRecord().expect("cuEventRecord");
+                let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
+                let forks = [
+                    self.ctx.new_stream().expect("a stream"),
+                    self.ctx.new_stream().expect("a stream"),
+                ];
+                let event = cuda_stream::Event::new(&self.ctx, cuda_stream::EventOptions::new())
+                    .expect("an event");
+                let e = event.raw();
+                for _ in 0..iters {
+                    if name == "scope-safe" {
+                        self.stream
+                            .scope(|sc| {
+                                black_box((sc.fork()?, sc.fork()?));
+                                Ok(())
+                            })
+                            .expect("scope");
+                        continue;
+                    }
+                    for f in &forks {
+                        // SAFETY: live stream and event of the current context.
+                        ok(unsafe { record(e, s) });
+                        // SAFETY: as above.
+                        ok(unsafe { wait(f.raw(), e, 0) });
+                    }
+                    for f in &forks {
+                        // SAFETY: as above.
+                        ok(unsafe { record(e, f.raw()) });
+                        // SAFETY: as above.
+                        ok(unsafe { wait(s, e, 0) });
+                    }
+                }
+            }
+            "capture-kernels" => {
+                let k = self.kernels();
+                let buf = cuda_stream_tests::DeviceBuffer::new(&self.ctx, 16);
+                let p = buf.ptr();
+                for _ in 0..iters {
+                    for mode in [
+                        CaptureMode::Global,
+                        CaptureMode::ThreadLocal,
+                        CaptureMode::Relaxed,
+                    ] {
+                        for forks in [false, true] {
+                            let mut st = self.ctx.new_stream().expect("a stream");
+                            let mut steps = Vec::new();
+                            let got = st.capture(mode, |cap| {
+                                k.store(cap, p, 1);
+                                steps.push(format!("kernel: {:?}", cap.status()));
+                                if forks {
+                                    cap.scope(|sc| {
+                                        let (a, b) = (sc.fork()?, sc.fork()?);
+                                        steps.push(format!("forked: {:?}", cap.status()));
+                                        k.store(a, p + 4, 2);
+                                        steps.push(format!("kernel on a: {:?}", cap.status()));
+                                        k.store(b, p + 8, 3);
+                                        steps.push(format!("kernel on b: {:?}", cap.status()));
+                                        Ok(())
+                                    })?;
+                                    steps.push(format!("joined: {:?}", cap.status()));
+                                }
+                                Ok(())
+                            });
+                            let what = if forks {
+                                "a kernel, 2 forks with a kernel each"
+                            } else {
+                                "one kernel"
+                            };
+                            match got {
+                                Ok(g) => println!(
+                                    "capture-kernels {mode:?}, {what}: ok, {} nodes [{}]",
+                                    g.node_count().unwrap_or(0),
+                                    steps.join("; ")
+                                ),
+                                Err(e) => println!(
+                                    "capture-kernels {mode:?}, {what}: FAILED {e} [{}]",
+                                    steps.join("; ")
+                                ),
+                            }
+                        }
+                    }
                 }
             }
             "completed-nospin" => {

@@ -141,3 +141,61 @@ fn a_default_stream_can_be_a_parent() {
     assert_eq!(out.get(0), 1);
     assert_eq!(x.get(0), 2);
 }
+
+/// More forks than a scope keeps in place (4): each a distinct stream, and the parent waits for
+/// every one of them.
+#[test]
+fn the_parent_waits_for_more_forks_than_are_kept_in_place() {
+    let Some(ctx) = gpu() else { return };
+    let k = Kernels::load(&ctx);
+    let main = ctx.new_stream().unwrap();
+    const FORKS: usize = 7;
+    let x = DeviceBuffer::new(&ctx, FORKS);
+    let out = DeviceBuffer::new(&ctx, FORKS);
+    main.scope(|s| {
+        let mut raws = HashSet::new();
+        for i in 0..FORKS {
+            let f = s.fork()?;
+            assert!(raws.insert(f.raw() as usize), "fork {i} is a stream already forked");
+            k.store_after_spin(f, x.at(i), 10 + i as u32, Duration::from_millis(20));
+        }
+        Ok(())
+    })
+    .unwrap();
+    for i in 0..FORKS {
+        k.copy_u32(&main, out.at(i), x.at(i));
+    }
+    main.synchronize().unwrap();
+    let expected: Vec<u32> = (0..FORKS as u32).map(|i| 10 + i).collect();
+    assert_eq!(out.read(), expected, "the parent did not wait for every fork");
+}
+
+/// Forks have their parent's priority, also when one thread alternates between parents of two
+/// priorities (the thread remembers the pool it used last).
+#[test]
+fn forks_have_the_parents_priority() {
+    let Some(ctx) = gpu() else { return };
+    let range = ctx.priority_range().unwrap();
+    let (least, greatest) = (range.least(), range.greatest());
+    assert_ne!(least, greatest, "the GPU offers one stream priority only");
+    let high = ctx
+        .new_stream_with(cuda_stream::StreamOptions::new().priority(greatest))
+        .unwrap();
+    let low = ctx
+        .new_stream_with(cuda_stream::StreamOptions::new().priority(least))
+        .unwrap();
+    for round in 0..3 {
+        for (parent, want) in [(&high, greatest), (&low, least), (&high, greatest)] {
+            parent
+                .scope(|s| {
+                    let (a, b) = (s.fork()?, s.fork()?);
+                    assert_eq!(a.priority()?, want, "round {round}");
+                    assert_eq!(b.priority()?, want, "round {round}");
+                    Ok(())
+                })
+                .unwrap();
+        }
+    }
+    high.synchronize().unwrap();
+    low.synchronize().unwrap();
+}
