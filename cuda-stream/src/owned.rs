@@ -5,6 +5,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
 use std::ptr;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::context::{Context, bind, priority_range_current};
 use crate::deferred::Deferred;
@@ -74,7 +75,12 @@ impl StreamOptions {
 pub struct OwnedStream {
     raw: ffi::CUstream,
     ctx: Context,
+    /// The stream's priority once asked ([`UNKNOWN_PRIORITY`] before): it never changes.
+    priority: AtomicI32,
 }
+
+/// [`OwnedStream`]'s priority before the driver was asked (no priority is this low).
+const UNKNOWN_PRIORITY: i32 = i32::MIN;
 
 static_assertions::assert_not_impl_any!(OwnedStream: Clone, Copy);
 
@@ -129,6 +135,7 @@ impl OwnedStream {
         Ok(OwnedStream {
             raw,
             ctx: ctx.clone(),
+            priority: AtomicI32::new(UNKNOWN_PRIORITY),
         })
     }
 
@@ -146,7 +153,21 @@ impl OwnedStream {
         Ok(OwnedStream {
             raw,
             ctx: ctx.clone(),
+            priority: AtomicI32::new(UNKNOWN_PRIORITY),
         })
+    }
+
+    /// The stream's priority, asked of the driver (`cuStreamGetPriority`) the first time only: a
+    /// stream's priority is fixed when it is created.
+    #[inline]
+    pub(crate) fn cached_priority(&self) -> Result<i32> {
+        let known = self.priority.load(Ordering::Relaxed);
+        if known != UNKNOWN_PRIORITY {
+            return Ok(known);
+        }
+        let p = self.as_stream().priority()?;
+        self.priority.store(p, Ordering::Relaxed);
+        Ok(p)
     }
 
     /// The context the stream belongs to.

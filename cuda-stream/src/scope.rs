@@ -6,39 +6,102 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Mutex};
 
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Result, check, driver_fn};
 use crate::ffi;
 use crate::owned::{OwnedStream, StreamOptions};
 use crate::pool::{PooledStream, StreamPool};
-use crate::stream::{AsStream, Stream};
+use crate::stream::{AsStream, Stream, bind_if_special};
 
 /// A fork/join scope over a parent stream; see [`Stream::scope`].
 pub struct Scope<'scope, 'env: 'scope> {
     parent: Stream<'env>,
     pool: PoolRef,
+    /// This thread's wait event for the parent's context (`None`: each link uses
+    /// `Stream::wait_stream`). A scope is used on its own thread only (`Scope` is not `Sync`).
+    event: Option<ffi::CUevent>,
     forks: Forks,
     // Invariant in 'scope, as in `std::thread::Scope`, so forks cannot escape.
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
 
+// `Scope::link` uses the thread's wait event: a scope must stay on its thread.
+static_assertions::assert_not_impl_any!(Scope<'static, 'static>: Sync, Send);
+
 /// The pool a scope leases its forks from: a primary context's shared pool, which lives for the
 /// rest of the process, or a pool of the scope's own.
 pub(crate) enum PoolRef {
-    Shared(&'static StreamPool),
+    Shared(&'static SharedPool),
     Own(Arc<StreamPool>),
 }
 
-impl std::ops::Deref for PoolRef {
-    type Target = StreamPool;
-
+impl PoolRef {
+    /// A stream for a fork: from this thread's stash for a shared pool, else from the pool.
     #[inline]
-    fn deref(&self) -> &StreamPool {
+    fn take(&self) -> Result<ffi::CUstream> {
         match self {
-            PoolRef::Shared(p) => p,
-            PoolRef::Own(p) => p,
+            PoolRef::Shared(entry) => match STASH.try_with(|s| s.take(entry)) {
+                Ok(Some(raw)) => Ok(raw as ffi::CUstream),
+                _ => entry.pool.take_raw(),
+            },
+            PoolRef::Own(pool) => pool.take_raw(),
         }
     }
+
+    /// Returns a fork's stream: to this thread's stash for a shared pool (up to
+    /// [`STASH_LIMIT`]), else to the pool.
+    #[inline]
+    fn give_back(&self, raw: usize) {
+        match self {
+            PoolRef::Shared(entry) => {
+                if STASH.try_with(|s| s.put(entry, raw)) != Ok(true) {
+                    entry.pool.give_back(raw);
+                }
+            }
+            PoolRef::Own(pool) => pool.give_back(raw),
+        }
+    }
+}
+
+/// How many fork streams a thread keeps for its next scopes.
+const STASH_LIMIT: usize = 8;
+
+/// Fork streams a thread took from shared pools and keeps for its next scopes, so a scope in a
+/// loop touches no shared state: (pool, stream) pairs. At thread exit they go back to their
+/// pools (no driver call: a pool is a list of handles).
+struct Stash(RefCell<Vec<(&'static SharedPool, usize)>>);
+
+impl Stash {
+    #[inline]
+    fn take(&self, entry: &'static SharedPool) -> Option<usize> {
+        let mut v = self.0.try_borrow_mut().ok()?;
+        let i = v.iter().rposition(|(e, _)| std::ptr::eq(*e, entry))?;
+        Some(v.swap_remove(i).1)
+    }
+
+    /// Keeps `raw` unless the stash is full (or busy): `false` then.
+    #[inline]
+    fn put(&self, entry: &'static SharedPool, raw: usize) -> bool {
+        match self.0.try_borrow_mut() {
+            Ok(mut v) if v.len() < STASH_LIMIT => {
+                v.push((entry, raw));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Stash {
+    fn drop(&mut self) {
+        for (entry, raw) in self.0.get_mut().drain(..) {
+            entry.pool.give_back(raw);
+        }
+    }
+}
+
+thread_local! {
+    static STASH: Stash = const { Stash(RefCell::new(Vec::new())) };
 }
 
 /// How many forks a scope keeps without allocating.
@@ -98,12 +161,33 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// A stream leased from the context's pool that starts after the parent's work enqueued so
     /// far. The parent waits for it when the scope ends. The view cannot leave the scope.
     pub fn fork(&'scope self) -> Result<Stream<'scope>> {
-        let raw = self.pool.take_raw()?;
+        let raw = self.pool.take()?;
         // The scope returns the stream to the pool itself, after the join.
         self.forks.push(raw as usize);
-        let fork = Stream::from_parts(raw, self.parent.context_raw());
-        fork.wait_stream(self.parent)?;
-        Ok(fork)
+        self.link(self.parent.raw(), raw)?;
+        Ok(Stream::from_parts(raw, self.parent.context_raw()))
+    }
+
+    /// Makes `to` wait for the work enqueued on `from` so far (both streams of the parent's
+    /// context; only the parent can be a default stream).
+    #[inline]
+    fn link(&self, from: ffi::CUstream, to: ffi::CUstream) -> Result<()> {
+        let ctx = self.parent.context_raw();
+        let Some(event) = self.event else {
+            return Stream::from_parts(to, ctx).wait_stream(Stream::from_parts(from, ctx));
+        };
+        let record = driver_fn!(cuEventRecord);
+        let wait = driver_fn!(cuStreamWaitEvent);
+        {
+            let _bound = bind_if_special(from, ctx)?;
+            // SAFETY: the event is this thread's, of the streams' context, and lives until the
+            // thread exits; `from` is the live parent or a fork the scope holds.
+            check(unsafe { record(event, from) }, "cuEventRecord")?;
+        }
+        let _bound = bind_if_special(to, ctx)?;
+        // SAFETY: as above; the wait takes the event's state now, so reusing the event later
+        // cannot change what `to` waits for.
+        check(unsafe { wait(to, event, 0) }, "cuStreamWaitEvent")
     }
 
     /// The parent stream.
@@ -116,8 +200,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn join(&self) -> Result<()> {
         let mut first = Ok(());
         self.forks.take(|raw| {
-            let fork = Stream::from_parts(raw as _, self.parent.context_raw());
-            let joined = self.parent.wait_stream(fork);
+            let joined = self.link(raw as _, self.parent.raw());
             if first.is_ok() {
                 first = joined;
             }
@@ -150,11 +233,21 @@ impl<'env> Stream<'env> {
         self,
         f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
     ) -> Result<R> {
-        let priority = self.priority()?;
+        self.scope_at(self.priority()?, f)
+    }
+
+    /// [`Stream::scope`] for a parent whose priority is known: forks have `priority`.
+    #[inline]
+    pub(crate) fn scope_at<R>(
+        self,
+        priority: i32,
+        f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+    ) -> Result<R> {
         let pool = fork_pool(self.context_raw(), priority)?;
         let scope = Scope {
             parent: self,
             pool,
+            event: crate::wait_events::WAIT_EVENTS.thread_event(self.context_raw())?,
             forks: Forks::new(),
             _scope: PhantomData,
             _env: PhantomData,
@@ -172,28 +265,31 @@ impl<'env> Stream<'env> {
     }
 }
 
-/// Forwards [`Stream::scope`] to an owner that lends a [`Stream`].
-macro_rules! forward_scope {
-    ($ty:ty) => {
-        impl $ty {
-            /// See [`Stream::scope`].
-            pub fn scope<'env, R>(
-                &'env self,
-                f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
-            ) -> Result<R> {
-                self.as_stream().scope(f)
-            }
-        }
-    };
+impl OwnedStream {
+    /// See [`Stream::scope`]. The stream's priority (which forks get) is asked of the driver
+    /// once per stream, not once per scope.
+    pub fn scope<'env, R>(
+        &'env self,
+        f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+    ) -> Result<R> {
+        self.as_stream().scope_at(self.cached_priority()?, f)
+    }
 }
 
-forward_scope!(OwnedStream);
-forward_scope!(PooledStream<'_>);
+impl PooledStream<'_> {
+    /// See [`Stream::scope`].
+    pub fn scope<'env, R>(
+        &'env self,
+        f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+    ) -> Result<R> {
+        self.as_stream().scope(f)
+    }
+}
 
 /// The shared pool of one (primary context, priority): created on first use and kept for the
 /// life of the process (it holds a retain of its primary context), so a `'static` view of it
 /// is sound.
-struct SharedPool {
+pub(crate) struct SharedPool {
     ctx: usize,
     priority: i32,
     pool: Arc<StreamPool>,
@@ -242,13 +338,13 @@ fn own_pool(ctx: ffi::CUcontext, priority: i32) -> Arc<StreamPool> {
 pub(crate) fn fork_pool(ctx: ffi::CUcontext, priority: i32) -> Result<PoolRef> {
     if let Ok(Some(last)) = LAST_POOL.try_with(Cell::get) {
         if last.ctx == ctx as usize && last.priority == priority {
-            return Ok(PoolRef::Shared(&last.pool));
+            return Ok(PoolRef::Shared(last));
         }
     }
     Ok(match registered(ctx, priority)? {
         Some(entry) => {
             let _ = LAST_POOL.try_with(|last| last.set(Some(entry)));
-            PoolRef::Shared(&entry.pool)
+            PoolRef::Shared(entry)
         }
         None => PoolRef::Own(own_pool(ctx, priority)),
     })

@@ -53,6 +53,28 @@ fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
 }
 
 impl WaitEvents {
+    /// This thread's cached event for `ctx` (made on first use), for a caller that records and
+    /// waits on it several times: entries are removed only when the thread exits, so the event
+    /// stays valid on this thread until then. `Ok(None)` where no event is kept (a context that
+    /// is not primary, thread teardown): use [`with_event`](WaitEvents::with_event) then.
+    #[inline]
+    pub(crate) fn thread_event(&self, ctx: ffi::CUcontext) -> Result<Option<ffi::CUevent>> {
+        let cached = || {
+            CACHE
+                .try_with(|c| {
+                    let c = c.try_borrow().ok()?;
+                    c.iter().find(|e| e.ctx == ctx).map(|e| e.event)
+                })
+                .ok()
+                .flatten()
+        };
+        if let Some(event) = cached() {
+            return Ok(Some(event));
+        }
+        self.with_event(ctx, |_| Ok(()))?;
+        Ok(cached())
+    }
+
     /// Runs `f` with this thread's cached event for `ctx`.
     #[inline]
     pub(crate) fn with_event(

@@ -173,7 +173,9 @@ if [ $sanitize -eq 1 ]; then
                     # passes 20 of 20 times without a sanitizer and under memcheck and synccheck.
                     skip=(--skip completed_on_a_default_stream_from_a_thread_without_context)
                 fi
-                timeout -k 10 $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" \
+                # The tests read the tool's name (cuda_stream_tests::sanitizer) to size work the
+                # tool's bookkeeping cannot hold at full size.
+                CUDA_STREAM_UNDER_SANITIZER=$tool timeout -k 10 $((left < per_binary ? left : per_binary)) "$cs" --tool "$tool" --report-api-errors no --error-exitcode 99 "$t" --test-threads=1 "${skip[@]}" \
                     >"$log_dir/san-$tool-$name.log" 2>&1
                 st=$?
                 # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with

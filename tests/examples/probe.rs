@@ -37,7 +37,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use cuda_stream::{CaptureMode, Context, OwnedStream, StreamOptions};
+use cuda_stream::{AsStream, CaptureMode, Context, OwnedStream, StreamOptions};
 use cuda_stream_tests::Kernels;
 use cuda_sys as sys;
 
@@ -126,6 +126,37 @@ const CASES: &[(&str, &str)] = &[
         "2 forks by hand: cuEventRecord + cuStreamWaitEvent to fork and to join each",
     ),
     ("scope-safe", "Stream::scope with 2 forks"),
+    (
+        "scope-raw-pri",
+        "scope-raw with a cuStreamGetPriority of the parent first (what a scope asks)",
+    ),
+    (
+        "scope-raw-prio-streams",
+        "scope-raw on 2 streams made with cuStreamCreateWithPriority (as the pool makes them)",
+    ),
+    ("get-priority", "cuStreamGetPriority alone"),
+    (
+        "scope-api-waits",
+        "scope-raw's record/wait pairs through Stream::wait_stream on 2 fixed streams (no scope)",
+    ),
+    (
+        "scope-pool-waits-pri",
+        "scope-pool-waits with Stream::priority of the parent first",
+    ),
+    (
+        "scope-empty-raw",
+        "Stream::scope with no fork, then scope-raw's record/wait pairs",
+    ),
+    (
+        "scope-pool-waits",
+        "scope-api-waits on 2 streams leased from a StreamPool per iteration (no scope)",
+    ),
+    (
+        "capture-graph:REPLAYS",
+        "GPU: a memset, kernels on 2 forks, a copy and a host function captured (thread-local), \
+         instantiated and replayed REPLAYS times, printing each step",
+    ),
+    ("is-capturing", "cuStreamIsCapturing alone"),
     (
         "capture-kernels",
         "GPU: per capture mode, capture kernels (alone, on 2 forks) and print the capture status \
@@ -447,12 +478,87 @@ impl Fixture {
                     block_on(self.stream.completed(), &self.waker).expect("completed");
                 }
             }
-            "scope-raw" | "scope-safe" => {
+            "get-priority" => {
+                let f = sys::fns::cuStreamGetPriority().expect("cuStreamGetPriority");
+                for _ in 0..iters {
+                    let mut p = 0;
+                    // SAFETY: a live stream and a valid out-pointer.
+                    ok(unsafe { f(s, &mut p) });
+                    black_box(p);
+                }
+            }
+            "is-capturing" => {
+                let f = sys::fns::cuStreamIsCapturing().expect("cuStreamIsCapturing");
+                for _ in 0..iters {
+                    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                    // SAFETY: a live stream and a valid out-pointer.
+                    ok(unsafe { f(s, &mut st) });
+                    black_box(st);
+                }
+            }
+            "scope-api-waits" | "scope-pool-waits" | "scope-pool-waits-pri" | "scope-empty-raw" => {
                 let record = sys::fns::cuEventRecord().expect("cuEventRecord");
                 let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
+                let event = cuda_stream::Event::new(&self.ctx, cuda_stream::EventOptions::new())
+                    .expect("an event");
+                let e = event.raw();
                 let forks = [
                     self.ctx.new_stream().expect("a stream"),
                     self.ctx.new_stream().expect("a stream"),
+                ];
+                let pool = cuda_stream::StreamPool::new(&self.ctx, StreamOptions::new());
+                let parent = self.stream.as_stream();
+                for _ in 0..iters {
+                    if name == "scope-empty-raw" {
+                        self.stream.scope(|_| Ok(())).expect("scope");
+                        for f in &forks {
+                            // SAFETY: live stream and event of the current context.
+                            ok(unsafe { record(e, s) });
+                            // SAFETY: as above.
+                            ok(unsafe { wait(f.raw(), e, 0) });
+                        }
+                        for f in &forks {
+                            // SAFETY: as above.
+                            ok(unsafe { record(e, f.raw()) });
+                            // SAFETY: as above.
+                            ok(unsafe { wait(s, e, 0) });
+                        }
+                        continue;
+                    }
+                    if name == "scope-pool-waits-pri" {
+                        black_box(parent.priority().expect("priority"));
+                    }
+                    if name.starts_with("scope-pool-waits") {
+                        let (a, b) = (
+                            pool.acquire().expect("a lease"),
+                            pool.acquire().expect("a lease"),
+                        );
+                        a.wait_stream(parent).expect("wait_stream");
+                        b.wait_stream(parent).expect("wait_stream");
+                        parent.wait_stream(&a).expect("wait_stream");
+                        parent.wait_stream(&b).expect("wait_stream");
+                        continue;
+                    }
+                    for f in &forks {
+                        f.wait_stream(parent).expect("wait_stream");
+                    }
+                    for f in &forks {
+                        parent.wait_stream(f).expect("wait_stream");
+                    }
+                }
+            }
+            "scope-raw" | "scope-safe" | "scope-raw-pri" | "scope-raw-prio-streams" => {
+                let record = sys::fns::cuEventRecord().expect("cuEventRecord");
+                let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
+                let get_priority = sys::fns::cuStreamGetPriority().expect("cuStreamGetPriority");
+                let options = if name == "scope-raw-prio-streams" {
+                    StreamOptions::new().priority(0)
+                } else {
+                    StreamOptions::new()
+                };
+                let forks = [
+                    self.ctx.new_stream_with(options).expect("a stream"),
+                    self.ctx.new_stream_with(options).expect("a stream"),
                 ];
                 let event = cuda_stream::Event::new(&self.ctx, cuda_stream::EventOptions::new())
                     .expect("an event");
@@ -467,6 +573,12 @@ impl Fixture {
                             .expect("scope");
                         continue;
                     }
+                    if name == "scope-raw-pri" {
+                        let mut p = 0;
+                        // SAFETY: a live stream and a valid out-pointer.
+                        ok(unsafe { get_priority(s, &mut p) });
+                        black_box(p);
+                    }
                     for f in &forks {
                         // SAFETY: live stream and event of the current context.
                         ok(unsafe { record(e, s) });
@@ -479,6 +591,65 @@ impl Fixture {
                         // SAFETY: as above.
                         ok(unsafe { wait(s, e, 0) });
                     }
+                }
+            }
+            "capture-graph" => {
+                use std::io::Write;
+                let step = |what: &str| {
+                    println!("capture-graph: {what}");
+                    let _ = std::io::stdout().flush();
+                };
+                let replays = us.unwrap_or(10);
+                let k = self.kernels();
+                let buf = cuda_stream_tests::DeviceBuffer::new(&self.ctx, 1024);
+                let p = buf.ptr();
+                let ran = Arc::new(AtomicU64::new(0));
+                for _ in 0..iters {
+                    let mut st = self.ctx.new_stream().expect("a stream");
+                    let seen = ran.clone();
+                    let graph = st
+                        .capture(CaptureMode::ThreadLocal, |cap| {
+                            // SAFETY: `buf` holds 1024 u32 and outlives the graph's launches.
+                            unsafe { cuda_stream::memset_d32_async(&cap, p, 0, 1024) }?;
+                            step(&format!("memset captured: {:?}", cap.status()));
+                            cap.scope(|sc| {
+                                let (a, b) = (sc.fork()?, sc.fork()?);
+                                k.store(a, p, 1);
+                                k.store(b, p + 4, 2);
+                                Ok(())
+                            })?;
+                            step(&format!("forks joined: {:?}", cap.status()));
+                            // SAFETY: as above: both halves inside `buf`.
+                            unsafe { cuda_stream::memcpy_dtod_async(&cap, p + 2048, p, 2048) }?;
+                            step(&format!("copy captured: {:?}", cap.status()));
+                            cap.launch_host_func(move || {
+                                seen.fetch_add(1, Ordering::Relaxed);
+                            })?;
+                            step(&format!("host function captured: {:?}", cap.status()));
+                            Ok(())
+                        })
+                        .expect("capture");
+                    step(&format!(
+                        "captured, {} nodes",
+                        graph.node_count().expect("nodes")
+                    ));
+                    let exec = graph.instantiate().expect("instantiate");
+                    step("instantiated");
+                    for r in 0..replays {
+                        exec.launch(&st).expect("launch");
+                        if r < 3 {
+                            st.synchronize().expect("synchronize");
+                            step(&format!("replay {r} done"));
+                        }
+                    }
+                    st.synchronize().expect("synchronize");
+                    step(&format!(
+                        "{replays} replays done; the host function ran {} times",
+                        ran.load(Ordering::Relaxed)
+                    ));
+                    drop(exec);
+                    drop(graph);
+                    step("graph dropped");
                 }
             }
             "capture-kernels" => {

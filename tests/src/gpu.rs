@@ -49,6 +49,17 @@ pub fn gpu() -> Option<Context> {
     }))
 }
 
+/// The variable `gpu-bundle/run.sh` sets (to the tool's name) when it runs a test binary under
+/// compute-sanitizer.
+pub const SANITIZER_VAR: &str = "CUDA_STREAM_UNDER_SANITIZER";
+
+/// The compute-sanitizer tool the test runs under, if any (from [`SANITIZER_VAR`]). A test whose
+/// work the tool's bookkeeping cannot hold at full size (racecheck keeps host memory for every
+/// thread of every kernel launch) runs smaller under one, with the same checks.
+pub fn sanitizer() -> Option<String> {
+    std::env::var(SANITIZER_VAR).ok().filter(|t| !t.is_empty())
+}
+
 /// Panics unless `rc` is `CUDA_SUCCESS`, naming the call and the code.
 #[track_caller]
 pub fn check(rc: CUresult, call: &str) {

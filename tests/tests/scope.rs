@@ -156,7 +156,10 @@ fn the_parent_waits_for_more_forks_than_are_kept_in_place() {
         let mut raws = HashSet::new();
         for i in 0..FORKS {
             let f = s.fork()?;
-            assert!(raws.insert(f.raw() as usize), "fork {i} is a stream already forked");
+            assert!(
+                raws.insert(f.raw() as usize),
+                "fork {i} is a stream already forked"
+            );
             k.store_after_spin(f, x.at(i), 10 + i as u32, Duration::from_millis(20));
         }
         Ok(())
@@ -167,7 +170,11 @@ fn the_parent_waits_for_more_forks_than_are_kept_in_place() {
     }
     main.synchronize().unwrap();
     let expected: Vec<u32> = (0..FORKS as u32).map(|i| 10 + i).collect();
-    assert_eq!(out.read(), expected, "the parent did not wait for every fork");
+    assert_eq!(
+        out.read(),
+        expected,
+        "the parent did not wait for every fork"
+    );
 }
 
 /// Forks have their parent's priority, also when one thread alternates between parents of two
