@@ -1013,7 +1013,9 @@ fn operations() -> Vec<Op> {
             "DeviceBuffer::into_raw + from_raw + free",
             SWALLOW_DROP,
             |fx| {
-                let (ptr, len) = DeviceBuffer::<u8>::alloc(&fx.ctx, 5)?.into_raw();
+                let (ptr, len) = DeviceBuffer::<u8>::alloc(&fx.ctx, 5)?
+                    .into_raw()
+                    .expect("no graph holds a new buffer");
                 // SAFETY: handed over by `into_raw` just above.
                 unsafe { DeviceBuffer::<u8>::from_raw(&fx.ctx, ptr, len) }.free()
             },
