@@ -466,7 +466,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// }
     /// # Ok::<(), cuda_stream::Error>(())
     /// ```
-    #[allow(clippy::result_large_err)]
     pub fn into_raw(self) -> std::result::Result<(ffi::CUdeviceptr, usize), DeviceBuffer<T>> {
         let DeviceBuffer {
             ptr, len, alloc, ..
