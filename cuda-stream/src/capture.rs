@@ -609,7 +609,9 @@ impl<'cap> CaptureStream<'cap> {
     /// made from it, exists (a driver user object: `cuUserObjectCreate`,
     /// `cuGraphRetainUserObject`); `value` is then dropped on a driver thread, inside the
     /// host-function rule (what it owns of this crate is destroyed later on an ordinary thread).
-    /// On an error `value` is dropped at once and the graph holds nothing new.
+    /// On an error the graph holds nothing new, and `value` is dropped before this returns, in
+    /// the same way (a last owner's destroy waits for the next drain, see
+    /// [`drain_deferred`](crate::drain_deferred)).
     ///
     /// This is how what captured work uses by address or handle outlives the capture: an
     /// `Arc<Module>` whose kernels were launched here, a host buffer of pinned memory that a

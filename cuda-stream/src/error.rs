@@ -184,7 +184,9 @@ pub enum Error {
         #[source]
         code: DriverCode,
     },
-    /// An operation that needs a capture in progress on the stream found none.
+    /// An operation that needs a capture in progress on the stream found none, or found it
+    /// invalidated (`DeviceBuffer::fill`, `copy_from` and `keep_alive_in` on a stream whose
+    /// capture a prohibited call invalidated: nothing is enqueued or tied).
     #[error("the stream is not being captured ({status})")]
     NotCapturing {
         /// What the stream's status was.
