@@ -195,7 +195,10 @@ pub unsafe fn memcpy_dtoh_async<T: DeviceCopy>(
 /// that allocate ([`zeroed`](DeviceBuffer::zeroed), [`from_host`](DeviceBuffer::from_host))
 /// refuse a capturing stream ([`Error::Capturing`]); an invalidated capture is
 /// [`Error::NotCapturing`]. A buffer tied to the graph may be dropped inside the capture (the
-/// graph frees it later); allocate buffers outside captures, as with `cudaMalloc`.
+/// graph frees it later). Allocate buffers outside captures, as with `cudaMalloc`, and drop
+/// untied ones outside them too: during a global or thread-local capture the driver refuses the
+/// wait before the free, so an untied buffer dropped there stays allocated (and the capture is
+/// invalidated).
 ///
 /// [`into_raw`](DeviceBuffer::into_raw) hands the memory over only while no graph holds it, and
 /// [`free`](DeviceBuffer::free) with a graph holding it leaves the free to the last graph.
