@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use cuda_stream::{
     AsStream, CaptureMode, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function,
     LaunchConfig, Module, OwnedStream, StreamOptions, StreamPool, current_stream, kernel_args,
-    memset_d32_async,
 };
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`, one thread per element.
@@ -239,12 +238,15 @@ fn direct_then_graph(
     // Captured on `low`; a fork of the capture plays `high`'s part (its scope joins it back
     // before `low`'s kernel). The capture records the work, it runs nothing.
     let graph = low.capture(CaptureMode::ThreadLocal, |cap| {
-        // SAFETY: `y` holds `n` floats and outlives every launch of the graph (`exec` is
-        // dropped first, and dropping `y` waits for the context's work).
-        unsafe { memset_d32_async(&cap, y.device_ptr(), 1f32.to_bits(), n) }?;
+        // The safe fill works in a capture: the graph takes a reference to `y`'s memory.
+        y.fill(&cap, 1.0)?;
+        // The kernels' buffers, tied to the graph the same way: every replay finds them
+        // allocated, whenever `x` and `y` are dropped.
+        x.keep_alive_in(&cap)?;
         cap.scope(|s| {
             let side = s.fork()?;
-            // SAFETY: as above, for `x` and `y`.
+            // SAFETY: `x` and `y` hold `n` floats, kept allocated for every launch of the
+            // graph (tied above).
             unsafe { saxpy(&side, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }
         })?;
         // SAFETY: as above.

@@ -605,6 +605,49 @@ impl<'cap> CaptureStream<'cap> {
         enqueue_host_node((self.raw, self.ctx), shared.graph, route, f)
     }
 
+    /// Makes the capture's graph own `value` for as long as it, or any graph or executable graph
+    /// made from it, exists (a driver user object: `cuUserObjectCreate`,
+    /// `cuGraphRetainUserObject`); `value` is then dropped on a driver thread, inside the
+    /// host-function rule (what it owns of this crate is destroyed later on an ordinary thread).
+    /// On an error the graph holds nothing new, and `value` is dropped before this returns, in
+    /// the same way (a last owner's destroy waits for the next drain, see
+    /// [`drain_deferred`](crate::drain_deferred)).
+    ///
+    /// This is how what captured work uses by address or handle outlives the capture: an
+    /// `Arc<Module>` whose kernels were launched here, a host buffer of pinned memory that a
+    /// captured copy reads, an `Arc` of a [`DeviceBuffer`](crate::DeviceBuffer) (for a plain
+    /// buffer, [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in) shares its
+    /// allocation with the graph instead). It meets the "for every launch of a graph" part of
+    /// the `# Safety` contracts of [`Function::launch`](crate::Function::launch) and the raw
+    /// memory functions for that value.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use cuda_stream::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, kernel_args};
+    ///
+    /// # const PTX: &str = "";
+    /// let ctx = Context::primary(0)?;
+    /// let mut stream = ctx.new_stream()?;
+    /// let module = Arc::new(Module::from_ptx(&ctx, PTX)?);
+    /// let x = DeviceBuffer::<f32>::zeroed(&ctx, &stream, 1024)?;
+    /// let graph = stream.capture(CaptureMode::ThreadLocal, |cap| {
+    ///     let double = module.function("double")?;
+    ///     cap.keep_alive(module.clone())?; // the module stays loaded for every replay
+    ///     x.keep_alive_in(&cap)?; // and `x` allocated
+    ///     // SAFETY: `double` takes (pointer, u32) and touches x[..1024]; both are kept above.
+    ///     unsafe {
+    ///         double.launch(&cap, LaunchConfig::for_elements(1024, 256),
+    ///                       &kernel_args![x.device_ptr(), 1024u32])
+    ///     }
+    /// })?;
+    /// drop((module, x));
+    /// graph.instantiate()?.launch(&stream)?;
+    /// # Ok::<(), cuda_stream::Error>(())
+    /// ```
+    pub fn keep_alive<V: Send + Sync + 'static>(self, value: V) -> Result<()> {
+        keep_alive(self.ctx, self.shared.graph, value)
+    }
+
     /// Records a new event here (`cuEventCreate`, `cuEventRecord`): a point in the captured work
     /// that other views of this capture can wait for with
     /// [`wait_captured`](CaptureStream::wait_captured). The capture destroys it when it ends.

@@ -152,10 +152,11 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// A safe buffer operation on a stream that is capturing a graph: the graph could be launched
-    /// after the buffer is freed. The `unsafe` raw functions (`memset_d32_async`, ...) record the
-    /// same work into a capture, with the caller keeping the memory alive.
-    #[error("{op} cannot be recorded into a graph capture (the graph could outlive the buffer)")]
+    /// A buffer operation that waits for the stream (`DeviceBuffer::to_vec`, `copy_to_host`,
+    /// `copy_from_host`) or allocates (`DeviceBuffer::zeroed`, `from_host`), on a stream that is
+    /// capturing a graph: waiting would break the capture, and a graph cannot replay an
+    /// allocation. (`DeviceBuffer::fill` and `copy_from` only enqueue, and work in a capture.)
+    #[error("{op} cannot be recorded into a graph capture (it allocates or waits for the stream)")]
     Capturing {
         /// The operation, such as `DeviceBuffer::fill`.
         op: &'static str,
@@ -183,7 +184,9 @@ pub enum Error {
         #[source]
         code: DriverCode,
     },
-    /// An operation that needs a capture in progress on the stream found none.
+    /// An operation that needs a capture in progress on the stream found none, or found it
+    /// invalidated (`DeviceBuffer::fill`, `copy_from` and `keep_alive_in` on a stream whose
+    /// capture a prohibited call invalidated: nothing is enqueued or tied).
     #[error("the stream is not being captured ({status})")]
     NotCapturing {
         /// What the stream's status was.

@@ -226,13 +226,18 @@ impl Function<'_> {
     ///   host memory, pointers inside structs) is valid for those accesses for as long as the
     ///   kernel runs: until the stream's work up to this launch has completed, and, when the
     ///   launch is recorded into a graph capture, for every launch of every graph and executable
-    ///   graph made from it (a [`DeviceBuffer`](crate::DeviceBuffer)'s `Drop` waits for its
-    ///   context's work, but cannot know about graphs);
+    ///   graph made from it (a [`DeviceBuffer`](crate::DeviceBuffer)'s free waits for its
+    ///   context's work, which covers the first part; for the second, tie each buffer to the
+    ///   capture with [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in) on the
+    ///   launch's stream, and other memory's owner with
+    ///   [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive));
     /// - the kernel's accesses do not race with other work or with the host: memory it writes is
     ///   not read or written meanwhile by other streams unless ordered by events, and host memory
     ///   it writes is not accessed by Rust code until the launch has completed;
     /// - the module stays loaded while a graph that contains the launch can still run (dropping a
-    ///   [`Module`](crate::Module) waits for its context's stream work, not for graphs).
+    ///   [`Module`](crate::Module) waits for its context's stream work, not for graphs: give the
+    ///   capture an `Arc<Module>` with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive),
+    ///   or keep the module until the graphs are gone).
     ///
     /// The kernel's own memory safety (indexes within bounds) is part of this promise.
     pub unsafe fn launch(

@@ -31,7 +31,9 @@
 //! cubin/fatbin, with the compiler's log in the error when it fails; its kernels are
 //! [`Function`]s, launched with the `unsafe` [`Function::launch`] (the driver cannot check
 //! arguments against parameters) on anything that implements [`Enqueue`]: every stream, and a
-//! graph capture. [`DeviceBuffer`] owns typed device memory with safe fill and copies; the raw
+//! graph capture. [`DeviceBuffer`] owns typed device memory with safe fill and copies, which work
+//! inside a capture too (the capture's graph then shares the allocation, so a replay never finds
+//! it freed; [`DeviceBuffer::keep_alive_in`] does the same for a kernel's buffers); the raw
 //! [`memset_d32_async`] / [`memcpy_htod_async`] family serves memory the caller manages.
 //!
 //! ```no_run

@@ -407,6 +407,7 @@ pub(crate) fn driver_functions() -> &'static [(&'static str, usize)] {
             cuLaunchKernel,
             cuMemAlloc_v2,
             cuMemFree_v2,
+            cuMemGetAddressRange_v2,
             cuMemsetD8Async,
             cuMemsetD16Async,
             cuMemsetD32Async,
@@ -1779,8 +1780,9 @@ use kernels::{
     cuModuleLoadDataEx, cuModuleUnload,
 };
 use memory::{
-    cuMemAlloc_v2, cuMemFree_v2, cuMemcpyDtoDAsync_v2, cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2,
-    cuMemsetD8Async, cuMemsetD16Async, cuMemsetD32Async,
+    cuMemAlloc_v2, cuMemFree_v2, cuMemGetAddressRange_v2, cuMemcpyDtoDAsync_v2,
+    cuMemcpyDtoHAsync_v2, cuMemcpyHtoDAsync_v2, cuMemsetD8Async, cuMemsetD16Async,
+    cuMemsetD32Async,
 };
 
 #[cfg(test)]

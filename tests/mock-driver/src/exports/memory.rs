@@ -1,4 +1,5 @@
-//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, the async memsets and copies. The model is
+//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, `cuMemGetAddressRange_v2`, the async memsets
+//! and copies. The model is
 //! `device_model.rs`; on a capturing stream each becomes a graph node (`capture.rs`).
 
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
@@ -59,6 +60,38 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
                 INVALID_VALUE
             }
         }
+    })
+}
+
+/// `cuMemGetAddressRange_v2`: the base and size of the live allocation that holds `dptr`
+/// (either out-pointer may be null); `CUDA_ERROR_NOT_FOUND` where none does, as the driver
+/// answers for freed memory. Needs a current context.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuMemGetAddressRange_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    pbase: *mut CUdeviceptr,
+    psize: *mut usize,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    api("cuMemGetAddressRange_v2", false, |st| {
+        tri!(st.current_ctx());
+        let Some((base, _)) = st.device.find(dptr, 1) else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        let size = st.device.allocs.get(&base).map_or(0, |a| a.size);
+        // SAFETY: each is null or writable, by the caller's contract.
+        unsafe {
+            if !pbase.is_null() {
+                put(pbase, base);
+            }
+            if !psize.is_null() {
+                put(psize, size);
+            }
+        }
+        SUCCESS
     })
 }
 
