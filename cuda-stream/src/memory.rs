@@ -186,7 +186,10 @@ pub unsafe fn memcpy_dtoh_async<T: DeviceCopy>(
 /// memset or copy node is recorded. The graph, and every graph and executable graph made from
 /// it, keep the memory allocated; it is freed (after its context's work, on an ordinary thread)
 /// once the buffer and all of them are gone. Outside a capture an operation costs what it always
-/// did: one `cuStreamIsCapturing`, then the enqueue.
+/// did: one `cuStreamIsCapturing`, then the enqueue. The price is paid at replay: an executable
+/// graph that holds user objects cost about 2 µs more per launch than one without (H100, driver
+/// 580: 3.8 µs instead of 1.4–2.1 µs to enqueue; one object or several, the same), so where the
+/// buffers outlive the executable graph by construction, the `unsafe` raw functions avoid it.
 ///
 /// A kernel launched into a capture uses buffers the crate cannot see:
 /// [`keep_alive_in`](DeviceBuffer::keep_alive_in) ties a buffer to the capture's graph in the

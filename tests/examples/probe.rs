@@ -158,6 +158,11 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("is-capturing", "cuStreamIsCapturing alone"),
     (
+        "graph-user-objects:K",
+        "GPU: a graph of one kernel holding K user objects (CaptureStream::keep_alive): enqueue \
+         time of 1,000 launches and GPU time, printed",
+    ),
+    (
         "capture-kernels",
         "GPU: per capture mode, capture kernels (alone, on 2 forks) and print the capture status \
          after each step (does a tool invalidate the capture?)",
@@ -650,6 +655,40 @@ impl Fixture {
                     drop(exec);
                     drop(graph);
                     step("graph dropped");
+                }
+            }
+            "graph-user-objects" => {
+                let k = self.kernels();
+                let ties = us.unwrap_or(0);
+                let buf = cuda_stream_tests::DeviceBuffer::new(&self.ctx, 16);
+                let p = buf.ptr();
+                let mut st = self.ctx.new_stream().expect("a stream");
+                let graph = st
+                    .capture(CaptureMode::ThreadLocal, |cap| {
+                        k.store(cap, p, 1);
+                        for i in 0..ties {
+                            cap.keep_alive(Arc::new(i))?;
+                        }
+                        Ok(())
+                    })
+                    .expect("capture");
+                let exec = graph.instantiate().expect("instantiate");
+                for _ in 0..iters {
+                    exec.launch(&st).expect("launch");
+                    st.synchronize().expect("synchronize");
+                    let t = Instant::now();
+                    for _ in 0..1000 {
+                        exec.launch(&st).expect("launch");
+                    }
+                    let enqueue = t.elapsed();
+                    st.synchronize().expect("synchronize");
+                    let all = t.elapsed();
+                    println!(
+                        "graph-user-objects {ties}: 1000 launches: {:.2} us each to enqueue, \
+                         {:.2} us each until done",
+                        enqueue.as_secs_f64() * 1e3,
+                        all.as_secs_f64() * 1e3
+                    );
                 }
             }
             "capture-kernels" => {

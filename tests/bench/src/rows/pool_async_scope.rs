@@ -184,7 +184,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     rows.add(
         "scope_2_forks",
         "scope with 2 forks (raw: 2 streams, record + wait to fork, record + wait to join)",
-        Target::None,
+        Target::Ratio(1.05),
         case(
             cfg.medium,
             || {
