@@ -201,7 +201,9 @@ pub unsafe fn memcpy_dtoh_async<T: DeviceCopy>(
 /// graph frees it later). Allocate buffers outside captures, as with `cudaMalloc`, and drop
 /// untied ones outside them too: during a global or thread-local capture the driver refuses the
 /// wait before the free, so an untied buffer dropped there stays allocated (and the capture is
-/// invalidated).
+/// invalidated). The wait covers the whole context, so the same holds for a buffer freed on
+/// another thread while any stream of its context is capturing: as with `cudaFree`, free
+/// buffers between captures (or keep them, as PyTorch's caching allocator does).
 ///
 /// [`into_raw`](DeviceBuffer::into_raw) hands the memory over only while no graph holds it, and
 /// [`free`](DeviceBuffer::free) with a graph holding it leaves the free to the last graph.

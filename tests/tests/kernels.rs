@@ -101,6 +101,18 @@ $L_done:
 
 const SPIN: Duration = Duration::from_millis(200);
 
+/// A buffer's drop waits for its whole context (`cuCtxSynchronize`), which invalidates a capture
+/// in that context on any thread, as `cudaFree` does: the tests that capture run alone.
+static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn alongside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    CAPTURES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CAPTURES.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Loads [`PTX`], printing the JIT log if the driver refuses it.
 fn module(ctx: &Context) -> Module {
     Module::from_ptx(ctx, PTX).unwrap_or_else(|e| panic!("{}", error_chain(&e)))
@@ -130,6 +142,7 @@ fn ramp(n: usize) -> Vec<f32> {
 #[test]
 fn a_module_from_ptx_has_its_kernels_and_their_attributes() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = Module::from_ptx_with(&ctx, PTX, JitOptions::new().verbose(true))
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     // The driver's JIT cache (~/.nv/ComputeCache) answers a PTX it compiled before without
@@ -172,6 +185,7 @@ fn a_module_from_ptx_has_its_kernels_and_their_attributes() {
 #[test]
 fn a_bad_module_fails_with_the_jit_log() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let bad = ".version 7.0\n.target sm_50\n.address_size 64\n\
                .visible .entry broken()\n{\n\tbogus.instruction %r1;\n\tret;\n}\n";
     let err = Module::from_ptx(&ctx, bad).unwrap_err();
@@ -192,6 +206,7 @@ fn a_bad_module_fails_with_the_jit_log() {
 #[test]
 fn two_streams_ordered_by_an_event_compute_saxpy() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = module(&ctx);
     let f = m.function("saxpy").unwrap();
     let k = Kernels::load(&ctx);
@@ -234,6 +249,7 @@ fn two_streams_ordered_by_an_event_compute_saxpy() {
 #[test]
 fn buffers_round_trip_through_memsets_and_copies() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let s = ctx.new_stream().unwrap();
     let a = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1000).unwrap();
     assert_eq!(a.to_vec(&s).unwrap(), vec![0; 1000]);
@@ -294,6 +310,7 @@ fn buffers_round_trip_through_memsets_and_copies() {
 #[test]
 fn a_kernel_runs_on_each_default_stream_from_a_thread_without_a_context() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = module(&ctx);
     let f = m.function("saxpy").unwrap();
     const N: usize = 100_000;
@@ -330,6 +347,7 @@ fn a_kernel_runs_on_each_default_stream_from_a_thread_without_a_context() {
 #[test]
 fn a_kernel_runs_on_an_explicit_stream_whatever_context_is_current() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = module(&ctx);
     let f = m.function("saxpy").unwrap();
     let other = RawContext::create(ctx.device());
@@ -367,6 +385,7 @@ fn a_kernel_runs_on_an_explicit_stream_whatever_context_is_current() {
 #[test]
 fn a_launch_on_a_stream_of_another_context_is_refused() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = module(&ctx);
     let f = m.function("saxpy").unwrap();
     let other = RawContext::create(ctx.device());
@@ -408,6 +427,7 @@ fn a_launch_on_a_stream_of_another_context_is_refused() {
 #[test]
 fn a_launch_with_dynamic_shared_memory() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = module(&ctx);
     let reverse = m.function("reverse").unwrap();
     let s = ctx.new_stream().unwrap();
@@ -439,6 +459,7 @@ fn a_launch_with_dynamic_shared_memory() {
 #[test]
 fn a_block_larger_than_the_kernel_allows_is_refused_before_the_driver() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let m = module(&ctx);
     let f = m.function("saxpy").unwrap();
     let s = ctx.new_stream().unwrap();
@@ -459,6 +480,7 @@ fn a_block_larger_than_the_kernel_allows_is_refused_before_the_driver() {
 #[test]
 fn dropping_a_buffer_or_a_module_waits_for_the_work_using_it() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let s = ctx.new_stream().unwrap();
     // A late store into the buffer: the drop must not free the memory under it.
     let k = Kernels::load(&ctx);
@@ -495,6 +517,7 @@ fn dropping_a_buffer_or_a_module_waits_for_the_work_using_it() {
 #[test]
 fn a_buffer_and_a_module_dropped_inside_a_host_function_are_freed_later() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1).unwrap();
@@ -537,6 +560,7 @@ fn a_buffer_and_a_module_dropped_inside_a_host_function_are_freed_later() {
 #[test]
 fn a_cubin_linked_by_the_driver_loads_as_an_image() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
     // The driver's own linker turns the PTX into a cubin for this GPU.
     let cubin = {
         let _bound = bind(&ctx);
@@ -604,6 +628,7 @@ fn a_cubin_linked_by_the_driver_loads_as_an_image() {
 #[test]
 fn kernels_on_two_forks_and_a_copy_captured_into_a_graph_and_replayed() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alone();
     let tool = cuda_stream_tests::sanitizer();
     let (n, more_replays): (usize, usize) = if tool.is_some() {
         (1 << 14, 90)
@@ -731,6 +756,7 @@ fn wait_until_freed(ctx: &Context, (ptr, bytes): (u64, usize)) {
 #[test]
 fn safe_fills_copies_and_a_kernel_captured_keep_their_buffers_alive_across_replays() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alone();
     // An odd size, so that `wait_until_freed` recognises the allocation.
     const N: usize = (1 << 20) + 7;
     const REPLAYS: usize = 20;
@@ -802,6 +828,7 @@ fn safe_fills_copies_and_a_kernel_captured_keep_their_buffers_alive_across_repla
 #[test]
 fn a_captured_fill_on_a_borrowed_stream_whose_capture_began_raw_is_kept_by_the_graph() {
     let Some(ctx) = gpu() else { return };
+    let _turn = alone();
     const N: usize = (1 << 16) + 3;
     let s = ctx.new_stream().unwrap();
     let raw = raw_stream_create(&ctx, sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0);
