@@ -502,8 +502,6 @@ impl Fixture {
                 }
             }
             "scope-api-waits" | "scope-pool-waits" | "scope-pool-waits-pri" | "scope-empty-raw" => {
-                let record = sys::fns::cuEventRecord().expect("cuEventRecord");
-                let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
                 let event = cuda_stream::Event::new(&self.ctx, cuda_stream::EventOptions::new())
                     .expect("an event");
                 let e = event.raw();
@@ -516,18 +514,7 @@ impl Fixture {
                 for _ in 0..iters {
                     if name == "scope-empty-raw" {
                         self.stream.scope(|_| Ok(())).expect("scope");
-                        for f in &forks {
-                            // SAFETY: live stream and event of the current context.
-                            ok(unsafe { record(e, s) });
-                            // SAFETY: as above.
-                            ok(unsafe { wait(f.raw(), e, 0) });
-                        }
-                        for f in &forks {
-                            // SAFETY: as above.
-                            ok(unsafe { record(e, f.raw()) });
-                            // SAFETY: as above.
-                            ok(unsafe { wait(s, e, 0) });
-                        }
+                        raw_fork_join(s, [forks[0].raw(), forks[1].raw()], e);
                         continue;
                     }
                     if name == "scope-pool-waits-pri" {
@@ -553,8 +540,6 @@ impl Fixture {
                 }
             }
             "scope-raw" | "scope-safe" | "scope-raw-pri" | "scope-raw-prio-streams" => {
-                let record = sys::fns::cuEventRecord().expect("cuEventRecord");
-                let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
                 let get_priority = sys::fns::cuStreamGetPriority().expect("cuStreamGetPriority");
                 let options = if name == "scope-raw-prio-streams" {
                     StreamOptions::new().priority(0)
@@ -584,18 +569,7 @@ impl Fixture {
                         ok(unsafe { get_priority(s, &mut p) });
                         black_box(p);
                     }
-                    for f in &forks {
-                        // SAFETY: live stream and event of the current context.
-                        ok(unsafe { record(e, s) });
-                        // SAFETY: as above.
-                        ok(unsafe { wait(f.raw(), e, 0) });
-                    }
-                    for f in &forks {
-                        // SAFETY: as above.
-                        ok(unsafe { record(e, f.raw()) });
-                        // SAFETY: as above.
-                        ok(unsafe { wait(s, e, 0) });
-                    }
+                    raw_fork_join(s, [forks[0].raw(), forks[1].raw()], e);
                 }
             }
             "capture-graph" => {
@@ -755,6 +729,26 @@ impl Fixture {
     fn note_in_flight(&self, before: u64, iters: u64) {
         let ran = self.calls() - before;
         IN_FLIGHT.store(iters.saturating_sub(ran), Ordering::Relaxed);
+    }
+}
+
+/// What a scope with two forks does, by hand: per fork, `e` recorded on `parent` and waited on by
+/// the fork; per join, recorded on the fork and waited on by `parent`.
+#[inline(always)]
+fn raw_fork_join(parent: sys::CUstream, forks: [sys::CUstream; 2], e: sys::CUevent) {
+    let record = sys::fns::cuEventRecord().expect("cuEventRecord");
+    let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
+    for f in forks {
+        // SAFETY: live streams and event of the current context.
+        ok(unsafe { record(e, parent) });
+        // SAFETY: as above.
+        ok(unsafe { wait(f, e, 0) });
+    }
+    for f in forks {
+        // SAFETY: as above.
+        ok(unsafe { record(e, f) });
+        // SAFETY: as above.
+        ok(unsafe { wait(parent, e, 0) });
     }
 }
 

@@ -71,3 +71,18 @@ pub fn check(rc: CUresult, call: &str) {
         sys::result_description(rc)
     );
 }
+
+/// Serialises the tests of one binary that capture against the others: a capture is broken by
+/// calls other tests make on their own threads (a global-mode capture by any potentially unsafe
+/// call, any capture by a buffer's free, which waits for the whole context, as `cudaFree` does).
+static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that may run alongside the others (none of them capturing).
+pub fn alongside_others() -> std::sync::RwLockReadGuard<'static, ()> {
+    CAPTURES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a test that captures: it runs alone.
+pub fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CAPTURES.write().unwrap_or_else(|e| e.into_inner())
+}

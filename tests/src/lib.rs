@@ -28,7 +28,9 @@ pub use context::{
     HasContext, RawBinding, RawContext, bind, bind_raw, current_context, raw_query,
     raw_stream_create, raw_stream_destroy, set_current_context,
 };
-pub use gpu::{REQUIRE_GPU_VAR, SANITIZER_VAR, check, error_chain, gpu, sanitizer};
+pub use gpu::{
+    REQUIRE_GPU_VAR, SANITIZER_VAR, alone, alongside_others, check, error_chain, gpu, sanitizer,
+};
 pub use kernels::{Kernels, ptx_source};
 pub use memory::{DeviceBuffer, device_memory, read_u32s};
 pub use process::{mib, rss_bytes};

@@ -12,8 +12,8 @@ use cuda_stream::{
     StreamOptions,
 };
 use cuda_stream_tests::{
-    DeviceBuffer, Kernels, RawContext, bind, error_chain, gpu, raw_stream_create,
-    raw_stream_destroy, sys,
+    DeviceBuffer, Kernels, RawContext, alone, alongside_others, bind, error_chain, gpu,
+    raw_stream_create, raw_stream_destroy, sys,
 };
 
 /// Counts drops of a host function's capture.
@@ -23,18 +23,6 @@ impl Drop for DropCount {
     fn drop(&mut self) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
-}
-
-/// A global-mode capture forbids potentially unsafe calls (`cuStreamSynchronize` among them) on
-/// every other thread whose mode is global: the test that makes one runs alone.
-static CAPTURE_MODES: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-fn alongside_others() -> std::sync::RwLockReadGuard<'static, ()> {
-    CAPTURE_MODES.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
-    CAPTURE_MODES.write().unwrap_or_else(|e| e.into_inner())
 }
 
 fn counter() -> Arc<AtomicUsize> {

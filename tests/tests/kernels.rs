@@ -20,8 +20,8 @@ use cuda_stream::{
     kernel_args,
 };
 use cuda_stream_tests::{
-    Kernels, RawContext, Window, bind, check, current_context, error_chain, gpu, raw_stream_create,
-    raw_stream_destroy, set_current_context, sys,
+    Kernels, RawContext, Window, alone, alongside_others, bind, check, current_context,
+    error_chain, gpu, raw_stream_create, raw_stream_destroy, set_current_context, sys,
 };
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`, and `reverse`: each block reverses its `blockDim.x`
@@ -100,18 +100,6 @@ $L_done:
 "#;
 
 const SPIN: Duration = Duration::from_millis(200);
-
-/// A buffer's drop waits for its whole context (`cuCtxSynchronize`), which invalidates a capture
-/// in that context on any thread, as `cudaFree` does: the tests that capture run alone.
-static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-fn alongside_others() -> std::sync::RwLockReadGuard<'static, ()> {
-    CAPTURES.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
-    CAPTURES.write().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Loads [`PTX`], printing the JIT log if the driver refuses it.
 fn module(ctx: &Context) -> Module {
