@@ -52,6 +52,18 @@ fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
     Ok(ev)
 }
 
+/// This thread's cached event for `ctx`, if it has one.
+#[inline]
+fn cached(ctx: ffi::CUcontext) -> Option<ffi::CUevent> {
+    CACHE
+        .try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            c.iter().find(|e| e.ctx == ctx).map(|e| e.event)
+        })
+        .ok()
+        .flatten()
+}
+
 impl WaitEvents {
     /// This thread's cached event for `ctx` (made on first use), for a caller that records and
     /// waits on it several times: entries are removed only when the thread exits, so the event
@@ -59,20 +71,11 @@ impl WaitEvents {
     /// is not primary, thread teardown): use [`with_event`](WaitEvents::with_event) then.
     #[inline]
     pub(crate) fn thread_event(&self, ctx: ffi::CUcontext) -> Result<Option<ffi::CUevent>> {
-        let cached = || {
-            CACHE
-                .try_with(|c| {
-                    let c = c.try_borrow().ok()?;
-                    c.iter().find(|e| e.ctx == ctx).map(|e| e.event)
-                })
-                .ok()
-                .flatten()
-        };
-        if let Some(event) = cached() {
+        if let Some(event) = cached(ctx) {
             return Ok(Some(event));
         }
         self.with_event(ctx, |_| Ok(()))?;
-        Ok(cached())
+        Ok(cached(ctx))
     }
 
     /// Runs `f` with this thread's cached event for `ctx`.
@@ -82,14 +85,7 @@ impl WaitEvents {
         ctx: ffi::CUcontext,
         f: impl FnOnce(ffi::CUevent) -> Result<()>,
     ) -> Result<()> {
-        let cached = CACHE
-            .try_with(|c| {
-                let c = c.try_borrow().ok()?;
-                c.iter().find(|e| e.ctx == ctx).map(|e| e.event)
-            })
-            .ok()
-            .flatten();
-        match cached {
+        match cached(ctx) {
             Some(ev) => f(ev),
             None => self.slow(ctx, f),
         }
