@@ -186,7 +186,8 @@
 //!
 //! The mock becomes the driver either explicitly, with
 //! `cuda_sys::Driver::install_global(Driver::open(mock_driver_path())?)` before anything loads a
-//! driver, or for a whole process (an example, a child process) through cuda-sys's
+//! driver ([`MockDriver::global`] does that once per process and returns the control handle),
+//! or for a whole process (an example, a child process) through cuda-sys's
 //! `CUDA_SYS_LIBCUDA=/path/to/libcuda_mock_driver.so`.
 //!
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
@@ -398,6 +399,20 @@ fn c_string(s: &str) -> CString {
 }
 
 impl MockDriver {
+    /// The mock (the full flavour, [`mock_driver_path`]) as the process-wide driver: on the
+    /// first call it is opened, installed with `cuda_sys::Driver::install_global` and its control
+    /// functions resolved; later calls return the same handle. For tests, which panic if a driver
+    /// was installed before.
+    pub fn global() -> &'static MockDriver {
+        static MOCK: std::sync::OnceLock<MockDriver> = std::sync::OnceLock::new();
+        MOCK.get_or_init(|| {
+            let path = mock_driver_path();
+            let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
+            cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+            MockDriver::open(&path).expect("the mock's control functions resolve")
+        })
+    }
+
     /// Opens the mock library at `path` and resolves its control functions.
     pub fn open(path: impl AsRef<Path>) -> Result<MockDriver, libloading::Error> {
         let path = path.as_ref();

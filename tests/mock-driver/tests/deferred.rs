@@ -11,10 +11,10 @@
 //! The fault suite (`fault_injection.rs`) runs the same paths with each driver call failing.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::{MockDriver, mock_driver_path};
+use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
     AsStream, Context, Event, EventOptions, Stream, StreamOptions, StreamPool, deferred_failed,
@@ -28,17 +28,11 @@ const BLOCKING_SYNC: u32 = 1;
 const PER_KIND: usize = 32;
 
 static LOCK: Mutex<()> = Mutex::new(());
-static MOCK: OnceLock<MockDriver> = OnceLock::new();
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let m = MOCK.get_or_init(|| {
-        let path = mock_driver_path();
-        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
-        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-        MockDriver::open(&path).expect("the mock's control functions resolve")
-    });
+    let m = MockDriver::global();
     m.reset();
     (guard, m)
 }

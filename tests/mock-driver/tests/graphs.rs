@@ -10,10 +10,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::{MockDriver, mock_driver_path};
+use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
     AsStream, CaptureMode, CaptureStatus, Context, Error, EventOptions, OwnedStream, Stream,
@@ -24,17 +24,11 @@ const FAULT: CUresult = CUresult::CUDA_ERROR_LAUNCH_FAILED;
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 
 static LOCK: Mutex<()> = Mutex::new(());
-static MOCK: OnceLock<MockDriver> = OnceLock::new();
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let m = MOCK.get_or_init(|| {
-        let path = mock_driver_path();
-        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
-        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-        MockDriver::open(&path).expect("the mock's control functions resolve")
-    });
+    let m = MockDriver::global();
     m.reset();
     (guard, m)
 }

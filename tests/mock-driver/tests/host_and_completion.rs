@@ -9,12 +9,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::{MockDriver, mock_driver_path};
+use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{AsStream, Completion, Context, Error, OwnedStream, Stream};
 
@@ -25,14 +25,8 @@ static LOCK: Mutex<()> = Mutex::new(());
 /// Serialises the test (the mock's state is process-wide), installs the mock as the process-wide
 /// driver (once) and resets it.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
-    static MOCK: OnceLock<MockDriver> = OnceLock::new();
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let m = MOCK.get_or_init(|| {
-        let path = mock_driver_path();
-        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
-        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-        MockDriver::open(&path).expect("the mock's control functions resolve")
-    });
+    let m = MockDriver::global();
     m.reset();
     (guard, m)
 }

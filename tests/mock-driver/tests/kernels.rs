@@ -5,10 +5,10 @@
 
 use std::error::Error as _;
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use cuda_mock_driver::{MockDriver, MockLaunch, mock_driver_path};
+use cuda_mock_driver::{MockDriver, MockLaunch};
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
     AsStream, CaptureMode, Context, DeviceBuffer, Error, JitOptions, LaunchConfig, Module, Stream,
@@ -49,14 +49,8 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
-    static MOCK: OnceLock<MockDriver> = OnceLock::new();
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let m = MOCK.get_or_init(|| {
-        let path = mock_driver_path();
-        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
-        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-        MockDriver::open(&path).expect("the mock's control functions resolve")
-    });
+    let m = MockDriver::global();
     m.reset();
     (guard, m)
 }

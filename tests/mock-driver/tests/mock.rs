@@ -5,7 +5,7 @@
 
 use std::ffi::{CStr, c_char, c_void};
 use std::process::Command;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -22,14 +22,8 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
-    static MOCK: OnceLock<MockDriver> = OnceLock::new();
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let m = MOCK.get_or_init(|| {
-        let path = mock_driver_path();
-        let driver = Driver::open(&path).expect("the mock driver library opens");
-        Driver::install_global(driver).expect("nothing loaded a driver before");
-        MockDriver::open(&path).expect("the mock's control functions resolve")
-    });
+    let m = MockDriver::global();
     m.reset();
     // SAFETY: cuInit takes no pointers.
     assert_eq!(unsafe { cuInit(0) }, SUCCESS);
