@@ -1,32 +1,81 @@
 //! Structured fork/join on streams, in the manner of `std::thread::scope`.
+//!
+//! A scope in a loop is the common case, so its fast path touches nothing shared and copies
+//! nothing: a thread keeps one entry per (context, priority) it has scoped on, holding the
+//! thread's own event for the links, the two driver functions a link calls, and the streams its
+//! scopes fork, in order (fork `i` gets the same stream each time). A scope claims the entry it
+//! starts from and works in it in place until it ends; a scope nested in another on the same
+//! pool leases streams of its own.
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use crate::context::Context;
-use crate::error::{Result, check, driver_fn};
+use crate::error::{Error, Result, check, driver_fn};
 use crate::ffi;
 use crate::owned::{OwnedStream, StreamOptions};
 use crate::pool::{PooledStream, StreamPool};
-use crate::stream::{AsStream, Stream, bind_if_special};
+use crate::stream::{AsStream, Stream, bind_if_special, is_special};
+use crate::wait_events::create_plain_event;
+
+/// How many fork streams a thread's entry keeps (a scope's forks past these come from the pool
+/// each time).
+const SLOTS: usize = 8;
 
 /// A fork/join scope over a parent stream; see [`Stream::scope`].
 pub struct Scope<'scope, 'env: 'scope> {
     parent: Stream<'env>,
-    pool: PoolRef,
-    /// This thread's wait event for the parent's context (`None`: each link uses
-    /// `Stream::wait_stream`). A scope is used on its own thread only (`Scope` is not `Sync`).
-    event: Option<ffi::CUevent>,
     forks: Forks,
     // Invariant in 'scope, as in `std::thread::Scope`, so forks cannot escape.
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
 }
 
-// `Scope::link` uses the thread's wait event: a scope must stay on its thread.
+// A scope works in its thread's entry and links with the thread's event: it stays on its
+// thread.
 static_assertions::assert_not_impl_any!(Scope<'static, 'static>: Sync, Send);
+
+/// What a link records and waits with: an event of the parent's context that only this thread
+/// uses (reusing it is safe: a wait takes the event's state at the time of the call), and the
+/// two driver functions, resolved once.
+#[derive(Clone, Copy)]
+struct Links {
+    event: ffi::CUevent,
+    record: ffi::pfn::cuEventRecord,
+    wait: ffi::pfn::cuStreamWaitEvent,
+}
+
+impl Links {
+    /// Makes `to` wait for the work enqueued on `from` so far; the call that failed and its
+    /// result otherwise.
+    ///
+    /// # Safety
+    ///
+    /// `from` and `to` are live streams of the event's context, neither a default stream (those
+    /// need their context bound), and the caller is on the thread the event belongs to.
+    #[inline(always)]
+    unsafe fn link(
+        &self,
+        from: ffi::CUstream,
+        to: ffi::CUstream,
+    ) -> std::result::Result<(), (&'static str, ffi::CUresult)> {
+        // SAFETY: per the contract; the event lives until the thread exits and `record` is the
+        // driver's `cuEventRecord`.
+        let code = unsafe { (self.record)(self.event, from) };
+        if code != ffi::CUresult::CUDA_SUCCESS {
+            return Err(("cuEventRecord", code));
+        }
+        // SAFETY: as above (`wait` is `cuStreamWaitEvent`); the wait takes the event's state
+        // now, so reusing the event later cannot change what `to` waits for.
+        let code = unsafe { (self.wait)(to, self.event, 0) };
+        if code != ffi::CUresult::CUDA_SUCCESS {
+            return Err(("cuStreamWaitEvent", code));
+        }
+        Ok(())
+    }
+}
 
 /// The pool a scope leases its forks from: a primary context's shared pool, which lives for the
 /// rest of the process, or a pool of the scope's own.
@@ -36,123 +85,245 @@ pub(crate) enum PoolRef {
 }
 
 impl PoolRef {
-    /// A stream for a fork: from this thread's stash for a shared pool, else from the pool.
-    #[inline]
-    fn take(&self) -> Result<ffi::CUstream> {
+    fn pool(&self) -> &StreamPool {
         match self {
-            PoolRef::Shared(entry) => match STASH.try_with(|s| s.take(entry)) {
-                Ok(Some(raw)) => Ok(raw as ffi::CUstream),
-                _ => entry.pool.take_raw(),
-            },
-            PoolRef::Own(pool) => pool.take_raw(),
-        }
-    }
-
-    /// Returns a fork's stream: to this thread's stash for a shared pool (up to
-    /// [`STASH_LIMIT`]), else to the pool.
-    #[inline]
-    fn give_back(&self, raw: usize) {
-        match self {
-            PoolRef::Shared(entry) => {
-                if STASH.try_with(|s| s.put(entry, raw)) != Ok(true) {
-                    entry.pool.give_back(raw);
-                }
-            }
-            PoolRef::Own(pool) => pool.give_back(raw),
+            PoolRef::Shared(entry) => &entry.pool,
+            PoolRef::Own(pool) => pool,
         }
     }
 }
 
-/// How many fork streams a thread keeps for its next scopes.
-const STASH_LIMIT: usize = 8;
-
-/// Fork streams a thread took from shared pools and keeps for its next scopes, so a scope in a
-/// loop touches no shared state: (pool, stream) pairs. At thread exit they go back to their
-/// pools (no driver call: a pool is a list of handles).
-struct Stash(RefCell<Vec<(&'static SharedPool, usize)>>);
-
-impl Stash {
-    #[inline]
-    fn take(&self, entry: &'static SharedPool) -> Option<usize> {
-        let mut v = self.0.try_borrow_mut().ok()?;
-        let i = v.iter().rposition(|(e, _)| std::ptr::eq(*e, entry))?;
-        Some(v.swap_remove(i).1)
-    }
-
-    /// Keeps `raw` unless the stash is full (or busy): `false` then.
-    #[inline]
-    fn put(&self, entry: &'static SharedPool, raw: usize) -> bool {
-        match self.0.try_borrow_mut() {
-            Ok(mut v) if v.len() < STASH_LIMIT => {
-                v.push((entry, raw));
-                true
-            }
-            _ => false,
-        }
-    }
+/// A thread's state for scopes on one shared pool (see the module's documentation). Freed at
+/// thread exit: the event is destroyed (the pool's retain keeps its context alive) and the
+/// streams go back to the pool (no driver call: a pool is a list of handles).
+struct ThreadEntry {
+    ctx: usize,
+    priority: i32,
+    pool: &'static SharedPool,
+    links: Links,
+    /// `streams[..len]`: the entry's streams, in fork order.
+    streams: [Cell<usize>; SLOTS],
+    len: Cell<usize>,
+    /// Whether a scope works in the entry now.
+    claimed: Cell<bool>,
 }
 
-impl Drop for Stash {
+impl Drop for ThreadEntry {
     fn drop(&mut self) {
-        for (entry, raw) in self.0.get_mut().drain(..) {
-            entry.pool.give_back(raw);
+        for raw in &self.streams[..self.len.get()] {
+            self.pool.pool.give_back(raw.get());
+        }
+        let event = self.links.event as usize;
+        if crate::deferred::in_host_fn() {
+            let e = crate::deferred::Deferred::new(event, crate::spare_events::destroy);
+            crate::deferred::defer([e]);
+        } else {
+            let _ = crate::spare_events::destroy(event);
+        }
+    }
+}
+
+/// This thread's entries, the one used last first. Each is a leaked `Box`, so that reordering
+/// the list moves no entry, and freed only when the thread exits: a scope holds
+/// a pointer to the entry it claimed, and no scope runs on a thread whose thread-locals are
+/// being destroyed once this list is (destructors of thread-locals run one after another).
+struct Entries(RefCell<Vec<NonNull<ThreadEntry>>>);
+
+impl Drop for Entries {
+    fn drop(&mut self) {
+        for entry in self.0.get_mut().drain(..) {
+            // SAFETY: made by `Box::leak` in `start_slow`, freed only here, once.
+            drop(unsafe { Box::from_raw(entry.as_ptr()) });
         }
     }
 }
 
 thread_local! {
-    static STASH: Stash = const { Stash(RefCell::new(Vec::new())) };
+    static ENTRIES: Entries = const { Entries(RefCell::new(Vec::new())) };
 }
 
-/// How many forks a scope keeps without allocating.
-const INLINE_FORKS: usize = 4;
+/// Where a scope's fork streams are.
+enum Home {
+    /// The thread's entry, claimed by the scope: its forks are `streams[..forks]` there.
+    Entry(NonNull<ThreadEntry>),
+    /// Streams of the scope's own, leased from `pool` (a context that is not primary, a scope
+    /// nested in another on the same pool, thread teardown), linked with the thread's `links`
+    /// where it has them, else through `Stream::wait_stream`.
+    Own { pool: PoolRef, links: Option<Links> },
+}
 
-/// The forks of a scope, in order: the first [`INLINE_FORKS`] in place, the rest in a vector.
+/// A scope's forks: where they live and how many there are. Forks past an entry's [`SLOTS`],
+/// and every fork of a scope with streams of its own, are in `more`. Dropping gives back what
+/// the entry does not keep and releases the entry.
 struct Forks {
-    inline: [Cell<usize>; INLINE_FORKS],
-    len: Cell<usize>,
+    home: Home,
+    count: Cell<usize>,
     more: RefCell<Vec<usize>>,
 }
 
 impl Forks {
-    fn new() -> Forks {
-        Forks {
-            inline: [const { Cell::new(0) }; INLINE_FORKS],
-            len: Cell::new(0),
-            more: RefCell::new(Vec::new()),
+    /// The claimed entry, if the scope has one.
+    #[inline(always)]
+    fn entry(&self) -> Option<&ThreadEntry> {
+        match self.home {
+            // SAFETY: the entry lives until the thread's thread-locals are destroyed, and a
+            // scope (not `Send`) does not outlive its thread's running code (see `Entries`).
+            Home::Entry(entry) => Some(unsafe { entry.as_ref() }),
+            Home::Own { .. } => None,
         }
     }
 
-    #[inline]
-    fn push(&self, raw: usize) {
-        let n = self.len.get();
-        match self.inline.get(n) {
-            Some(slot) => slot.set(raw),
-            None => self.more.borrow_mut().push(raw),
+    fn pool(&self) -> &StreamPool {
+        match &self.home {
+            // SAFETY: as in `entry`.
+            Home::Entry(entry) => &unsafe { entry.as_ref() }.pool.pool,
+            Home::Own { pool, .. } => pool.pool(),
         }
-        self.len.set(n + 1);
     }
 
-    /// Takes every fork out, in order, leaving the list empty.
-    #[inline]
-    fn take(&self, mut each: impl FnMut(usize)) {
-        let n = self.len.replace(0);
-        for slot in &self.inline[..n.min(INLINE_FORKS)] {
-            each(slot.get());
+    fn links(&self) -> Option<Links> {
+        match &self.home {
+            Home::Entry(_) => self.entry().map(|e| e.links),
+            Home::Own { links, .. } => *links,
         }
-        if n > INLINE_FORKS {
-            for raw in std::mem::take(&mut *self.more.borrow_mut()) {
-                each(raw);
+    }
+
+    /// Every fork, in order.
+    fn each(&self, mut f: impl FnMut(ffi::CUstream)) {
+        if let Some(entry) = self.entry() {
+            let n = self.count.get().min(SLOTS);
+            for raw in &entry.streams[..n] {
+                f(raw.get() as ffi::CUstream);
             }
         }
+        for &raw in self.more.borrow().iter() {
+            f(raw as ffi::CUstream);
+        }
     }
+}
+
+impl Drop for Forks {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(entry) = self.entry() {
+            entry.claimed.set(false);
+        }
+        if !self.more.get_mut().is_empty() {
+            self.give_back_more();
+        }
+    }
+}
+
+impl Forks {
+    /// Gives the forks in `more` back to the pool.
+    #[cold]
+    #[inline(never)]
+    fn give_back_more(&mut self) {
+        for raw in std::mem::take(self.more.get_mut()) {
+            self.pool().give_back(raw);
+        }
+    }
+}
+
+/// How a scope starts: claims this thread's entry for (`ctx`, `priority`) when it is the one
+/// used last (in a loop: one thread-local read, no search).
+#[inline(always)]
+fn start(ctx: ffi::CUcontext, priority: i32) -> Result<Home> {
+    let claimed = ENTRIES.try_with(|entries| {
+        let entries = entries.0.try_borrow().ok()?;
+        let first = *entries.first()?;
+        // SAFETY: a live entry of this thread (see `Entries`).
+        let e = unsafe { first.as_ref() };
+        if e.ctx != ctx as usize || e.priority != priority || e.claimed.get() {
+            return None;
+        }
+        e.claimed.set(true);
+        Some(first)
+    });
+    match claimed {
+        Ok(Some(entry)) => Ok(Home::Entry(entry)),
+        _ => start_slow(ctx, priority),
+    }
+}
+
+/// [`start`] when the entry used last is not free or not the one: another entry (moved to the
+/// front), a new one, or streams of the scope's own.
+#[cold]
+#[inline(never)]
+fn start_slow(ctx: ffi::CUcontext, priority: i32) -> Result<Home> {
+    // An entry of this thread's for (ctx, priority), moved to the front, and whether it was free.
+    let found = ENTRIES.try_with(|entries| {
+        let mut entries = entries.0.try_borrow_mut().ok()?;
+        let i = entries.iter().position(|e| {
+            // SAFETY: a live entry of this thread (see `Entries`).
+            let e = unsafe { e.as_ref() };
+            e.ctx == ctx as usize && e.priority == priority
+        })?;
+        entries[..=i].rotate_right(1);
+        let first = entries[0];
+        // SAFETY: as above.
+        let e = unsafe { first.as_ref() };
+        if e.claimed.replace(true) {
+            // A scope nested in another on the same pool: the pool, the thread's links.
+            return Some(Err((e.pool, e.links)));
+        }
+        Some(Ok(first))
+    });
+    match found {
+        Ok(Some(Ok(entry))) => return Ok(Home::Entry(entry)),
+        Ok(Some(Err((pool, links)))) => {
+            return Ok(Home::Own {
+                pool: PoolRef::Shared(pool),
+                links: Some(links),
+            });
+        }
+        _ => {}
+    }
+    let Some(pool) = registered(ctx, priority)? else {
+        return Ok(Home::Own {
+            pool: PoolRef::Own(own_pool(ctx, priority)),
+            links: None,
+        });
+    };
+    let links = Links {
+        record: driver_fn!(cuEventRecord),
+        wait: driver_fn!(cuStreamWaitEvent),
+        event: create_plain_event(ctx)?,
+    };
+    let entry = NonNull::from(Box::leak(Box::new(ThreadEntry {
+        ctx: ctx as usize,
+        priority,
+        pool,
+        links,
+        streams: [const { Cell::new(0) }; SLOTS],
+        len: Cell::new(0),
+        claimed: Cell::new(true),
+    })));
+    let stored = ENTRIES.try_with(|entries| match entries.0.try_borrow_mut() {
+        Ok(mut entries) => {
+            entries.insert(0, entry);
+            true
+        }
+        Err(_) => false,
+    });
+    if stored == Ok(true) {
+        return Ok(Home::Entry(entry));
+    }
+    // Thread teardown (or, never in practice, a busy list): the entry is freed here, with its
+    // event, and this scope links through `Stream::wait_stream`.
+    // SAFETY: made by `Box::leak` above and not stored anywhere.
+    drop(unsafe { Box::from_raw(entry.as_ptr()) });
+    Ok(Home::Own {
+        pool: PoolRef::Shared(pool),
+        links: None,
+    })
 }
 
 impl std::fmt::Debug for Scope<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
             .field("parent", &self.parent)
-            .field("forks", &self.forks.len.get())
+            .field("forks", &self.forks.count.get())
             .finish()
     }
 }
@@ -160,34 +331,73 @@ impl std::fmt::Debug for Scope<'_, '_> {
 impl<'scope, 'env> Scope<'scope, 'env> {
     /// A stream leased from the context's pool that starts after the parent's work enqueued so
     /// far. The parent waits for it when the scope ends. The view cannot leave the scope.
+    #[inline]
     pub fn fork(&'scope self) -> Result<Stream<'scope>> {
-        let raw = self.pool.take()?;
-        // The scope returns the stream to the pool itself, after the join.
-        self.forks.push(raw as usize);
+        // The common case, kept small: the entry's next stream and the thread's links.
+        let n = self.forks.count.get();
+        let parent = self.parent.raw();
+        if let Some(entry) = self.forks.entry() {
+            if n < entry.len.get() && !is_special(parent) {
+                // Held from here on: the scope joins it and leaves it in the entry.
+                let raw = entry.streams[n].get() as ffi::CUstream;
+                self.forks.count.set(n + 1);
+                // SAFETY: the live parent (not a default stream) and a stream the scope holds,
+                // both of the parent's context; a scope stays on its thread.
+                return match unsafe { entry.links.link(parent, raw) } {
+                    Ok(()) => Ok(Stream::from_parts(raw, self.parent.context_raw())),
+                    Err((call, code)) => Err(Error::driver(call, code)),
+                };
+            }
+        }
+        self.fork_slow()
+    }
+
+    /// [`fork`](Scope::fork) with a stream from the pool, a default stream as the parent, or
+    /// streams of the scope's own.
+    #[cold]
+    #[inline(never)]
+    fn fork_slow(&'scope self) -> Result<Stream<'scope>> {
+        let n = self.forks.count.get();
+        let raw = match self.forks.entry() {
+            Some(entry) if n < entry.len.get() => entry.streams[n].get(),
+            Some(entry) if n < SLOTS => {
+                // The entry keeps it for the thread's next scopes (`len == n` here).
+                let raw = entry.pool.pool.take_raw()? as usize;
+                entry.streams[n].set(raw);
+                entry.len.set(n + 1);
+                raw
+            }
+            _ => {
+                let raw = self.forks.pool().take_raw()? as usize;
+                self.forks.more.borrow_mut().push(raw);
+                raw
+            }
+        };
+        // Held from here on: the scope joins it, then gives it back or leaves it in the entry.
+        self.forks.count.set(n + 1);
+        let raw = raw as ffi::CUstream;
         self.link(self.parent.raw(), raw)?;
         Ok(Stream::from_parts(raw, self.parent.context_raw()))
     }
 
     /// Makes `to` wait for the work enqueued on `from` so far (both streams of the parent's
-    /// context; only the parent can be a default stream).
-    #[inline]
+    /// context; only the parent can be a default stream, whose context is bound for the call
+    /// on it); through `Stream::wait_stream` where the thread has no links.
     fn link(&self, from: ffi::CUstream, to: ffi::CUstream) -> Result<()> {
         let ctx = self.parent.context_raw();
-        let Some(event) = self.event else {
+        let Some(links) = self.forks.links() else {
             return Stream::from_parts(to, ctx).wait_stream(Stream::from_parts(from, ctx));
         };
-        let record = driver_fn!(cuEventRecord);
-        let wait = driver_fn!(cuStreamWaitEvent);
         {
             let _bound = bind_if_special(from, ctx)?;
-            // SAFETY: the event is this thread's, of the streams' context, and lives until the
-            // thread exits; `from` is the live parent or a fork the scope holds.
-            check(unsafe { record(event, from) }, "cuEventRecord")?;
+            // SAFETY: as in `Links::link` (a default stream's context is bound).
+            let code = unsafe { (links.record)(links.event, from) };
+            check(code, "cuEventRecord")?;
         }
         let _bound = bind_if_special(to, ctx)?;
-        // SAFETY: as above; the wait takes the event's state now, so reusing the event later
-        // cannot change what `to` waits for.
-        check(unsafe { wait(to, event, 0) }, "cuStreamWaitEvent")
+        // SAFETY: as in `Links::link` (a default stream's context is bound).
+        let code = unsafe { (links.wait)(to, links.event, 0) };
+        check(code, "cuStreamWaitEvent")
     }
 
     /// The parent stream.
@@ -195,16 +405,41 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.parent
     }
 
-    /// Makes the parent wait for every fork and returns them to the pool. Returns the first
-    /// error; every fork is joined regardless.
+    /// Makes the parent wait for every fork. Returns the first error; every fork is joined
+    /// regardless.
+    #[inline(always)]
     fn join(&self) -> Result<()> {
-        let mut first = Ok(());
-        self.forks.take(|raw| {
-            let joined = self.link(raw as _, self.parent.raw());
-            if first.is_ok() {
-                first = joined;
+        let n = self.forks.count.get();
+        let parent = self.parent.raw();
+        if let Some(entry) = self.forks.entry() {
+            if n <= SLOTS && !is_special(parent) {
+                for (i, raw) in entry.streams[..n].iter().enumerate() {
+                    // SAFETY: a stream the scope holds and the live parent (not a default
+                    // stream), both of the parent's context; a scope stays on its thread.
+                    if let Err((call, code)) = unsafe { entry.links.link(raw.get() as _, parent) } {
+                        return self.join_from(i + 1, Err(Error::driver(call, code)));
+                    }
+                }
+                return Ok(());
             }
-            self.pool.give_back(raw);
+        }
+        self.join_from(0, Ok(()))
+    }
+
+    /// Joins the forks from the `i`-th on, one by one, after `first` (the result so far).
+    #[cold]
+    #[inline(never)]
+    fn join_from(&self, i: usize, mut first: Result<()>) -> Result<()> {
+        let parent = self.parent.raw();
+        let mut k = 0;
+        self.forks.each(|raw| {
+            if k >= i {
+                let joined = self.link(raw, parent);
+                if first.is_ok() {
+                    first = joined;
+                }
+            }
+            k += 1;
         });
         first
     }
@@ -229,6 +464,14 @@ impl<'env> Stream<'env> {
     /// // work enqueued on `main` now runs after both forks
     /// # Ok::<(), cuda_stream::Error>(())
     /// ```
+    ///
+    /// Forks are streams of the context's shared pool with this stream's priority. A thread
+    /// keeps the streams its scopes forked (up to 8 per context and priority), in order, and an
+    /// event for the links, so a scope in a loop makes no driver call beyond its records and
+    /// waits and fork `i` is the same stream each time; they go back to the pool (the event is
+    /// destroyed) when the thread exits. A scope nested in another on the same pool forks other
+    /// streams, leased for the nested scope only. For a context that is not a primary context,
+    /// each scope leases its forks from a pool of its own.
     pub fn scope<R>(
         self,
         f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
@@ -243,25 +486,36 @@ impl<'env> Stream<'env> {
         priority: i32,
         f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
     ) -> Result<R> {
-        let pool = fork_pool(self.context_raw(), priority)?;
+        let home = start(self.context_raw(), priority)?;
         let scope = Scope {
             parent: self,
-            pool,
-            event: crate::wait_events::WAIT_EVENTS.thread_event(self.context_raw())?,
-            forks: Forks::new(),
+            forks: Forks {
+                home,
+                count: Cell::new(0),
+                more: RefCell::new(Vec::new()),
+            },
             _scope: PhantomData,
             _env: PhantomData,
         };
-        // Join even if `f` panics, then let the panic continue.
-        let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        // Join even if `f` panics: the guard joins while the panic unwinds (its error, if
+        // any, is dropped: the panic goes on).
+        let guard = JoinOnUnwind(&scope);
+        let result = f(&scope);
+        std::mem::forget(guard);
         let joined = scope.join();
-        let result = match result {
-            Ok(r) => r,
-            Err(payload) => resume_unwind(payload),
-        };
         let value = result?;
         joined?;
         Ok(value)
+    }
+}
+
+/// Joins a scope's forks when dropped: only while a panic unwinds out of the scope's closure
+/// (on the normal path it is forgotten).
+struct JoinOnUnwind<'a, 'scope, 'env>(&'a Scope<'scope, 'env>);
+
+impl Drop for JoinOnUnwind<'_, '_, '_> {
+    fn drop(&mut self) {
+        let _ = self.0.join();
     }
 }
 
@@ -298,11 +552,6 @@ pub(crate) struct SharedPool {
 /// Every shared pool made so far; an entry is never removed.
 static POOLS: Mutex<Vec<&'static SharedPool>> = Mutex::new(Vec::new());
 
-thread_local! {
-    /// The shared pool this thread used last, so a scope in a loop takes no lock.
-    static LAST_POOL: Cell<Option<&'static SharedPool>> = const { Cell::new(None) };
-}
-
 /// The shared pool of a primary context (created on first use), or `None` for a context this
 /// crate cannot retain: such a context may be destroyed at any time, so nothing is cached.
 fn registered(ctx: ffi::CUcontext, priority: i32) -> Result<Option<&'static SharedPool>> {
@@ -330,24 +579,6 @@ fn registered(ctx: ffi::CUcontext, priority: i32) -> Result<Option<&'static Shar
 fn own_pool(ctx: ffi::CUcontext, priority: i32) -> Arc<StreamPool> {
     let options = StreamOptions::new().priority(priority);
     Arc::new(StreamPool::build(ctx, None, options, None))
-}
-
-/// The pool [`Stream::scope`] leases the forks of a stream of `ctx` with `priority` from: the
-/// context's shared pool (from this thread's last-used entry, without a lock, when it matches),
-/// or for a context that is not primary, a pool of the scope's own.
-pub(crate) fn fork_pool(ctx: ffi::CUcontext, priority: i32) -> Result<PoolRef> {
-    if let Ok(Some(last)) = LAST_POOL.try_with(Cell::get) {
-        if last.ctx == ctx as usize && last.priority == priority {
-            return Ok(PoolRef::Shared(last));
-        }
-    }
-    Ok(match registered(ctx, priority)? {
-        Some(entry) => {
-            let _ = LAST_POOL.try_with(|last| last.set(Some(entry)));
-            PoolRef::Shared(entry)
-        }
-        None => PoolRef::Own(own_pool(ctx, priority)),
-    })
 }
 
 /// The shared pool for `ctx` and `priority` as a counted reference (a capture keeps its forks

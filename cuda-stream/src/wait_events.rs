@@ -40,7 +40,8 @@ thread_local! {
 
 pub(crate) static WAIT_EVENTS: WaitEvents = WaitEvents;
 
-fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
+/// A plain event (no timing) of `ctx`.
+pub(crate) fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
     let _bound = bind(ctx)?;
     let f = driver_fn!(cuEventCreate);
     let mut ev = ptr::null_mut();
@@ -65,19 +66,6 @@ fn cached(ctx: ffi::CUcontext) -> Option<ffi::CUevent> {
 }
 
 impl WaitEvents {
-    /// This thread's cached event for `ctx` (made on first use), for a caller that records and
-    /// waits on it several times: entries are removed only when the thread exits, so the event
-    /// stays valid on this thread until then. `Ok(None)` where no event is kept (a context that
-    /// is not primary, thread teardown): use [`with_event`](WaitEvents::with_event) then.
-    #[inline]
-    pub(crate) fn thread_event(&self, ctx: ffi::CUcontext) -> Result<Option<ffi::CUevent>> {
-        if let Some(event) = cached(ctx) {
-            return Ok(Some(event));
-        }
-        self.with_event(ctx, |_| Ok(()))?;
-        Ok(cached(ctx))
-    }
-
     /// Runs `f` with this thread's cached event for `ctx`.
     #[inline]
     pub(crate) fn with_event(

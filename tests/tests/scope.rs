@@ -142,38 +142,82 @@ fn a_default_stream_can_be_a_parent() {
     assert_eq!(x.get(0), 2);
 }
 
-/// More forks than a scope keeps in place (4): each a distinct stream, and the parent waits for
-/// every one of them.
+/// More forks than a thread keeps for its scopes (8): each a distinct stream, and the parent
+/// waits for every one of them, in this scope and in the next (which forks the kept streams
+/// again).
 #[test]
 fn the_parent_waits_for_more_forks_than_are_kept_in_place() {
     let Some(ctx) = gpu() else { return };
     let k = Kernels::load(&ctx);
     let main = ctx.new_stream().unwrap();
-    const FORKS: usize = 7;
+    const FORKS: usize = 11;
     let x = DeviceBuffer::new(&ctx, FORKS);
     let out = DeviceBuffer::new(&ctx, FORKS);
-    main.scope(|s| {
-        let mut raws = HashSet::new();
+    for round in 0..2 {
+        main.scope(|s| {
+            let mut raws = HashSet::new();
+            for i in 0..FORKS {
+                let f = s.fork()?;
+                assert!(
+                    raws.insert(f.raw() as usize),
+                    "fork {i} is a stream already forked"
+                );
+                let value = 10 * (round + 1) + i as u32;
+                k.store_after_spin(f, x.at(i), value, Duration::from_millis(20));
+            }
+            Ok(())
+        })
+        .unwrap();
         for i in 0..FORKS {
-            let f = s.fork()?;
-            assert!(
-                raws.insert(f.raw() as usize),
-                "fork {i} is a stream already forked"
-            );
-            k.store_after_spin(f, x.at(i), 10 + i as u32, Duration::from_millis(20));
+            k.copy_u32(&main, out.at(i), x.at(i));
         }
+        main.synchronize().unwrap();
+        let expected: Vec<u32> = (0..FORKS as u32).map(|i| 10 * (round + 1) + i).collect();
+        assert_eq!(
+            out.read(),
+            expected,
+            "round {round}: the parent did not wait for every fork"
+        );
+    }
+}
+
+/// A scope nested in another on the same parent (so on the same pool: its forks are streams of
+/// its own) starts after the parent's work and its parent waits for it, and so does the outer
+/// scope's.
+#[test]
+fn a_nested_scope_on_the_same_parent_joins_before_the_outer_one_ends() {
+    let Some(ctx) = gpu() else { return };
+    let k = Kernels::load(&ctx);
+    let main = ctx.new_stream().unwrap();
+    let x = DeviceBuffer::new(&ctx, 3);
+    let out = DeviceBuffer::new(&ctx, 3);
+    k.store_after_spin(&main, x.at(0), 1, SPIN);
+    main.scope(|outer| {
+        let a = outer.fork()?;
+        // Reads x[0] after the parent's store.
+        k.copy_u32(a, x.at(1), x.at(0));
+        main.scope(|inner| {
+            let b = inner.fork()?;
+            assert_ne!(b.raw(), a.raw());
+            k.store_after_spin(b, x.at(2), 7, SPIN);
+            Ok(())
+        })?;
+        // The parent waits for the nested fork here, before the outer scope ends.
+        k.copy_u32(&main, out.at(2), x.at(2));
         Ok(())
     })
     .unwrap();
-    for i in 0..FORKS {
-        k.copy_u32(&main, out.at(i), x.at(i));
-    }
+    k.copy_u32(&main, out.at(1), x.at(1));
     main.synchronize().unwrap();
-    let expected: Vec<u32> = (0..FORKS as u32).map(|i| 10 + i).collect();
     assert_eq!(
-        out.read(),
-        expected,
-        "the parent did not wait for every fork"
+        out.get(2),
+        7,
+        "the parent did not wait for the nested scope's fork"
+    );
+    assert_eq!(
+        out.get(1),
+        1,
+        "the outer fork did not start after the parent's work"
     );
 }
 
