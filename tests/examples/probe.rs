@@ -127,6 +127,18 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("scope-safe", "Stream::scope with 2 forks"),
     (
+        "scope-raw-gap:K",
+        "scope-raw-leased with a busy loop of K iterations before each of its 8 driver calls",
+    ),
+    (
+        "scope-raw-lump:K",
+        "scope-raw-leased with one busy loop of 8K iterations per fork/join (before the first call)",
+    ),
+    (
+        "scope-raw-leased",
+        "scope-raw on the 2 streams Stream::scope leases for its forks (the same hardware queues)",
+    ),
+    (
         "scope-raw-pri",
         "scope-raw with a cuStreamGetPriority of the parent first (what a scope asks)",
     ),
@@ -248,6 +260,9 @@ struct Fixture {
     counter: Arc<AtomicU64>,
     waker: Waker,
     kernels: std::sync::OnceLock<Kernels<'static>>,
+    /// The streams the fixture stream's scopes fork (fork `i` is the same stream each scope),
+    /// and an event for raw fork/joins on them.
+    leased: std::sync::OnceLock<([sys::CUstream; 2], cuda_stream::Event)>,
 }
 
 impl Fixture {
@@ -260,7 +275,25 @@ impl Fixture {
             counter: Arc::new(AtomicU64::new(0)),
             waker: Waker::from(Arc::new(ThreadWaker(thread::current()))),
             kernels: std::sync::OnceLock::new(),
+            leased: std::sync::OnceLock::new(),
         }
+    }
+
+    /// See `leased`.
+    fn leased(&self) -> ([sys::CUstream; 2], sys::CUevent) {
+        let (forks, event) = self.leased.get_or_init(|| {
+            let leased = || {
+                self.stream
+                    .scope(|sc| Ok([sc.fork()?.raw(), sc.fork()?.raw()]))
+                    .expect("scope")
+            };
+            let forks = leased();
+            assert_eq!(forks, leased(), "a scope's forks change between scopes");
+            let event = cuda_stream::Event::new(&self.ctx, cuda_stream::EventOptions::new())
+                .expect("an event");
+            (forks, event)
+        });
+        (*forks, event.raw())
     }
 
     /// The test kernels (GPU only: the mock has no modules).
@@ -539,6 +572,24 @@ impl Fixture {
                     }
                 }
             }
+            "scope-raw-leased" | "scope-raw-gap" | "scope-raw-lump" => {
+                // Made once (untimed in `--time`, which warms each case up first).
+                let (forks, e) = self.leased();
+                let k = us.unwrap_or(0);
+                let (gap, lump) = match name {
+                    "scope-raw-gap" => (k, 0),
+                    "scope-raw-lump" => (0, 8 * k),
+                    _ => (0, 0),
+                };
+                for _ in 0..iters {
+                    if gap == 0 {
+                        busy(lump);
+                        raw_fork_join(s, forks, e);
+                    } else {
+                        raw_fork_join_with_gaps(s, forks, e, gap);
+                    }
+                }
+            }
             "scope-raw" | "scope-safe" | "scope-raw-pri" | "scope-raw-prio-streams" => {
                 let get_priority = sys::fns::cuStreamGetPriority().expect("cuStreamGetPriority");
                 let options = if name == "scope-raw-prio-streams" {
@@ -752,6 +803,41 @@ fn raw_fork_join(parent: sys::CUstream, forks: [sys::CUstream; 2], e: sys::CUeve
     }
 }
 
+/// A busy loop of `k` iterations (about a cycle each).
+#[inline(always)]
+fn busy(k: u64) {
+    for i in 0..k {
+        black_box(i);
+    }
+}
+
+/// [`raw_fork_join`] with [`busy`]`(k)` before each driver call.
+fn raw_fork_join_with_gaps(
+    parent: sys::CUstream,
+    forks: [sys::CUstream; 2],
+    e: sys::CUevent,
+    k: u64,
+) {
+    let record = sys::fns::cuEventRecord().expect("cuEventRecord");
+    let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
+    for f in forks {
+        busy(k);
+        // SAFETY: live streams and event of the current context.
+        ok(unsafe { record(e, parent) });
+        busy(k);
+        // SAFETY: as above.
+        ok(unsafe { wait(f, e, 0) });
+    }
+    for f in forks {
+        busy(k);
+        // SAFETY: as above.
+        ok(unsafe { record(e, f) });
+        busy(k);
+        // SAFETY: as above.
+        ok(unsafe { wait(parent, e, 0) });
+    }
+}
+
 /// The loop callgrind collects in (`--toggle-collect=*measured_loop*`).
 #[inline(never)]
 fn measured_loop(fx: &Fixture, case: &str, iters: u64) {
@@ -775,7 +861,10 @@ fn time(fx: &Fixture, case: &str, iters: u64) -> (f64, f64) {
     let t = Instant::now();
     fx.run(case, iters);
     let ns = t.elapsed().as_nanos() as f64 / iters as f64;
-    (ns, IN_FLIGHT.load(Ordering::Relaxed) as f64)
+    let in_flight = IN_FLIGHT.load(Ordering::Relaxed) as f64;
+    // Untimed: drain what the batch queued, so the next batch starts on an idle GPU.
+    fx.stream.synchronize().expect("synchronize");
+    (ns, in_flight)
 }
 
 fn compare(fx: &Fixture, a: &str, b: &str, iters: u64, reps: usize) {
