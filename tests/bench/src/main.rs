@@ -28,6 +28,7 @@ mod fail;
 mod first_use;
 mod kernel;
 mod method;
+mod pin;
 mod raw;
 mod report;
 mod rows;
@@ -44,12 +45,13 @@ use crate::method::Config;
 use crate::report::Machine;
 
 fn usage() -> &'static str {
-    "usage: cuda-stream-bench [--quick] [--reps N] [--no-cudarc] [--json FILE]\n\
+    "usage: cuda-stream-bench [--quick] [--reps N] [--no-cudarc] [--pin-cpu N] [--json FILE]\n\
      Times cuda-stream operations against the raw CUDA driver calls (and cudarc's) on GPU 0 and\n\
      prints Markdown tables.\n  \
        --quick       few iterations: a smoke test, the numbers are not meaningful\n  \
        --reps N      repetitions per row (even: half run raw first; default 16, 4 with --quick)\n  \
        --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
+       --pin-cpu N   run the measuring thread on CPU N only (the driver's threads stay free)\n  \
        --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)"
 }
 
@@ -58,6 +60,7 @@ fn usage() -> &'static str {
 struct Args {
     cfg: Config,
     json: Option<String>,
+    pin_cpu: Option<usize>,
 }
 
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
@@ -65,6 +68,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     let mut cudarc = true;
     let mut json = None;
     let mut reps = None;
+    let mut pin_cpu = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -83,6 +87,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
                     }
                 }
             }
+            "--pin-cpu" => {
+                let n = args.next().ok_or("--pin-cpu needs a CPU number")?;
+                pin_cpu = Some(
+                    n.parse::<usize>()
+                        .map_err(|_| format!("--pin-cpu {n:?}: a CPU number"))?,
+                );
+            }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -91,14 +102,14 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     if let Some(n) = reps {
         cfg.reps = n;
     }
-    Ok(Some(Args { cfg, json }))
+    Ok(Some(Args { cfg, json, pin_cpu }))
 }
 
 fn main() -> ExitCode {
     if first_use::is_child() {
         return first_use::child_main();
     }
-    let Args { cfg, json } = match parse_args(std::env::args().skip(1)) {
+    let Args { cfg, json, pin_cpu } = match parse_args(std::env::args().skip(1)) {
         Ok(Some(args)) => args,
         Ok(None) => {
             println!("{}", usage());
@@ -117,6 +128,13 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let first = first_use::measure(&cfg);
+    // After the first-use children (which would inherit the pinning).
+    if let Some(cpu) = pin_cpu {
+        if let Err(e) = pin::pin_this_thread(cpu) {
+            eprintln!("cuda-stream-bench: {e}");
+            return ExitCode::from(2);
+        }
+    }
 
     let ctx = match Context::primary(0) {
         Ok(c) => c,
@@ -149,6 +167,7 @@ fn main() -> ExitCode {
         driver_version: cuda_stream::driver_version().unwrap_or(0),
         kernel_module: report::kernel_module_version(),
         cudarc,
+        pinned_cpu: pin_cpu,
     };
 
     report::print_header(&cfg, &machine);
@@ -194,6 +213,17 @@ mod tests {
         let a = parse(&["--reps", "8", "--quick"]).unwrap().unwrap();
         assert!(a.cfg.quick && a.cfg.reps == 8);
         assert_eq!(parse(&[]).unwrap().unwrap().cfg.reps, 16);
+        assert_eq!(
+            parse(&["--pin-cpu", "3"]).unwrap().unwrap().pin_cpu,
+            Some(3)
+        );
+        assert_eq!(parse(&[]).unwrap().unwrap().pin_cpu, None);
+        assert!(
+            parse(&["--pin-cpu", "x"])
+                .unwrap_err()
+                .contains("CPU number")
+        );
+        assert!(parse(&["--pin-cpu"]).unwrap_err().contains("CPU number"));
         for bad in ["15", "0", "x"] {
             assert!(
                 parse(&["--reps", bad]).unwrap_err().contains("even"),

@@ -120,6 +120,8 @@ pub(crate) struct Machine {
     pub(crate) kernel_module: Option<String>,
     /// `Ok` when the cudarc column ran, else why not.
     pub(crate) cudarc: Result<(), String>,
+    /// The CPU the measuring thread was pinned to (`--pin-cpu`), if any.
+    pub(crate) pinned_cpu: Option<usize>,
 }
 
 /// The lines above the main table: the machine and the iteration counts.
@@ -137,7 +139,7 @@ pub(crate) fn print_header(cfg: &Config, machine: &Machine) {
     println!(
         "GPU: {} (device 0); driver: CUDA {} ({}){kernel}; {} repetitions per op, \
          {sides} interleaved (each order, then its reverse: half the repetitions run raw first), \
-         median reported{}.",
+         median reported{}{}.",
         machine.gpu,
         cuda_sys::format_version(machine.driver_version),
         machine.driver_version,
@@ -147,6 +149,10 @@ pub(crate) fn print_header(cfg: &Config, machine: &Machine) {
         } else {
             ""
         },
+        machine
+            .pinned_cpu
+            .map(|c| format!("; the measuring thread pinned to CPU {c}"))
+            .unwrap_or_default(),
     );
     println!(
         "Iterations per repetition: {} (query, record, wait on an event, wait_stream, pool \
@@ -344,10 +350,11 @@ pub(crate) fn json(
     let _ = writeln!(out, r#"  "quick": {},"#, cfg.quick);
     let _ = writeln!(
         out,
-        r#"  "machine": {{"gpu": {}, "driver_version": {}, "kernel_module": {}}},"#,
+        r#"  "machine": {{"gpu": {}, "driver_version": {}, "kernel_module": {}, "pinned_cpu": {}}},"#,
         js(&machine.gpu),
         machine.driver_version,
-        machine.kernel_module.as_deref().map_or("null".into(), js)
+        machine.kernel_module.as_deref().map_or("null".into(), js),
+        machine.pinned_cpu.map_or("null".into(), |c| c.to_string())
     );
     let _ = writeln!(
         out,
@@ -516,6 +523,7 @@ mod tests {
             gpu: "GPU".into(),
             driver_version: 13000,
             kernel_module: None,
+            pinned_cpu: None,
             cudarc: Err("absent".into()),
         };
         let text = json(

@@ -94,6 +94,7 @@ fn run_json(query_ratio: f64, cudarc_ran: bool) -> String {
         } else {
             Err("not here".into())
         },
+        pinned_cpu: Some(15),
     };
     report::json(
         &Config::full(),

@@ -14,7 +14,7 @@ use super::Fixture;
 use super::host_fn::raw_host_round_trip;
 use super::hot_path::bench_raw_wait_stream;
 use crate::executor::{block_on, current_thread_waker};
-use crate::fail::{must, must_cudarc, ok};
+use crate::fail::{fail, must, must_cudarc, ok};
 use crate::kernel::SpinKernel;
 use crate::method::case;
 use crate::raw::Raw;
@@ -177,10 +177,19 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         );
     }
 
-    // Scope fork/join with two forks vs two raw streams.
-    let f1 = ctx.new_stream()?;
-    let f2 = ctx.new_stream()?;
-    let (rf1, rf2) = (f1.raw(), f2.raw());
+    // Scope fork/join with two forks vs the same calls by hand. The raw side runs on the very
+    // streams the scope leases for its forks (a thread's scopes hand fork `i` the same stream
+    // each time): which hardware queue a stream lands on changes what a record or a wait costs,
+    // by more than the row's target, so two streams of its own would time the queues, not the
+    // scope (BENCHMARKS.md, "Scope rework").
+    let leased = || s1.scope(|scope| Ok([scope.fork()?.raw(), scope.fork()?.raw()]));
+    let [rf1, rf2] = leased()?;
+    if leased()? != [rf1, rf2] {
+        fail(
+            "the scope row",
+            &"a scope's forks changed between two scopes",
+        );
+    }
     rows.add(
         "scope_2_forks",
         "scope with 2 forks (raw: 2 streams, record + wait to fork, record + wait to join)",
