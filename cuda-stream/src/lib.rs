@@ -155,98 +155,65 @@
 //!
 //! # Layout
 //!
-//! The modules form layers whose imports only point down (the test `tests/layers.rs` fails on a
-//! circle). From the bottom:
+//! The source is laid out in layers, one folder each, whose imports only point down (the test
+//! `tests/layers.rs` checks it: folders in the order `lib.rs` declares them, and modules in the
+//! order each folder's `mod.rs` declares them). From the bottom:
 //!
-//! - **Values and errors**: `priority` ([`PriorityRange`]), `capture_mode` ([`CaptureMode`],
-//!   [`CaptureStatus`]), `device_copy` ([`DeviceCopy`]), `error` ([`Error`], and the one
-//!   chokepoint that turns a `CUresult` into a `Result`), `abi` (the newest of a driver
-//!   function's ABIs that the driver has, chosen once).
-//! - **The host-function rule**: `deferred` (whether this thread runs a host function, and the
-//!   queue of destroys made later on an ordinary thread; every destroy path consults it; see
-//!   [`drain_deferred`]), `spare_events` (a context's recycled event handles).
-//! - **Driver objects**: `device` ([`Device`], [`init`]), `context` ([`Context`], and making a
-//!   context current for one call), `event` ([`Event`]), `module` ([`Module`], [`Function`]).
-//! - **Shared records**, keyed by raw handles, that several layers above read or write: `panics`
-//!   (panics caught in host functions, reported later), `installed` (streams named by a live
-//!   current-stream guard, which must not be destroyed), `wait_events` (the per-thread event
-//!   cache behind `wait_stream`), `capturing` (the two capture queries, each made in one place).
-//! - **The view**: `stream` ([`Stream`], [`AsStream`], the core operations written once, and
-//!   the default streams).
-//! - **Owners**: `owned` ([`OwnedStream`], [`StreamOptions`]), `pool` ([`StreamPool`]).
-//! - **Graphs**: `graph` ([`Graph`], [`GraphExec`], [`InstantiateOptions`]), `graph_host` (host
-//!   functions as graph nodes, owned by driver user objects).
-//! - **Conveniences**: `host` (host functions), `current` (the current-stream guard),
-//!   `completion` (futures), `scope` (fork/join), `capture` (capture through [`CaptureStream`],
-//!   forks in a capture, the capture-mode guard). Each adds its own `impl Stream` block and
-//!   forwards it to the owners. `launch` (kernel launches) and `memory` (memset, memcpy,
-//!   [`DeviceBuffer`]) take any [`Enqueue`] instead, so they work on a [`CaptureStream`] too.
+//! | folder | what it holds |
+//! | --- | --- |
+//! | `base` | values and errors: [`PriorityRange`], [`CaptureMode`], [`DeviceCopy`] (`plain_data`), [`Error`] (the one `CUresult` chokepoint), the newest of a function's ABIs the driver has (`newest_abi`) |
+//! | `driver` | driver objects and the host-function rule: destroys deferred out of host functions (`deferred_destroy`), a context's recycled event handles (`recycled_events`), [`Device`], [`Context`], [`Event`], the two capture queries (`capture_query`) |
+//! | `stream` | streams: panics caught in host functions (`host_panics`), the streams a current-stream guard names (`guarded_streams`), the per-thread event behind `wait_stream` (`wait_event_cache`), the view [`Stream`] (`view`), [`OwnedStream`], [`StreamPool`], then the conveniences that each add an `impl Stream` block: host functions (`host_fn`), the current stream, [`Completion`], fork/join ([`Scope`]) |
+//! | `graph` | host nodes and values kept alive by driver user objects (`user_objects`), [`Graph`] and [`GraphExec`] (`replay`), the capture view [`CaptureStream`] (`capture_view`), capture itself, the capture-mode guard |
+//! | `memory` | the raw memset/memcpy functions, [`DeviceBuffer`] |
+//! | `kernel` | [`Module`], [`Function`], kernel launches |
+//!
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 /// The raw driver API this crate is built on, re-exported for raw handles and types.
 pub use ffi;
 
-// Bottom to top; see the table above.
-mod abi;
-mod capture_mode;
-mod device_copy;
-mod error;
-mod priority;
+// Bottom to top: a module imports only from folders declared above it, and inside a folder
+// from the modules its `mod.rs` declares above it.
+mod base;
 
-mod deferred;
-mod spare_events;
-
-mod context;
-mod device;
-mod event;
-mod module;
-
-mod capturing;
-mod installed;
-mod panics;
-mod wait_events;
+mod driver;
 
 mod stream;
 
-mod owned;
-mod pool;
-
 mod graph;
-mod graph_host;
 
-mod capture;
-mod completion;
-mod current;
-mod host;
-mod launch;
 mod memory;
-mod scope;
 
-pub use capture::{
-    CaptureModeGuard, CaptureScope, CaptureStream, CapturedEvent, exchange_capture_mode,
+mod kernel;
+
+pub use base::capture_mode::{CaptureMode, CaptureStatus};
+pub use base::error::{DriverCode, Error, JitLog, Result};
+pub use base::plain_data::DeviceCopy;
+pub use base::priority::PriorityRange;
+pub use driver::context::{Context, ContextBinding, current_context_raw};
+pub use driver::deferred_destroy::{
+    deferred_failed, deferred_pending, deferred_total, drain_deferred,
 };
-pub use capture_mode::{CaptureMode, CaptureStatus};
-pub use completion::Completion;
-pub use context::{Context, ContextBinding, current_context_raw};
-pub use current::{CurrentStreamGuard, current_stream, current_stream_raw};
-pub use deferred::{deferred_failed, deferred_pending, deferred_total, drain_deferred};
-pub use device::{Device, driver_version, init};
-pub use device_copy::DeviceCopy;
-pub use error::{DriverCode, Error, JitLog, Result};
-pub use event::{Event, EventOptions, IpcEventHandle};
-pub use graph::{Graph, GraphExec, InstantiateOptions};
-pub use launch::{Dim3, KernelArg, LaunchConfig};
-pub use memory::{
-    DeviceBuffer, memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async,
-    memset_d16_async, memset_d32_async,
+pub use driver::device::{Device, driver_version, init};
+pub use driver::event::{Event, EventOptions, IpcEventHandle};
+pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
+pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
+pub use graph::replay::{Graph, GraphExec, InstantiateOptions};
+pub use kernel::launch::{Dim3, KernelArg, LaunchConfig};
+pub use kernel::module::{Function, JitOptions, Module};
+pub use memory::buffer::DeviceBuffer;
+pub use memory::raw::{
+    memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async, memset_d16_async,
+    memset_d32_async,
 };
-pub use module::{Function, JitOptions, Module};
-pub use owned::{OwnedStream, StreamOptions};
-pub use pool::{PooledStream, StreamPool};
-pub use priority::PriorityRange;
-pub use scope::Scope;
-pub use stream::{AsStream, Enqueue, Stream};
+pub use stream::completion::Completion;
+pub use stream::current::{CurrentStreamGuard, current_stream, current_stream_raw};
+pub use stream::owned::{OwnedStream, StreamOptions};
+pub use stream::pool::{PooledStream, StreamPool};
+pub use stream::scope::Scope;
+pub use stream::view::{AsStream, Enqueue, Stream};
 
 static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
 static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);

@@ -1,0 +1,14 @@
+//! Values and errors: the types every layer names (priorities, capture modes, the plain data
+//! that travels to the device) and the one chokepoint that turns a `CUresult` into a `Result`.
+//! Makes no driver object and imports nothing else from this crate.
+
+// Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
+pub(crate) mod priority;
+
+pub(crate) mod capture_mode;
+
+pub(crate) mod plain_data;
+
+pub(crate) mod newest_abi;
+
+pub(crate) mod error;

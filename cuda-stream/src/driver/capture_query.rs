@@ -1,0 +1,71 @@
+//! The two driver queries about a stream's capture that the layers above share: whether it is
+//! capturing (`stream::host_fn` refuses run-once host functions then) and its capture status
+//! and graph (`graph::capture`). Each call is made in one place, which chooses the newest ABI
+//! the driver has (`cuStreamGetCaptureInfo_v3`, else `_v2`).
+
+use std::ptr;
+
+use crate::base::capture_mode::CaptureStatus;
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::newest_abi::Newest;
+use crate::ffi;
+
+/// Whether `raw` is in a capture (`cuStreamIsCapturing`, one call, CUDA 10.0 and later). The
+/// caller makes the context current for a default stream.
+#[inline]
+pub(crate) fn is_capturing(raw: ffi::CUstream) -> Result<bool> {
+    let f = driver_fn!(cuStreamIsCapturing);
+    let mut status = ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the caller's stream is live; `status` is a valid out-pointer.
+    check(unsafe { f(raw, &mut status) }, "cuStreamIsCapturing")?;
+    Ok(status != ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// The stream's capture status and the graph being captured into (null when not capturing), from
+/// `cuStreamGetCaptureInfo`: its CUDA 12.3 ABI (`_v3`) where the driver has it, else the CUDA
+/// 11.3 one (`_v2`), which gives the same answers without the edge data asked for as null here.
+/// The graph is owned by the capture.
+pub(crate) fn capture_info(raw: ffi::CUstream) -> Result<(CaptureStatus, ffi::CUgraph)> {
+    // Each looked up once: on a CUDA 12.3 or later driver a call costs one load, before it two.
+    static V3: Newest<ffi::pfn::cuStreamGetCaptureInfo> = Newest::new();
+    static V2: Newest<ffi::pfn::cuStreamGetCaptureInfo_v11030> = Newest::new();
+    let mut status = ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: ffi::cuuint64_t = 0;
+    let mut graph = ptr::null_mut();
+    let rc = if let Ok(f) = V3.get(&[ffi::fns::cuStreamGetCaptureInfo]) {
+        // SAFETY: the caller's stream is live; the three out-pointers are valid; the dependency
+        // outputs are optional and passed as null.
+        unsafe {
+            f(
+                raw,
+                &mut status,
+                &mut id,
+                &mut graph,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        }
+    } else {
+        let f = V2
+            .get(&[ffi::fns::cuStreamGetCaptureInfo_v11030])
+            .map_err(|e| Error::from_load(e.clone(), "cuStreamGetCaptureInfo"))?;
+        // SAFETY: as above, for the CUDA 11.3 signature (no edge data).
+        unsafe {
+            f(
+                raw,
+                &mut status,
+                &mut id,
+                &mut graph,
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        }
+    };
+    check(rc, "cuStreamGetCaptureInfo")?;
+    let status = CaptureStatus::from_raw(status, id);
+    if !status.is_capturing() {
+        graph = ptr::null_mut();
+    }
+    Ok((status, graph))
+}

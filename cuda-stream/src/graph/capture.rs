@@ -1,0 +1,333 @@
+//! Graph capture: [`OwnedStream::capture`] records what a closure enqueues into a [`Graph`],
+//! showing the closure the stream through a [`CaptureStream`] that offers only what is legal
+//! while capturing; [`Stream::in_capture`] enqueues into a capture that other code began (such
+//! as PyTorch's `torch.cuda.graph`); [`Stream::capture_status`] tells any stream's status; and
+//! [`exchange_capture_mode`] sets the calling thread's capture interaction mode for a scope.
+
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::ptr;
+
+use crate::base::capture_mode::{CaptureMode, CaptureStatus};
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::driver::capture_query::{capture_info, is_capturing};
+use crate::driver::context::Context;
+use crate::ffi;
+use crate::graph::capture_view::{CaptureShared, CaptureStream, sweep_parked};
+use crate::graph::replay::Graph;
+use crate::stream::owned::OwnedStream;
+use crate::stream::pool::PooledStream;
+use crate::stream::view::{AsStream, KnownContext, Stream};
+
+fn per_thread_refused(call: &'static str) -> Error {
+    Error::Refused {
+        call,
+        reason: "the per-thread default stream is another stream on every thread, so a capture \
+                 view of it cannot be shared; capture a created stream",
+    }
+}
+
+/// Ends the capture of `raw` (`cuStreamEndCapture`), returning the graph, or the error with the
+/// capture's status. If the end failed and left the stream capturing (the driver normally takes
+/// it out of capture mode even when it refuses the graph), it is ended once more and that graph
+/// discarded. The second value says whether the stream is out of capture mode.
+fn end_capture(
+    end: ffi::pfn::cuStreamEndCapture,
+    raw: ffi::CUstream,
+    id: u64,
+) -> (Result<ffi::CUgraph>, bool) {
+    let mut graph = ptr::null_mut();
+    // SAFETY: the stream is live; `graph` is a valid out-pointer.
+    let rc = unsafe { end(raw, &mut graph) };
+    if rc == ffi::CUresult::CUDA_SUCCESS {
+        if graph.is_null() {
+            return (Err(Error::NullHandle { what: "graph" }), true);
+        }
+        return (Ok(graph), true);
+    }
+    discard(graph);
+    let status = if rc == ffi::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED {
+        CaptureStatus::Invalidated { id }
+    } else {
+        CaptureStatus::Active { id }
+    };
+    let err = Error::CaptureFailed {
+        call: "cuStreamEndCapture",
+        status,
+        code: crate::base::error::DriverCode(rc),
+    };
+    let mut ended = true;
+    if is_capturing(raw).unwrap_or(true) {
+        let mut again = ptr::null_mut();
+        // SAFETY: as above.
+        let rc = unsafe { end(raw, &mut again) };
+        discard(again);
+        ended = rc == ffi::CUresult::CUDA_SUCCESS || !is_capturing(raw).unwrap_or(true);
+    }
+    (Err(err), ended)
+}
+
+/// Destroys a graph returned with an error, if any.
+fn discard(graph: ffi::CUgraph) {
+    if !graph.is_null() {
+        if let Ok(f) = ffi::fns::cuGraphDestroy() {
+            // SAFETY: the capture handed the graph over; nothing else has it.
+            let _ = unsafe { f(graph) };
+        }
+    }
+}
+
+/// Begins a capture on `stream`, runs `f` with its view, and always ends the capture (an error
+/// or a panic of `f` discards the graph). The caller guarantees no other view of the stream is
+/// used meanwhile.
+fn capture_on(
+    stream: Stream<'_>,
+    keep: Option<Context>,
+    mode: CaptureMode,
+    f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
+) -> Result<Graph> {
+    let (raw, ctx) = (stream.raw(), stream.context_raw());
+    if raw as usize == 2 {
+        return Err(per_thread_refused("cuStreamBeginCapture"));
+    }
+    if crate::stream::guarded_streams::contains(raw) {
+        return Err(Error::Refused {
+            call: "cuStreamBeginCapture",
+            reason: "a current-stream guard (leaked with mem::forget) names the stream, so \
+                     other views of it could be used during the capture",
+        });
+    }
+    // Resolved first: once the capture has begun, it must be possible to end it.
+    let begin = driver_fn!(cuStreamBeginCapture);
+    let end = driver_fn!(cuStreamEndCapture);
+    sweep_parked();
+    {
+        let _bound = stream.bind_if_default()?;
+        // SAFETY: the stream is live; the mode is a valid `CUstreamCaptureMode`.
+        check(unsafe { begin(raw, mode.raw()) }, "cuStreamBeginCapture")?;
+        if stream.is_default() {
+            // The legacy stream cannot be captured; should a driver allow it, the view could
+            // not be shared across threads (the value resolves through the current context).
+            let (graph, _) = end_capture(end, raw, 0);
+            discard(graph.unwrap_or(ptr::null_mut()));
+            return Err(Error::Refused {
+                call: "cuStreamBeginCapture",
+                reason: "a default stream cannot be captured; capture a created stream",
+            });
+        }
+    }
+    // From here on, the capture is ended whatever happens.
+    let (status, graph) = match capture_info(raw) {
+        Ok(info) => info,
+        Err(e) => {
+            let (graph, _) = end_capture(end, raw, 0);
+            discard(graph.unwrap_or(ptr::null_mut()));
+            return Err(e);
+        }
+    };
+    let id = status.id().unwrap_or(0);
+    let shared = CaptureShared::new(id, graph, raw, ctx);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        f(CaptureStream::new(raw, ctx, &shared))
+    }));
+    let (graph, ended) = end_capture(end, raw, id);
+    shared.finish(ended);
+    let route = shared.route.get().cloned();
+    match result {
+        Err(payload) => {
+            discard(graph.unwrap_or(ptr::null_mut()));
+            resume_unwind(payload)
+        }
+        Ok(Err(e)) => {
+            discard(graph.unwrap_or(ptr::null_mut()));
+            Err(e)
+        }
+        Ok(Ok(())) => graph.map(|g| Graph::from_capture(g, ctx, keep, route)),
+    }
+}
+
+/// Runs `f` with a view of the capture that `stream` is part of; releases what the view made
+/// (events at once, forks once the capture has ended).
+fn in_capture_on<R>(
+    stream: Stream<'_>,
+    f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<R>,
+) -> Result<R> {
+    let (raw, ctx) = (stream.raw(), stream.context_raw());
+    if raw as usize == 2 {
+        return Err(per_thread_refused("cuStreamGetCaptureInfo"));
+    }
+    sweep_parked();
+    let (status, graph) = {
+        let _bound = stream.bind_if_default()?;
+        capture_info(raw)?
+    };
+    let id = match status {
+        CaptureStatus::Active { id } if !stream.is_default() => id,
+        other => return Err(Error::NotCapturing { status: other }),
+    };
+    let shared = CaptureShared::new(id, graph, raw, ctx);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        f(CaptureStream::new(raw, ctx, &shared))
+    }));
+    shared.finish(false);
+    match result {
+        Err(payload) => resume_unwind(payload),
+        Ok(r) => r,
+    }
+}
+
+fn status_of(stream: Stream<'_>) -> Result<CaptureStatus> {
+    let _bound = stream.bind_if_default()?;
+    capture_info(stream.raw()).map(|(status, _)| status)
+}
+
+impl<'a> Stream<'a> {
+    /// Records what `f` enqueues on this stream into a [`Graph`] (`cuStreamBeginCapture`,
+    /// `cuStreamEndCapture`); see [`OwnedStream::capture`], the safe form.
+    ///
+    /// # Safety
+    ///
+    /// Until this returns, the stream must be used only through the [`CaptureStream`] view that
+    /// `f` receives: no other view or copy of it may be used, by this thread or another (another
+    /// stream made to wait on it would join the capture, and a run-once host function launched
+    /// on that stream from another thread at that moment could become a graph node). An owner
+    /// proves this with `&mut`, which is why [`OwnedStream::capture`] is safe.
+    pub unsafe fn capture(
+        self,
+        mode: CaptureMode,
+        f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
+    ) -> Result<Graph> {
+        // The graph keeps a primary context alive; another context is the caller's to keep.
+        let keep = Context::retain_if_primary(self.context_raw())?;
+        capture_on(self, keep, mode, f)
+    }
+
+    /// Whether the stream is being captured into a graph, by this crate or by other code (such
+    /// as PyTorch's `torch.cuda.graph`), with the capture's id (`cuStreamGetCaptureInfo`: its
+    /// CUDA 12.3 ABI, or the CUDA 11.3 one on older drivers; [`Error::Unsupported`] before).
+    pub fn capture_status(self) -> Result<CaptureStatus> {
+        status_of(self)
+    }
+
+    /// Runs `f` with a view of the capture this stream is part of, begun by other code (PyTorch's
+    /// `torch.cuda.graph`, CuPy's `Stream.begin_capture`, C code), so that Rust code handed the
+    /// stream can enqueue into it: kernels, host functions that run on every replay, events and
+    /// forks, by the same rules as in [`OwnedStream::capture`]. The capture is left running.
+    /// [`Error::NotCapturing`] if there is no active capture.
+    ///
+    /// Events the view records are destroyed when `f` returns; streams forked in its scopes go
+    /// back to their pool once the capture has ended. Host functions are kept alive by the
+    /// capture's graph (and the executable graphs made from it), and their panics are reported
+    /// against this stream.
+    ///
+    /// ```no_run
+    /// use cuda_stream::{CaptureStatus, Stream};
+    ///
+    /// /// Called from Python inside `with torch.cuda.graph(g):` with the capture stream's handle.
+    /// extern "C" fn enqueue(handle: usize) -> i32 {
+    ///     let owner = (); // the framework keeps the stream alive during the call
+    ///     // SAFETY: the framework keeps `handle` alive until this function returns.
+    ///     let Ok(stream) = (unsafe { Stream::borrow_raw(handle as _, &owner) }) else { return 1 };
+    ///     let r = stream.in_capture(|cap| {
+    ///         // ... launch kernels on `cap` ...
+    ///         cap.launch_host_func(|| println!("runs on every replay"))
+    ///     });
+    ///     r.is_err() as i32
+    /// }
+    /// ```
+    pub fn in_capture<R>(
+        self,
+        f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<R>,
+    ) -> Result<R> {
+        in_capture_on(self, f)
+    }
+}
+
+impl OwnedStream {
+    /// Records the work `f` enqueues on this stream into a [`Graph`], to be instantiated and
+    /// replayed (`cuStreamBeginCapture` in `mode`, `cuStreamEndCapture`). Needs CUDA 11.3 (the
+    /// capture's status and graph come from `cuStreamGetCaptureInfo`'s ABI of that version;
+    /// [`Error::Unsupported`] naming it before, with the stream left as it was).
+    ///
+    /// `f` sees the stream through a [`CaptureStream`], which offers only what is legal while
+    /// capturing: enqueueing (kernels, memset and memcpy through [`Enqueue`](crate::Enqueue)), host functions
+    /// that run on every replay, events, `wait_stream` and forks whose scope joins them back.
+    /// Nothing that blocks or polls exists on it (`synchronize`, `query`, `completed`), and the
+    /// `&mut` borrow keeps every other view of the stream out of reach until the capture ends.
+    ///
+    /// The capture always ends: if `f` returns an error or panics, the graph is destroyed and the
+    /// error returned (or the panic resumed), and the stream is usable again. A capture that was
+    /// invalidated (by a prohibited call on another thread in [`CaptureMode::Global`], for
+    /// example) ends as [`Error::CaptureFailed`] with its status.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use cuda_stream::{CaptureMode, Context};
+    ///
+    /// let ctx = Context::primary(0)?;
+    /// let mut stream = ctx.new_stream()?;
+    /// let replays = Arc::new(AtomicUsize::new(0));
+    /// let counter = replays.clone();
+    /// let graph = stream.capture(CaptureMode::ThreadLocal, |cap| {
+    ///     // ... launch kernels on `cap` ...
+    ///     cap.scope(|s| {
+    ///         let side = s.fork()?; // joined back when the scope ends
+    ///         // ... launch kernels on `side`, concurrent with `cap` ...
+    ///         # let _ = side;
+    ///         Ok(())
+    ///     })?;
+    ///     cap.launch_host_func(move || {
+    ///         counter.fetch_add(1, Ordering::Relaxed);
+    ///     })
+    /// })?;
+    /// let exec = graph.instantiate()?;
+    /// for _ in 0..1000 {
+    ///     exec.launch(&stream)?;
+    /// }
+    /// stream.synchronize()?;
+    /// assert_eq!(replays.load(Ordering::Relaxed), 1000);
+    /// # Ok::<(), cuda_stream::Error>(())
+    /// ```
+    pub fn capture(
+        &mut self,
+        mode: CaptureMode,
+        f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
+    ) -> Result<Graph> {
+        let keep = Some(self.context().clone());
+        capture_on(self.as_stream(), keep, mode, f)
+    }
+}
+
+impl PooledStream<'_> {
+    /// See [`OwnedStream::capture`].
+    pub fn capture(
+        &mut self,
+        mode: CaptureMode,
+        f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
+    ) -> Result<Graph> {
+        let keep = self.known_context();
+        capture_on(self.as_stream(), keep, mode, f)
+    }
+}
+
+/// Forwards the capture queries that need no exclusive access to an owner.
+macro_rules! forward_capture_ops {
+    ($ty:ty) => {
+        impl $ty {
+            /// See [`Stream::capture_status`].
+            pub fn capture_status(&self) -> Result<CaptureStatus> {
+                self.as_stream().capture_status()
+            }
+            /// See [`Stream::in_capture`].
+            pub fn in_capture<R>(
+                &self,
+                f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<R>,
+            ) -> Result<R> {
+                self.as_stream().in_capture(f)
+            }
+        }
+    };
+}
+
+forward_capture_ops!(OwnedStream);
+forward_capture_ops!(PooledStream<'_>);

@@ -1,0 +1,7 @@
+//! Device code: modules loaded from PTX or cubin, their functions, and kernel launches on any
+//! `Enqueue`. The top layer: imports every layer below.
+
+// Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
+pub(crate) mod module;
+
+pub(crate) mod launch;

@@ -1,0 +1,67 @@
+//! How `DeviceBuffer::fill` writes a value with the driver's memsets: the widest word (1, 2 or
+//! 4 bytes) whose repetition makes the value, or an error for a value that has none.
+
+use std::mem::size_of;
+use std::ptr;
+
+use crate::base::error::Error;
+use crate::base::plain_data::DeviceCopy;
+
+/// The bytes of `value` (its type has no padding, so every byte is initialised).
+pub(super) fn bytes_of<T: DeviceCopy>(value: &T) -> &[u8] {
+    // SAFETY: `T: DeviceCopy` has no padding, so all `size_of::<T>()` bytes are initialised;
+    // the slice borrows `value`.
+    unsafe { std::slice::from_raw_parts(ptr::from_ref(value).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The widest memset (1, 2 or 4 bytes) and its word that writes `bytes` of repeated `pattern`,
+/// if the pattern repeats every 1, 2 or 4 bytes.
+pub(super) fn memset_word(pattern: &[u8], bytes: usize) -> Option<(usize, u32)> {
+    if pattern.is_empty() {
+        // A zero-sized type: there are no bytes to set.
+        return Some((1, 0));
+    }
+    let period = [1usize, 2, 4]
+        .into_iter()
+        .find(|&p| pattern.len() % p == 0 && pattern.chunks(p).all(|c| c == &pattern[..p]))?;
+    let width = [4usize, 2, 1]
+        .into_iter()
+        .find(|&w| w % period == 0 && bytes % w == 0)?;
+    let mut word = [0u8; 4];
+    for (i, b) in word[..width].iter_mut().enumerate() {
+        *b = pattern[i % period];
+    }
+    Some((width, u32::from_le_bytes(word)))
+}
+
+pub(super) fn unfillable(pattern: &[u8]) -> Error {
+    Error::InvalidArgument {
+        reason: format!(
+            "a {}-byte value whose bytes do not repeat every 1, 2 or 4 bytes cannot be written \
+             with memset",
+            pattern.len()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memset_word;
+
+    #[test]
+    fn memset_words() {
+        assert_eq!(memset_word(&[0], 12), Some((4, 0)));
+        assert_eq!(memset_word(&[7], 6), Some((2, 0x0707)));
+        assert_eq!(memset_word(&[7], 3), Some((1, 7)));
+        assert_eq!(memset_word(&[1, 2], 8), Some((4, 0x0201_0201)));
+        assert_eq!(memset_word(&[1, 2], 6), Some((2, 0x0201)));
+        assert_eq!(memset_word(&[1, 2, 3, 4], 8), Some((4, 0x0403_0201)));
+        assert_eq!(memset_word(&0.5f64.to_le_bytes(), 16), None);
+        assert_eq!(memset_word(&0f64.to_le_bytes(), 16), Some((4, 0)));
+        assert_eq!(
+            memset_word(&[1, 2, 1, 2, 1, 2, 1, 2], 16),
+            Some((4, 0x0201_0201))
+        );
+        assert_eq!(memset_word(&[1, 2, 3], 9), None);
+    }
+}
