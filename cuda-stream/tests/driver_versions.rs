@@ -1,5 +1,6 @@
-//! The README's table of the oldest driver each operation needs is derived from the bindings'
-//! ABI versions, and names the driver functions `cuda-stream/src` calls:
+//! The table of the oldest driver each operation needs (`cuda-stream/doc/driver-versions.md`, part
+//! of the crate's documentation) is derived from the bindings' ABI versions, and names the driver
+//! functions `cuda-stream/src` calls:
 //!
 //! - each row's version is the newest of its functions' versions, where `A` or `B` (a fallback)
 //!   counts as the older of the two (`cuda_sys::SymbolInfo::since`, from `cudaTypedefs.h`);
@@ -7,7 +8,7 @@
 //!   and every function in the table is called by the source.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cuda_stream::ffi::{SymbolInfo, format_version};
 
@@ -27,17 +28,15 @@ struct Row {
 }
 
 /// Built in, so that the test binary also runs away from the checkout (the GPU bundle).
-fn readme() -> String {
-    include_str!("../../README.md").to_string()
-}
+const DOC: &str = include_str!("../doc/driver-versions.md");
 
-/// The rows of the table under `## Which driver each operation needs`.
-fn table(readme: &str) -> Vec<Row> {
-    let section = readme
-        .split("## Which driver each operation needs")
+/// The rows of the table under `# Which driver each operation needs`, up to the next heading.
+fn table(doc: &str) -> Vec<Row> {
+    let section = doc
+        .split("# Which driver each operation needs\n")
         .nth(1)
-        .expect("the README has the section")
-        .split("\n## ")
+        .expect("the document has the section")
+        .split("\n#")
         .next()
         .unwrap();
     let mut rows = Vec::new();
@@ -75,7 +74,7 @@ fn since(binding: &str) -> u32 {
 
 #[test]
 fn every_rows_version_is_what_its_functions_need() {
-    let rows = table(&readme());
+    let rows = table(DOC);
     assert!(rows.len() >= 20, "only {} rows", rows.len());
     for row in &rows {
         let needed = row
@@ -105,8 +104,26 @@ fn every_rows_version_is_what_its_functions_need() {
     assert_eq!(since("cuEventElapsedTime"), 12080);
 }
 
+/// The `.rs` files under `dir`, in subfolders too, in a stable order.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// The driver functions named in `cuda-stream/src` (where it was built, or under the current
-/// folder); `None` where neither has it.
+/// folder), every module at any depth; `None` where neither has it.
 fn called_by_the_source() -> Option<BTreeSet<String>> {
     let src = [
         Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -115,11 +132,7 @@ fn called_by_the_source() -> Option<BTreeSet<String>> {
     .into_iter()
     .find(|p| p.join("lib.rs").is_file())?;
     let mut names = BTreeSet::new();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    for path in rust_files(&src) {
         let text = std::fs::read_to_string(&path).unwrap();
         // Code only: doc examples may name functions no code calls.
         let code: String = text
@@ -144,7 +157,7 @@ fn called_by_the_source() -> Option<BTreeSet<String>> {
 
 #[test]
 fn the_table_names_exactly_the_driver_functions_the_source_calls() {
-    let in_table: BTreeSet<String> = table(&readme())
+    let in_table: BTreeSet<String> = table(DOC)
         .into_iter()
         .flat_map(|r| r.functions.into_iter().flatten())
         .collect();
@@ -157,7 +170,27 @@ fn the_table_names_exactly_the_driver_functions_the_source_calls() {
     let extra: Vec<_> = in_table.difference(&in_source).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "called but not in the README's table: {missing:?}; in the table but not called: \
+        "called but not in the table: {missing:?}; in the table but not called: \
          {extra:?}"
     );
+}
+
+#[test]
+fn the_source_scan_walks_subfolders() {
+    let root = std::env::temp_dir().join(format!("driver-versions-scan-{}", std::process::id()));
+    let nested = root.join("stream").join("view");
+    std::fs::create_dir_all(&nested).unwrap();
+    for file in ["lib.rs", "notes.md", "stream/mod.rs", "stream/view/raw.rs"] {
+        std::fs::write(root.join(file), "").unwrap();
+    }
+    let found: Vec<PathBuf> = rust_files(&root)
+        .into_iter()
+        .map(|p| p.strip_prefix(&root).unwrap().to_path_buf())
+        .collect();
+    std::fs::remove_dir_all(&root).unwrap();
+    let expected: Vec<PathBuf> = ["lib.rs", "stream/mod.rs", "stream/view/raw.rs"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(found, expected);
 }
