@@ -168,6 +168,8 @@
 //! | `memory` | the raw memset/memcpy functions, [`DeviceBuffer`] |
 //! | `kernel` | [`Module`], [`Function`], kernel launches |
 //!
+#![doc = ""]
+#![doc = include_str!("../doc/driver-versions.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 

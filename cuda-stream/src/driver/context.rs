@@ -13,6 +13,17 @@ use crate::driver::recycled_events::{self, SpareEvents};
 use crate::ffi;
 
 impl Device {
+    /// Whether the device's primary context is active (retained by someone), from
+    /// `cuDevicePrimaryCtxGetState`.
+    pub(crate) fn primary_context_active(self) -> Result<bool> {
+        let state = driver_fn!(cuDevicePrimaryCtxGetState);
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: both are valid out-pointers; the device came from the driver.
+        let rc = unsafe { state(self.raw(), &mut flags, &mut active) };
+        check(rc, "cuDevicePrimaryCtxGetState")?;
+        Ok(active != 0)
+    }
+
     /// Retains the device's primary context (the one the CUDA runtime, PyTorch and CuPy use).
     pub fn primary_context(self) -> Result<Context> {
         init()?;
@@ -138,31 +149,38 @@ impl Context {
         Device::new(ordinal)?.primary_context()
     }
 
-    /// If `raw` is the primary context of its device, retains it and returns it as a `Context`;
-    /// `Ok(None)` for any other context. Never creates a primary context that is not active.
+    /// If `raw` is the primary context of a device, retains it and returns it as a `Context`;
+    /// `Ok(None)` for any other value: null, a context that is not a primary one, a destroyed
+    /// context, or a value that is no context at all. Never creates a primary context that is
+    /// not active.
+    ///
+    /// Safe for any value because the value itself never reaches the driver, which dereferences
+    /// a context handle (making a bogus value current crashes the process). It is compared
+    /// instead: with the contexts this crate holds (no driver call), then with the primary
+    /// context of each device whose primary context is active (`cuDevicePrimaryCtxGetState`,
+    /// then retained, compared, and released again if it is another one). So a miss costs a
+    /// few driver calls per device.
     pub fn retain_if_primary(raw: ffi::CUcontext) -> Result<Option<Context>> {
         if raw.is_null() {
             return Ok(None);
         }
-        let device = {
-            let _bound = bind(raw)?;
-            let f = driver_fn!(cuCtxGetDevice);
-            let mut d = 0;
-            // SAFETY: `d` is a valid out-pointer; `raw` is current.
-            check(unsafe { f(&mut d) }, "cuCtxGetDevice")?;
-            Device::from_raw(d)
-        };
-        // Retaining an inactive primary context would create one: ask first.
-        let state = driver_fn!(cuDevicePrimaryCtxGetState);
-        let (mut flags, mut active) = (0u32, 0i32);
-        // SAFETY: both are valid out-pointers; the device came from the driver.
-        let rc = unsafe { state(device.raw(), &mut flags, &mut active) };
-        check(rc, "cuDevicePrimaryCtxGetState")?;
-        if active == 0 {
-            return Ok(None);
+        if let Some(ctx) = Context::find_live(raw) {
+            return Ok(Some(ctx));
         }
-        let ctx = device.primary_context()?;
-        Ok((ctx.raw() == raw).then_some(ctx))
+        for ordinal in 0..Device::count()? {
+            let device = Device::new(ordinal)?;
+            // Retaining an inactive primary context would create one: ask first. Should another
+            // thread release it in between, the retain below makes a new one, which is released
+            // again unless it is `raw`.
+            if !device.primary_context_active()? {
+                continue;
+            }
+            let ctx = device.primary_context()?;
+            if ctx.raw() == raw {
+                return Ok(Some(ctx));
+            }
+        }
+        Ok(None)
     }
 
     /// The raw `CUcontext`.
