@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per iteration of `probe` cases (tests/examples/probe.rs) under callgrind,
+# Instructions per iteration of `probe` cases (tests/examples/probe/) under callgrind,
 # split by thread and by object (the program, which holds cuda-stream's code; the driver library;
 # libc), so that cuda-stream's own work can be told from the driver's. Each case runs twice, with
 # LOW and HIGH iterations; the difference divided by HIGH - LOW is the per-iteration cost, free

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The experiments behind BENCHMARKS.md's analysis of stream creation, host functions with a
 # capturing closure and `completed()`: each line runs two cases of `probe`
-# (tests/examples/probe.rs) against each other on GPU 0, in interleaved batches (an even number
+# (tests/examples/probe/) against each other on GPU 0, in interleaved batches (an even number
 # of repetitions, each order equally often), and prints both medians, the median ratio with its
 # range, the ratio's median for each order apart and their geometric mean ("balanced"), which
 # cancels an effect of running first or second.

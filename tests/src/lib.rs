@@ -5,6 +5,8 @@
 //! - [`Kernels`]: a tiny PTX module (JIT-compiled by the driver, no toolkit needed) with a
 //!   `%globaltimer` spin kernel, a delayed store, a copy and an atomic add, each launched
 //!   `<<<1, 1>>>` with `cuLaunchKernel`.
+//! - [`saxpy_module`]: `saxpy` and a dynamic-shared-memory `reverse`, loaded through
+//!   `cuda-stream`'s own `Module` API, with [`saxpy`] to launch it and [`ramp`] for its input.
 //! - [`DeviceBuffer`]: `u32`s in device memory, zeroed on creation, read back on a private
 //!   non-blocking stream, so a read never waits for (and so never hides a missing dependency on)
 //!   any other stream, the legacy default stream included.
@@ -22,6 +24,7 @@ mod gpu;
 mod kernels;
 mod memory;
 mod process;
+mod saxpy;
 mod window;
 
 pub use context::{
@@ -34,4 +37,5 @@ pub use gpu::{
 pub use kernels::{Kernels, ptx_source};
 pub use memory::{DeviceBuffer, device_memory, read_u32s};
 pub use process::{mib, rss_bytes};
+pub use saxpy::{SAXPY_PTX, ramp, saxpy, saxpy_module};
 pub use window::Window;

@@ -1,0 +1,231 @@
+//! [`Driver`]: an opened driver library, how it is found and opened, and what it says about
+//! itself (path, version, ABI limit).
+
+use std::ffi::{OsStr, OsString, c_int, c_void};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::AtomicPtr;
+
+use super::error::error_chain;
+use super::resolve::{GetProcAddressV1, GetProcAddressV2, ProcAddress};
+use super::{ABI_VERSION_VAR, Candidate, DriverOptions, LoadError};
+use crate::generated::symbols::SYMBOL_COUNT;
+use crate::generated::types::CUresult;
+
+/// The environment variable that names the driver library to load instead of the default search.
+pub const DRIVER_PATH_VAR: &str = "CUDA_SYS_LIBCUDA";
+
+type DriverGetVersion = unsafe extern "C" fn(*mut c_int) -> CUresult;
+
+/// An opened driver library with a table of lazily resolved function pointers.
+///
+/// Methods named after bindings (`driver.cuInit()`, `driver.cuEventElapsedTime_v2000()`) return
+/// that binding's pointer, resolving it on first use (through the driver's `cuGetProcAddress` at
+/// the binding's ABI version, else by its exported name) and caching it; a binding the driver does not have, or whose ABI is above [`Driver::abi_version`], gives
+/// [`LoadError::MissingSymbol`]. The library stays loaded as long as the `Driver` lives, and the
+/// pointers it hands out must not be called after it is dropped.
+pub struct Driver {
+    pub(super) lib: libloading::Library,
+    path: OsString,
+    pub(super) slots: Box<[AtomicPtr<c_void>]>,
+    pub(super) proc_address: ProcAddress,
+    /// `cuDriverGetVersion`'s answer when the library was opened.
+    pub(super) driver_version: Option<i32>,
+    /// The configured ABI limit.
+    pub(super) abi_limit: Option<u32>,
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("path", &self.path)
+            .field("driver_version", &self.driver_version)
+            .field("abi_version", &self.abi_version())
+            .field("resolver", &self.resolver())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// Opens the driver library at `path` (a file name the dynamic loader searches for, or a
+    /// path), with no ABI limit; the environment is not read.
+    pub fn open(path: impl AsRef<OsStr>) -> Result<Driver, LoadError> {
+        Self::open_with(path, DriverOptions::new())
+    }
+
+    /// Opens the driver library at `path` with `options`.
+    ///
+    /// A path (anything with a `/`) that is missing, a directory or an empty file is
+    /// [`LoadError::NotFound`] saying so; a library that loads but lacks `cuInit` or
+    /// `cuDriverGetVersion` is [`LoadError::NotADriver`].
+    pub fn open_with(path: impl AsRef<OsStr>, options: DriverOptions) -> Result<Driver, LoadError> {
+        let path = path.as_ref();
+        if let Some(v) = options.abi_version.filter(|v| *v < 1000) {
+            return Err(LoadError::InvalidAbiVersion {
+                setting: if options.from_env {
+                    ABI_VERSION_VAR
+                } else {
+                    "DriverOptions::abi_version"
+                },
+                value: v.to_string(),
+            });
+        }
+        let not_found = |reason: String| LoadError::NotFound {
+            tried: vec![Candidate {
+                path: path.to_os_string(),
+                reason,
+            }],
+        };
+        if let Some(reason) = unusable_file(path) {
+            return Err(not_found(reason));
+        }
+        // SAFETY: loading the driver runs its initialisers; libcuda's are sound to run at any time
+        // and in any thread, and the library is never unloaded while a pointer from it is live
+        // (pointers from `Driver` are only handed out under `&self`, the global one never drops).
+        let lib =
+            unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
+
+        // SAFETY: the symbol is the driver's, with the C type of `PFN_cuDriverGetVersion_v2020`
+        // (so are the `cuGetProcAddress` lookups below, of `PFN_cuGetProcAddress_v12000` and
+        // `_v11030`); the pointers are kept in the `Driver` that keeps `lib` loaded.
+        let get_version = unsafe { lib.get::<DriverGetVersion>(b"cuDriverGetVersion\0") }
+            .ok()
+            .map(|s| *s);
+        // SAFETY: as above; only whether it exists is used.
+        let has_init = unsafe { lib.get::<*mut c_void>(b"cuInit\0") }.is_ok();
+        let Some(get_version) = get_version.filter(|_| has_init) else {
+            let lacks = match (has_init, get_version.is_some()) {
+                (false, false) => "it exports neither cuInit nor cuDriverGetVersion",
+                (false, true) => "it does not export cuInit",
+                _ => "it does not export cuDriverGetVersion",
+            };
+            return Err(LoadError::NotADriver {
+                path: path.to_os_string(),
+                reason: lacks.to_string(),
+            });
+        };
+        let mut v = 0;
+        // SAFETY: `v` is a valid out-pointer for the call's duration; cuDriverGetVersion may be
+        // called before cuInit.
+        let rc = unsafe { get_version(&mut v) };
+        let driver_version = (rc == CUresult::CUDA_SUCCESS && v > 0).then_some(v);
+
+        // SAFETY: as above.
+        let proc_address = match unsafe { lib.get::<GetProcAddressV2>(b"cuGetProcAddress_v2\0") } {
+            Ok(f) => ProcAddress::V2(*f),
+            // SAFETY: as above.
+            Err(_) => match unsafe { lib.get::<GetProcAddressV1>(b"cuGetProcAddress\0") } {
+                Ok(f) => ProcAddress::V1(*f),
+                Err(_) => ProcAddress::None,
+            },
+        };
+        Ok(Driver {
+            lib,
+            path: path.to_os_string(),
+            slots: (0..SYMBOL_COUNT)
+                .map(|_| AtomicPtr::new(ptr::null_mut()))
+                .collect(),
+            proc_address,
+            driver_version,
+            abi_limit: options.abi_version,
+        })
+    }
+
+    /// Opens the first library of [`Driver::candidates`] that loads, with the ABI limit of
+    /// `CUDA_SYS_ABI_VERSION` if set ([`DriverOptions::from_env`]).
+    pub fn open_default() -> Result<Driver, LoadError> {
+        Self::open_default_with(DriverOptions::from_env()?)
+    }
+
+    /// Opens the first library of [`Driver::candidates`] that loads, with `options`.
+    pub fn open_default_with(options: DriverOptions) -> Result<Driver, LoadError> {
+        let mut tried = Vec::new();
+        for path in Self::candidates() {
+            match Driver::open_with(&path, options) {
+                Ok(d) => return Ok(d),
+                Err(LoadError::NotFound { tried: t }) => tried.extend(t),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(LoadError::NotFound { tried })
+    }
+
+    /// The files [`Driver::open_default`] tries, in order: the file named by `CUDA_SYS_LIBCUDA`
+    /// (alone, when set), else `libcuda.so.1` then `libcuda.so` (Linux), or `nvcuda.dll` from the
+    /// system folder (Windows; never the current directory).
+    pub fn candidates() -> Vec<OsString> {
+        if let Some(p) = std::env::var_os(DRIVER_PATH_VAR).filter(|p| !p.is_empty()) {
+            return vec![p];
+        }
+        default_candidates()
+    }
+
+    /// The name or path this library was opened from.
+    pub fn path(&self) -> &Path {
+        Path::new(&self.path)
+    }
+
+    /// `cuDriverGetVersion`: the CUDA version the driver supports (`1000 * major + 10 * minor`),
+    /// asked now (0 if the call fails).
+    pub fn version(&self) -> Result<i32, LoadError> {
+        let f = self.cuDriverGetVersion()?;
+        let mut v = 0;
+        // SAFETY: `v` is a valid out-pointer for the call's duration.
+        let rc = unsafe { f(&mut v) };
+        Ok(if rc == CUresult::CUDA_SUCCESS { v } else { 0 })
+    }
+
+    /// The driver's version as it answered when the library was opened; `None` if it did not.
+    pub fn driver_version(&self) -> Option<i32> {
+        self.driver_version
+    }
+
+    /// The newest ABI this driver's bindings resolve (`1000 * major + 10 * minor`): the driver's
+    /// version, or the configured limit ([`DriverOptions::abi_version`], `CUDA_SYS_ABI_VERSION`)
+    /// when that is lower. With neither known, the header's version.
+    pub fn abi_version(&self) -> u32 {
+        let driver = self
+            .driver_version
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(crate::HEADER_CUDA_VERSION);
+        self.abi_limit.map_or(driver, |l| l.min(driver))
+    }
+
+    /// The configured ABI limit, if any (whether or not the driver is older still).
+    pub fn abi_limit(&self) -> Option<u32> {
+        self.abi_limit
+    }
+}
+
+/// Why `path` cannot be a library, for a path (not a bare name the loader searches for) that is
+/// missing, a directory or empty.
+fn unusable_file(path: &OsStr) -> Option<String> {
+    let p = Path::new(path);
+    if p.components().count() < 2 && !p.is_absolute() {
+        return None;
+    }
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("no such file".into()),
+        Err(e) => Some(format!("cannot be read: {e}")),
+        Ok(m) if m.is_dir() => Some("a directory, not a library file".into()),
+        Ok(m) if m.len() == 0 => Some("an empty file, not a library".into()),
+        Ok(_) => None,
+    }
+}
+
+#[cfg(windows)]
+fn default_candidates() -> Vec<OsString> {
+    // Only the system folder: never the current directory, where a planted DLL could be picked up.
+    let dir = std::env::var_os("SystemRoot")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(r"C:\Windows"))
+        .join("System32");
+    vec![dir.join("nvcuda.dll").into_os_string()]
+}
+
+#[cfg(not(windows))]
+fn default_candidates() -> Vec<OsString> {
+    let _ = PathBuf::new;
+    vec!["libcuda.so.1".into(), "libcuda.so".into()]
+}
