@@ -8,7 +8,7 @@
 //!   (no `cuEventCreate`), a reused event answers as a new one, the cache is bounded, never holds
 //!   interprocess or foreign handles, and is destroyed with the context.
 //!
-//! The fault suite (`fault_injection.rs`) runs the same paths with each driver call failing.
+//! The fault suite (`fault_injection/`) runs the same paths with each driver call failing.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,0 +1,52 @@
+//! Fault cases of devices and contexts: the driver version, device queries, primary contexts,
+//! binding and synchronising a context.
+
+use cuda_stream::ffi;
+use cuda_stream::{Context, Device, current_context_raw, driver_version};
+
+use crate::harness::fixture::{Op, op};
+use crate::harness::swallowed::SWALLOW_DROP;
+
+/// Devices and contexts.
+pub(crate) fn ops() -> Vec<Op> {
+    vec![
+        op("driver_version", SWALLOW_DROP, |_| {
+            driver_version().map(drop)
+        }),
+        op("Device::count", SWALLOW_DROP, |_| Device::count().map(drop)),
+        op("Device::new", SWALLOW_DROP, |_| Device::new(1).map(drop)),
+        op("Device::name", SWALLOW_DROP, |fx| {
+            fx.ctx.device().name().map(drop)
+        }),
+        op("Device::attribute", SWALLOW_DROP, |fx| {
+            let a = ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+            fx.ctx1.device().attribute(a).map(drop)
+        }),
+        op("Device::primary_context", SWALLOW_DROP, |_| {
+            Device::new(1)?.primary_context().map(drop)
+        }),
+        op("Context::primary", SWALLOW_DROP, |_| {
+            Context::primary(1).map(drop)
+        }),
+        op("Context::retain_if_primary", SWALLOW_DROP, |fx| {
+            let c = Context::retain_if_primary(fx.ctx.raw())?;
+            assert_eq!(c.as_ref(), Some(&fx.ctx));
+            Ok(())
+        }),
+        op("current_context_raw", SWALLOW_DROP, |_| {
+            assert!(current_context_raw()?.is_null());
+            Ok(())
+        }),
+        op("Context::priority_range (not cached)", SWALLOW_DROP, |_| {
+            Context::primary(0)?.priority_range().map(drop)
+        }),
+        op("Context::synchronize", SWALLOW_DROP, |fx| {
+            fx.ctx.synchronize()
+        }),
+        op("Context::bind", SWALLOW_DROP, |fx| {
+            let _bound = fx.ctx.bind()?;
+            assert_eq!(current_context_raw()?, fx.ctx.raw());
+            Ok(())
+        }),
+    ]
+}

@@ -1,0 +1,71 @@
+//! `cuda-stream`'s modules, launches and device memory against the mock driver: what each
+//! operation asks the driver for (arguments as bytes, dimensions), what it refuses before calling
+//! it, the bytes that memsets and copies leave in (host-backed) device memory, and that freeing
+//! and unloading wait for the work still using them.
+//!
+//! One topic a file: [`modules`], [`launches`], [`buffers`], [`frees`] and [`captures`]; the
+//! PTX they share, the mock lock and the helpers are here.
+
+mod buffers;
+mod captures;
+mod frees;
+mod launches;
+mod modules;
+
+use std::sync::{Mutex, MutexGuard};
+
+use cuda_mock_driver::MockDriver;
+use cuda_stream::ffi::CUresult;
+
+const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
+
+/// Three kernels: parameters of several sizes, none, and a `.maxntid` limit.
+const PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry saxpy(
+    .param .u32 saxpy_n,
+    .param .f32 saxpy_a,
+    .param .u64 saxpy_x,
+    .param .u64 saxpy_y
+)
+{
+    ret;
+}
+
+.visible .entry nothing()
+{
+    ret;
+}
+
+.visible .entry small(.param .align 8 .b8 small_p[16])
+.maxntid 128, 1, 1
+{
+    ret;
+}
+"#;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
+fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let m = MockDriver::global();
+    m.reset();
+    (guard, m)
+}
+
+/// Runs `f` on a fresh thread (no context current there) and joins it; a panic continues here.
+fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| s.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn assert_clean(m: &MockDriver) {
+    assert_eq!(
+        (m.bad_destroys(), m.bad_uses(), m.orphans()),
+        (0, 0, 0),
+        "bad destroys, bad uses, orphans"
+    );
+}
