@@ -46,10 +46,11 @@ pub(crate) const SWALLOW_CLOSE_EVENT: &[&str] = &[
     "cuDevicePrimaryCtxRelease",
 ];
 /// `Stream::make_current` is infallible: `CurrentStreamGuard::install` retains the stream's
-/// context if it is an active primary one (`Context::retain_if_primary`: bind, `cuCtxGetDevice`,
-/// `cuDevicePrimaryCtxGetState`, `cuDevicePrimaryCtxRetain`) so the guard can keep it alive, and
-/// goes without when that fails (the view's lifetime already bounds the guard). Plus the `Drop`
-/// cleanup.
+/// context if it is an active primary one (`Context::retain_if_primary`: a context this crate
+/// holds costs no call, another is compared with each device's active primary context through
+/// `cuDeviceGetCount`, `cuDeviceGet`, `cuDevicePrimaryCtxGetState`, `cuDevicePrimaryCtxRetain`)
+/// so the guard can keep it alive, and goes without when that fails (the view's lifetime already
+/// bounds the guard). Plus the `Drop` cleanup.
 pub(crate) const SWALLOW_MAKE_CURRENT: &[&str] = &[
     "cuCtxPopCurrent",
     "cuStreamDestroy",
@@ -57,7 +58,8 @@ pub(crate) const SWALLOW_MAKE_CURRENT: &[&str] = &[
     "cuDevicePrimaryCtxRelease",
     "cuCtxGetCurrent",
     "cuCtxPushCurrent",
-    "cuCtxGetDevice",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
     "cuDevicePrimaryCtxGetState",
     "cuDevicePrimaryCtxRetain",
 ];
