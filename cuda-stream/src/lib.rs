@@ -203,9 +203,11 @@ pub use driver::event::{Event, EventOptions, IpcEventHandle};
 pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
 pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
 pub use graph::replay::{Graph, GraphExec, InstantiateOptions};
-pub use kernel::launch::{Dim3, KernelArg, LaunchConfig};
+pub use kernel::launch::{AsKernelArg, Dim3, KernelArg, LaunchConfig};
 pub use kernel::module::{Function, JitOptions, Module};
-pub use memory::buffer::DeviceBuffer;
+pub use memory::buffer::{BufferUse, DeviceBuffer, pending_frees};
+pub use memory::pinned::PinnedHostBuffer;
+pub use memory::pool::{MemPool, PoolUsage};
 pub use memory::raw::{
     memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async, memset_d16_async,
     memset_d32_async,

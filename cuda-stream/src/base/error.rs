@@ -107,6 +107,12 @@ pub enum Error {
         /// The destroy that was deferred, such as `cuStreamDestroy`.
         call: &'static str,
     },
+    /// A `try_` operation that would have to wait for work in flight.
+    #[error("{what} has not completed")]
+    Busy {
+        /// What is still running.
+        what: &'static str,
+    },
     /// A stream pool at its size limit has no free stream.
     #[error("the stream pool is exhausted ({limit} streams leased)")]
     PoolExhausted {

@@ -1,5 +1,7 @@
 //! Contexts: a retained primary context ([`Context`]), making a context current for one call
-//! (`bind`), the context's stream-priority range, and its spare events.
+//! (`bind`), the context's stream-priority range, its spare events, and its service stream (where
+//! the memory layer enqueues what belongs to no stream of the user's: stream-less allocations,
+//! frees whose uses were all on streams that may be gone).
 
 use std::fmt;
 use std::ptr;
@@ -41,6 +43,7 @@ impl Device {
             device: self,
             range: OnceLock::new(),
             spare: SpareEvents::new(),
+            service: Mutex::new(0),
         });
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|(_, w)| w.strong_count() > 0);
@@ -79,6 +82,9 @@ struct ContextInner {
     range: OnceLock<PriorityRange>,
     /// Handles of dropped events, reused by `Event::new` and `record_event`.
     spare: SpareEvents,
+    /// The service stream (0 until first asked for): non-blocking, created on first use and
+    /// destroyed with the context.
+    service: Mutex<usize>,
 }
 
 // SAFETY: a CUcontext is a driver object usable from any thread; the retain is released once.
@@ -97,12 +103,21 @@ fn release_primary(device: usize) -> Result<()> {
     )
 }
 
+/// Destroys a context's service stream: `cuStreamDestroy` returns at once and the driver
+/// releases the stream once its work (frees enqueued on it) has completed.
+fn destroy_service_stream(raw: usize) -> Result<()> {
+    let f = driver_fn!(cuStreamDestroy);
+    // SAFETY: the context owned the stream and is going; nothing uses the handle again.
+    check(unsafe { f(raw as ffi::CUstream) }, "cuStreamDestroy")
+}
+
 impl Drop for ContextInner {
     /// Destroys the spare events, then releases the retain. Inside a host function both are
     /// queued, in that order. On an ordinary thread the queue is drained first: streams and
     /// events of this context that host functions dropped are destroyed before the context goes.
     fn drop(&mut self) {
         let spare = self.spare.take_all();
+        let service = std::mem::take(self.service.get_mut().unwrap_or_else(|e| e.into_inner()));
         let device = self.device.raw() as usize;
         LIVE.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -111,12 +126,20 @@ impl Drop for ContextInner {
             let events = spare
                 .into_iter()
                 .map(|e| Deferred::new(e, recycled_events::destroy));
-            deferred_destroy::defer(events.chain([Deferred::new(device, release_primary)]));
+            let stream = (service != 0).then(|| Deferred::new(service, destroy_service_stream));
+            deferred_destroy::defer(
+                events
+                    .chain(stream)
+                    .chain([Deferred::new(device, release_primary)]),
+            );
             return;
         }
         deferred_destroy::drain_if_pending();
         for e in spare {
             let _ = recycled_events::destroy(e);
+        }
+        if service != 0 {
+            let _ = destroy_service_stream(service);
         }
         let _ = release_primary(device);
     }
@@ -251,6 +274,33 @@ impl Context {
             }
         }
         first.map(|()| destroyed)
+    }
+
+    /// The context's service stream: a non-blocking stream that this crate owns and destroys
+    /// with the context (after its work), created on the first call (`cuStreamCreate`, with the
+    /// context made current). The memory layer allocates on it when no stream is given and frees
+    /// on it when every stream that used the memory may be gone.
+    pub(crate) fn service_stream(&self) -> Result<ffi::CUstream> {
+        let mut slot = self.0.service.lock().unwrap_or_else(|e| e.into_inner());
+        if *slot == 0 {
+            let _bound = bind(self.0.raw)?;
+            let f = driver_fn!(cuStreamCreate);
+            let mut raw = ptr::null_mut();
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            let rc = unsafe { f(&mut raw, ffi::CUstream_flags::CU_STREAM_NON_BLOCKING.0) };
+            check(rc, "cuStreamCreate")?;
+            if raw.is_null() {
+                return Err(Error::NullHandle { what: "stream" });
+            }
+            *slot = raw as usize;
+        }
+        Ok(*slot as ffi::CUstream)
+    }
+
+    /// The service stream if it was created (no driver call).
+    pub(crate) fn service_stream_if_created(&self) -> Option<ffi::CUstream> {
+        let slot = *self.0.service.lock().unwrap_or_else(|e| e.into_inner());
+        (slot != 0).then_some(slot as ffi::CUstream)
     }
 
     /// A spare event of kind `kind` of this context, if one is kept.

@@ -4,12 +4,16 @@
 
 use std::ffi::c_void;
 use std::fmt;
-use std::marker::PhantomData;
 use std::ptr;
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::base::plain_data::DeviceCopy;
+use crate::driver::capture_query::is_capturing;
 use crate::kernel::module::Function;
+use crate::memory::buffer::BufferUse;
+use crate::memory::buffer_ops::capture_graph;
+use crate::memory::use_tracking::Uses;
+use crate::ffi;
 use crate::stream::view::{Enqueue, bind_if_special};
 
 /// Three dimensions of a grid or a block; `From` a `u32` (`x`), a pair or a triple.
@@ -120,31 +124,46 @@ impl LaunchConfig {
 }
 
 /// One kernel argument: a pointer to a value that the driver copies when the kernel is
-/// launched, borrowed for `'a` so the value outlives the launch call. Build them with
-/// [`kernel_args!`](crate::kernel_args) or [`KernelArg::new`]; a slice of them is the
-/// `kernelParams` array of `cuLaunchKernel`.
+/// launched, borrowed for `'a` so the value outlives the launch call, and, for a buffer passed
+/// as [`DeviceBuffer::read`](crate::DeviceBuffer::read) or
+/// [`write`](crate::DeviceBuffer::write), the use the launch records. Build them with
+/// [`kernel_args!`](crate::kernel_args) or [`KernelArg::new`].
 #[derive(Clone, Copy)]
-#[repr(transparent)]
 pub struct KernelArg<'a> {
     ptr: *mut c_void,
-    _value: PhantomData<&'a ()>,
+    buffer: Option<BufferUse<'a>>,
 }
 
 impl fmt::Debug for KernelArg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("KernelArg").field(&self.ptr).finish()
+        let mut t = f.debug_tuple("KernelArg");
+        t.field(&self.ptr);
+        if let Some(b) = &self.buffer {
+            t.field(b);
+        }
+        t.finish()
     }
 }
 
 impl<'a> KernelArg<'a> {
     /// An argument whose value is `*value`: for a kernel parameter of `T`'s size and layout (a
     /// `u32` for `.param .u32`, a `CUdeviceptr` or `u64` for a pointer, a `#[repr(C)]` struct for
-    /// a struct). Passing a buffer instead of its [`device_ptr`](crate::DeviceBuffer::device_ptr)
-    /// does not compile: buffers are not [`DeviceCopy`].
+    /// a struct). Passing a buffer itself does not compile (buffers are not [`DeviceCopy`]):
+    /// pass [`buf.read()`](crate::DeviceBuffer::read) or
+    /// [`buf.write()`](crate::DeviceBuffer::write).
     pub fn new<T: DeviceCopy>(value: &'a T) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr::from_ref(value).cast_mut().cast(),
-            _value: PhantomData,
+            buffer: None,
+        }
+    }
+
+    /// A buffer argument: the kernel receives its device address, and the launch orders and
+    /// records the use (see [`Function::launch`]).
+    pub fn buffer(buffer: &'a BufferUse<'a>) -> KernelArg<'a> {
+        KernelArg {
+            ptr: ptr::from_ref(buffer.ptr_ref()).cast_mut().cast(),
+            buffer: Some(*buffer),
         }
     }
 
@@ -153,7 +172,7 @@ impl<'a> KernelArg<'a> {
     pub fn from_ptr(ptr: *const c_void) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr.cast_mut(),
-            _value: PhantomData,
+            buffer: None,
         }
     }
 
@@ -163,8 +182,30 @@ impl<'a> KernelArg<'a> {
     }
 }
 
+/// What [`kernel_args!`](crate::kernel_args) accepts: a [`DeviceCopy`] value, or a buffer's
+/// [`BufferUse`] (`buf.read()`, `buf.write()`).
+pub trait AsKernelArg {
+    /// The argument, borrowing `self`.
+    fn as_kernel_arg(&self) -> KernelArg<'_>;
+}
+
+impl<T: DeviceCopy> AsKernelArg for T {
+    #[inline(always)]
+    fn as_kernel_arg(&self) -> KernelArg<'_> {
+        KernelArg::new(self)
+    }
+}
+
+impl AsKernelArg for BufferUse<'_> {
+    #[inline(always)]
+    fn as_kernel_arg(&self) -> KernelArg<'_> {
+        KernelArg::buffer(self)
+    }
+}
+
 /// An array of [`KernelArg`]s, one per expression, each borrowing its value (temporaries live to
-/// the end of the statement, so pass the array straight to [`Function::launch`]).
+/// the end of the statement, so pass the array straight to [`Function::launch`]). A buffer is
+/// passed as `buf.read()` or `buf.write()`, which the launch orders and records.
 ///
 /// ```
 /// use cuda_stream::{KernelArg, kernel_args};
@@ -177,9 +218,12 @@ impl<'a> KernelArg<'a> {
 #[macro_export]
 macro_rules! kernel_args {
     ($($arg:expr),* $(,)?) => {
-        [$($crate::KernelArg::new(&$arg)),*]
+        [$($crate::AsKernelArg::as_kernel_arg(&$arg)),*]
     };
 }
+
+/// The most parameters a launch passes from the stack; more go through a `Vec`.
+const STACK_PARAMS: usize = 24;
 
 impl Function<'_> {
     /// Enqueues this kernel on `stream` (`cuLaunchKernel`): `config.grid` blocks of
@@ -187,28 +231,35 @@ impl Function<'_> {
     /// far. Returns at once. Works on every stream, owned, pooled, borrowed or default (whose
     /// context is made current for the call), and inside a graph capture.
     ///
-    /// Refused before the driver is called: a stream of another context than the module's
-    /// ([`Error::ContextMismatch`]), an empty grid or block, or a block of more threads than
-    /// [`max_threads_per_block`](Function::max_threads_per_block) ([`Error::InvalidLaunch`]).
-    /// A kernel that faults while it runs (an illegal address, a trap) is reported by a later
-    /// synchronisation, as a driver error that leaves the context unusable, as in every CUDA API.
+    /// A buffer passed as [`buf.read()`](crate::DeviceBuffer::read) or
+    /// [`buf.write()`](crate::DeviceBuffer::write) is ordered for you: the stream first waits
+    /// for the buffer's earlier uses on other streams that this one conflicts with, the launch
+    /// is recorded as a use (so later uses elsewhere wait for it, and the buffer's free waits
+    /// for it), and inside a capture the graph keeps the buffer allocated for its replays.
+    ///
+    /// Refused before the driver is called: a stream or a buffer of another context than the
+    /// module's ([`Error::ContextMismatch`]), an empty grid or block, or a block of more threads
+    /// than [`max_threads_per_block`](Function::max_threads_per_block)
+    /// ([`Error::InvalidLaunch`]). A kernel that faults while it runs (an illegal address, a
+    /// trap) is reported by a later synchronisation, as a driver error that leaves the context
+    /// unusable, as in every CUDA API.
     ///
     /// ```no_run
     /// # fn demo(module: &cuda_stream::Module, stream: &cuda_stream::OwnedStream,
-    /// #         x: &cuda_stream::DeviceBuffer<f32>, y: &cuda_stream::DeviceBuffer<f32>)
+    /// #         x: &cuda_stream::DeviceBuffer<f32>, y: &mut cuda_stream::DeviceBuffer<f32>)
     /// #         -> cuda_stream::Result<()> {
     /// use cuda_stream::{LaunchConfig, kernel_args};
     ///
     /// // extern "C" __global__ void saxpy(unsigned n, float a, const float *x, float *y)
     /// let saxpy = module.function("saxpy")?;
     /// let n = x.len() as u32;
-    /// // SAFETY: the parameters are (u32, f32, pointer, pointer); `x` and `y` hold `n` floats
-    /// // and outlive the work; nothing else writes `y` meanwhile.
+    /// // SAFETY: the parameters are (u32, f32, pointer, pointer); `x` and `y` hold `n` floats,
+    /// // and the kernel reads `x[..n]` and writes `y[..n]` only.
     /// unsafe {
     ///     saxpy.launch(
     ///         stream,
     ///         LaunchConfig::for_elements(n, 256),
-    ///         &kernel_args![n, 2.0f32, x.device_ptr(), y.device_ptr()],
+    ///         &kernel_args![n, 2.0f32, x.read(), y.write()],
     ///     )
     /// }?;
     /// # Ok(()) }
@@ -220,20 +271,19 @@ impl Function<'_> {
     /// does with them. The caller promises that:
     ///
     /// - `args` has exactly one entry per kernel parameter, in order, each pointing to a value of
-    ///   exactly the parameter's size and layout (a `u32` for `.param .u32`, a 64-bit device
-    ///   address for a pointer, a `#[repr(C)]` struct of the same layout for a struct);
-    /// - every memory the kernel reads or writes through its arguments (device pointers, mapped
-    ///   host memory, pointers inside structs) is valid for those accesses for as long as the
-    ///   kernel runs: until the stream's work up to this launch has completed, and, when the
-    ///   launch is recorded into a graph capture, for every launch of every graph and executable
-    ///   graph made from it (a [`DeviceBuffer`](crate::DeviceBuffer)'s free waits for its
-    ///   context's work, which covers the first part; for the second, tie each buffer to the
-    ///   capture with [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in) on the
-    ///   launch's stream, and other memory's owner with
-    ///   [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive));
-    /// - the kernel's accesses do not race with other work or with the host: memory it writes is
-    ///   not read or written meanwhile by other streams unless ordered by events, and host memory
-    ///   it writes is not accessed by Rust code until the launch has completed;
+    ///   exactly the parameter's size and layout (a `u32` for `.param .u32`, a buffer or a 64-bit
+    ///   device address for a pointer, a `#[repr(C)]` struct of the same layout for a struct);
+    /// - the kernel accesses a buffer passed as `read()` / `write()` only within its length, and
+    ///   writes only those passed as `write()`;
+    /// - any other memory the kernel reads or writes (a raw
+    ///   [`device_ptr`](crate::DeviceBuffer::device_ptr), mapped host memory, pointers inside
+    ///   structs) is valid for those accesses for as long as the kernel runs: until the
+    ///   stream's work up to this launch has completed, and, when the launch is recorded into a
+    ///   graph capture, for every launch of every graph and executable graph made from it (tie
+    ///   a buffer to the capture with
+    ///   [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in), other memory's
+    ///   owner with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive)), and such
+    ///   accesses do not race with other work or with the host;
     /// - the module stays loaded while a graph that contains the launch can still run (dropping a
     ///   [`Module`](crate::Module) waits for its context's stream work, not for graphs: give the
     ///   capture an `Arc<Module>` with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive),
@@ -253,21 +303,73 @@ impl Function<'_> {
             });
         }
         config.check(self.max_threads_per_block())?;
-        let f = driver_fn!(cuLaunchKernel);
         let _bound = bind_if_special(raw, ctx)?;
+        let mut stack = [ptr::null_mut::<c_void>(); STACK_PARAMS];
+        let mut heap = Vec::new();
+        let params: &mut [*mut c_void] = if args.len() <= STACK_PARAMS {
+            &mut stack[..args.len()]
+        } else {
+            heap.resize(args.len(), ptr::null_mut());
+            &mut heap
+        };
+        let mut tracked = false;
+        for (p, a) in params.iter_mut().zip(args) {
+            *p = a.ptr;
+            if let Some(b) = &a.buffer {
+                if b.context_raw() != ctx {
+                    return Err(Error::ContextMismatch {
+                        what: "a buffer argument",
+                    });
+                }
+                tracked = true;
+            }
+        }
+        // SAFETY: the caller's contract (see `launch_params`).
+        let params: &[*mut c_void] = params;
+        let launch = move || unsafe { self.launch_params(raw, config, params) };
+        if !tracked {
+            return launch();
+        }
+        if is_capturing(raw)? {
+            let graph = capture_graph(raw)?;
+            for b in args.iter().filter_map(|a| a.buffer.as_ref()) {
+                b.tie_to_capture(raw, graph)?;
+            }
+            return launch();
+        }
+        let mut list: Vec<_> = args
+            .iter()
+            .filter_map(|a| a.buffer.as_ref().map(BufferUse::uses))
+            .collect();
+        Uses::around_all(&mut list, raw, launch)
+    }
+
+    /// `cuLaunchKernel` with `params` (one pointer per parameter) on `raw`, a stream of the
+    /// module's context, after the configuration was checked.
+    ///
+    /// # Safety
+    ///
+    /// [`launch`](Function::launch)'s contract.
+    unsafe fn launch_params(
+        &self,
+        raw: ffi::CUstream,
+        config: LaunchConfig,
+        params: &[*mut c_void],
+    ) -> Result<()> {
+        let f = driver_fn!(cuLaunchKernel);
         let LaunchConfig {
             grid,
             block,
             shared_memory_bytes,
         } = config;
-        let params = if args.is_empty() {
+        let params = if params.is_empty() {
             ptr::null_mut()
         } else {
-            // The driver only reads the array; `KernelArg` is a transparent `*mut c_void`.
-            args.as_ptr().cast::<*mut c_void>().cast_mut()
+            // The driver only reads the array.
+            params.as_ptr().cast_mut()
         };
-        // SAFETY: the function belongs to the stream's context (checked above) and its module
-        // is loaded; the caller promises that `args` matches the kernel's parameters, each
+        // SAFETY: the function belongs to the stream's context (checked by the caller) and its
+        // module is loaded; the caller promises that the parameters match the kernel's, each
         // pointing to a live value (borrowed for the call: the driver copies them at launch),
         // and that the kernel's memory accesses are valid; `extra` is null.
         let rc = unsafe {

@@ -6,4 +6,14 @@ pub(crate) mod raw;
 
 pub(crate) mod fill_pattern;
 
+pub(crate) mod use_tracking;
+
+pub(crate) mod pool;
+
+pub(crate) mod allocation;
+
 pub(crate) mod buffer;
+
+pub(crate) mod buffer_ops;
+
+pub(crate) mod pinned;

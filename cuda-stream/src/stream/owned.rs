@@ -11,6 +11,7 @@ use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind, priority_range_current};
 use crate::driver::deferred_destroy::Deferred;
 use crate::ffi;
+use crate::stream::known_streams;
 use crate::stream::view::{AsStream, KnownContext, Stream, forward_stream_ops, is_special};
 
 /// How to create a stream.
@@ -181,6 +182,8 @@ impl OwnedStream {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context clone is dropped here.
         let _ctx = unsafe { ptr::read(&this.ctx) };
+        // From here on the stream may end without notice.
+        known_streams::ending(this.raw);
         this.raw
     }
 
@@ -239,6 +242,7 @@ pub(crate) fn create_raw(
     if raw.is_null() {
         return Err(Error::NullHandle { what: "stream" });
     }
+    known_streams::created(raw);
     Ok(raw)
 }
 
@@ -262,6 +266,8 @@ pub(crate) fn destroy_or_defer(raw: ffi::CUstream) -> Result<()> {
 }
 
 fn destroy_now(raw: ffi::CUstream) -> Result<()> {
+    // Values that used the stream without an event record one while the handle is valid.
+    known_streams::ending(raw);
     let f = driver_fn!(cuStreamDestroy);
     // SAFETY: the caller owns `raw` and never uses it again.
     check(unsafe { f(raw) }, "cuStreamDestroy")?;

@@ -1,0 +1,356 @@
+//! One device allocation and its free, which never waits for the device:
+//!
+//! - **stream-ordered** (a device with memory pools, CUDA 11.2+): allocated from a pool on a
+//!   stream (`cuMemAllocFromPoolAsync`) and freed on a stream after every recorded use
+//!   (`cuMemFreeAsync`): on the stream of the last use where that needs no event, else on the
+//!   context's service stream behind waits for each use. The host never waits.
+//! - **plain** (no pools): `cuMemAlloc`, and a free deferred until events recorded after every
+//!   use have completed: polled (`cuEventQuery`) at later allocations and frees, then
+//!   `cuMemFree`. Never a context-wide synchronisation, except for a use whose stream ended
+//!   inside a host function, which nothing else marks.
+//!
+//! Inside a host function (or a user object's destructor) no CUDA call is made: the free is
+//! queued for an ordinary thread, as streams and events are.
+
+use std::sync::Mutex;
+
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::driver::context::{Context, bind};
+use crate::driver::deferred_destroy::{self, Deferred, in_host_fn};
+use crate::driver::recycled_events;
+use crate::ffi;
+use crate::memory::pool::{MemPool, default_pool_raw, pools_supported};
+use crate::memory::use_tracking::{Access, Uses};
+use crate::stream::view::bind_if_special;
+
+/// Where the memory came from, and so how it is freed.
+pub(crate) enum Origin {
+    /// A pool: `None` for the device's default pool (not held open), or the caller's pool.
+    Pool(Option<MemPool>),
+    /// `cuMemAlloc`.
+    Plain,
+    /// Handed over by the caller (`from_raw`): `cuMemAlloc` memory, freed like plain memory.
+    Adopted,
+}
+
+/// One allocation (0 for none: a zero-byte buffer) of a context, with the uses recorded on it;
+/// shared by its buffer and the graphs that work on it was captured into. The last owner frees
+/// it.
+pub(crate) struct Allocation {
+    pub(crate) ptr: ffi::CUdeviceptr,
+    pub(crate) ctx: Context,
+    pub(crate) uses: Uses,
+    pub(crate) origin: Origin,
+}
+
+impl Allocation {
+    /// `bytes` (> 0) bytes in `ctx` for work on `stream` (of `ctx`, not capturing): from `pool`
+    /// (or the device's default pool) on `stream` where the device has pools, recorded as a
+    /// write on `stream` so that use on any other stream waits for the allocation; else
+    /// `cuMemAlloc` (with no use recorded: the memory is ready when the call returns).
+    pub(crate) fn new(
+        ctx: &Context,
+        stream: ffi::CUstream,
+        bytes: usize,
+        pool: Option<&MemPool>,
+    ) -> Result<Allocation> {
+        // Frees that host functions queued, and plain frees whose uses are done, are made
+        // before more memory is taken.
+        deferred_destroy::drain_if_pending();
+        poll_pending_frees();
+        if let Some(p) = pool {
+            if p.context().raw() != ctx.raw() {
+                return Err(Error::ContextMismatch { what: "the pool" });
+            }
+        } else if !pools_supported(ctx) {
+            return Allocation::plain(ctx, bytes);
+        }
+        let raw_pool = match pool {
+            Some(p) => p.raw(),
+            None => default_pool_raw(ctx.device())?,
+        };
+        let uses = Uses::new(ctx);
+        let mut ptr = 0;
+        uses.around(stream, Access::Write, || {
+            let f = driver_fn!(cuMemAllocFromPoolAsync);
+            let _bound = bind_if_special(stream, ctx.raw())?;
+            // SAFETY: `ptr` is a valid out-pointer; the pool is live and of the stream's device;
+            // the stream is live (the caller's borrow) and of `ctx`.
+            let rc = unsafe { f(&mut ptr, bytes, raw_pool, stream) };
+            check(rc, "cuMemAllocFromPoolAsync")
+        })?;
+        Ok(Allocation {
+            ptr,
+            ctx: ctx.clone(),
+            uses,
+            origin: Origin::Pool(pool.cloned()),
+        })
+    }
+
+    /// `bytes` (> 0) bytes in `ctx` with no stream: on the context's service stream where the
+    /// device has pools (the first use on another stream waits for it), else `cuMemAlloc`.
+    pub(crate) fn new_unordered(ctx: &Context, bytes: usize) -> Result<Allocation> {
+        if pools_supported(ctx) {
+            let service = ctx.service_stream()?;
+            Allocation::new(ctx, service, bytes, None)
+        } else {
+            deferred_destroy::drain_if_pending();
+            poll_pending_frees();
+            Allocation::plain(ctx, bytes)
+        }
+    }
+
+    fn plain(ctx: &Context, bytes: usize) -> Result<Allocation> {
+        let f = driver_fn!(cuMemAlloc);
+        let _bound = bind(ctx.raw())?;
+        let mut ptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer; the context is current.
+        check(unsafe { f(&mut ptr, bytes) }, "cuMemAlloc")?;
+        Ok(Allocation {
+            ptr,
+            ctx: ctx.clone(),
+            uses: Uses::new(ctx),
+            origin: Origin::Plain,
+        })
+    }
+
+    /// Memory the caller hands over (`cuMemAlloc` memory of `ctx`, or 0), freed like plain
+    /// memory.
+    pub(crate) fn adopt(ctx: &Context, ptr: ffi::CUdeviceptr) -> Allocation {
+        Allocation {
+            ptr,
+            ctx: ctx.clone(),
+            uses: Uses::new(ctx),
+            origin: Origin::Adopted,
+        }
+    }
+
+    /// The pool the memory came from, if any (the default pool opened on demand).
+    pub(crate) fn pool(&self) -> Result<Option<MemPool>> {
+        match &self.origin {
+            Origin::Pool(Some(p)) => Ok(Some(p.clone())),
+            Origin::Pool(None) => MemPool::default_for(&self.ctx).map(Some),
+            Origin::Plain | Origin::Adopted => Ok(None),
+        }
+    }
+
+    /// Hands the memory over without freeing it, once every recorded use has completed (the
+    /// caller may free it with `cuMemFree`/`cuMemFreeAsync` at once): waits for them on the
+    /// host. Pool memory is handed over as it is (free it with `cuMemFreeAsync`).
+    pub(crate) fn into_raw(mut self) -> Result<ffi::CUdeviceptr, (Allocation, Error)> {
+        match self.wait_uses_on_host() {
+            Ok(()) => Ok(std::mem::replace(&mut self.ptr, 0)),
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// Waits on the host for every recorded use (`cuEventSynchronize` on an event recorded
+    /// after each); the tracker keeps no use afterwards.
+    fn wait_uses_on_host(&self) -> Result<()> {
+        let events = self.uses.take_events()?;
+        let r = synchronize_events(&events);
+        self.uses.release_events(events);
+        r
+    }
+
+    /// The driver call that frees this memory.
+    pub(crate) fn free_call(&self) -> &'static str {
+        match self.origin {
+            Origin::Pool(_) => "cuMemFreeAsync",
+            Origin::Plain | Origin::Adopted => "cuMemFree",
+        }
+    }
+
+    /// Frees the memory now (in stream order, or deferred), returning the driver's answer.
+    pub(crate) fn free(mut self) -> Result<()> {
+        let ptr = std::mem::replace(&mut self.ptr, 0);
+        self.free_ptr(ptr)
+    }
+
+    fn free_ptr(&self, ptr: ffi::CUdeviceptr) -> Result<()> {
+        if ptr == 0 {
+            return Ok(());
+        }
+        match self.origin {
+            Origin::Pool(_) => self.uses.free_after_uses(
+                || self.ctx.service_stream(),
+                |stream| {
+                    let f = driver_fn!(cuMemFreeAsync);
+                    let _bound = bind_if_special(stream, self.ctx.raw())?;
+                    // SAFETY: the allocation is ours and freed once; `stream` waits for every
+                    // use recorded on it, and no use can be enqueued after this.
+                    check(unsafe { f(ptr, stream) }, "cuMemFreeAsync")
+                },
+            ),
+            Origin::Plain | Origin::Adopted => {
+                let events = match self.uses.take_events() {
+                    Ok(events) => events,
+                    // No event marks a use (one could not be recorded, or its stream ended
+                    // inside a host function): only the context's completion covers it. The
+                    // memory is freed after it, and the error that forced the wait reported.
+                    Err(e) => return free_plain_after_context(&self.ctx, ptr).and(Err(e)),
+                };
+                free_when_done(&self.ctx, ptr as usize, events, |ctx, ptr| {
+                    free_plain_now(ctx, ptr as ffi::CUdeviceptr)
+                })
+            }
+        }
+    }
+}
+
+fn synchronize_events(events: &[ffi::CUevent]) -> Result<()> {
+    let f = driver_fn!(cuEventSynchronize);
+    for &ev in events {
+        // SAFETY: the event is live (the tracker's) and of the memory's context.
+        check(unsafe { f(ev) }, "cuEventSynchronize")?;
+    }
+    Ok(())
+}
+
+impl Drop for Allocation {
+    /// Frees the memory in stream order after its uses (see the module docs); inside a host
+    /// function or a user object's destructor (the last graph holding it going away), later, on
+    /// an ordinary thread. An error leaves the memory allocated: something might still use it.
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        if in_host_fn() {
+            let moved = Allocation {
+                ptr: std::mem::replace(&mut self.ptr, 0),
+                ctx: self.ctx.clone(),
+                uses: self.uses.clone(),
+                origin: std::mem::replace(&mut self.origin, Origin::Plain),
+            };
+            let queued = Box::into_raw(Box::new(moved)) as usize;
+            deferred_destroy::defer([Deferred::new(queued, free_queued)]);
+            return;
+        }
+        let ptr = std::mem::replace(&mut self.ptr, 0);
+        let _ = self.free_ptr(ptr);
+    }
+}
+
+/// The queued form of a free made inside a host function: `queued` is a `Box<Allocation>`.
+fn free_queued(queued: usize) -> Result<()> {
+    // SAFETY: `queued` came from `Box::into_raw` in `Allocation::drop`, and the queue hands each
+    // item to its function exactly once.
+    let alloc = unsafe { Box::from_raw(queued as *mut Allocation) };
+    alloc.free()
+}
+
+/// A free waiting for the events recorded after the memory's uses.
+struct PendingFree {
+    handle: usize,
+    ctx: Context,
+    events: Vec<ffi::CUevent>,
+    free: fn(&Context, usize) -> Result<()>,
+}
+
+// SAFETY: addresses and event handles are driver values usable from any thread.
+unsafe impl Send for PendingFree {}
+
+/// Frees whose uses may still run.
+static PENDING: Mutex<Vec<PendingFree>> = Mutex::new(Vec::new());
+
+/// Calls `free(ctx, handle)` once every event of `events` (of `ctx`, handed over) has
+/// completed: now if they have (returning its answer), else at a later allocation or free
+/// ([`poll_pending_frees`]; `Ok` now). Inside a host function always later.
+pub(crate) fn free_when_done(
+    ctx: &Context,
+    handle: usize,
+    events: Vec<ffi::CUevent>,
+    free: fn(&Context, usize) -> Result<()>,
+) -> Result<()> {
+    let queue = |events| {
+        PENDING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(PendingFree {
+                handle,
+                ctx: ctx.clone(),
+                events,
+                free,
+            });
+    };
+    if in_host_fn() || !events.iter().all(|&ev| event_done(ev)) {
+        queue(events);
+        return Ok(());
+    }
+    for ev in events {
+        give_back(ctx, ev);
+    }
+    poll_pending_frees();
+    free(ctx, handle)
+}
+
+fn give_back(ctx: &Context, ev: ffi::CUevent) {
+    if !ctx.put_spare_event(0, ev) {
+        let _ = recycled_events::destroy_or_defer(ev);
+    }
+}
+
+/// Makes the frees whose uses have all completed (`cuEventQuery`), and gives their events back
+/// to their context. One uncontended lock when none is pending. Not inside a
+/// host function.
+pub(crate) fn poll_pending_frees() {
+    if in_host_fn() {
+        return;
+    }
+    let ready: Vec<PendingFree> = {
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.is_empty() {
+            return;
+        }
+        let mut ready = Vec::new();
+        let mut i = 0;
+        while i < pending.len() {
+            if pending[i].events.iter().all(|&ev| event_done(ev)) {
+                ready.push(pending.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        ready
+    };
+    for p in ready {
+        for ev in p.events {
+            give_back(&p.ctx, ev);
+        }
+        let _ = (p.free)(&p.ctx, p.handle);
+    }
+}
+
+/// How many plain frees wait for their uses (for tests and diagnostics).
+pub(crate) fn pending_frees() -> usize {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Whether `ev` has completed (`cuEventQuery`); an error counts as complete: the context is
+/// broken and nothing of it runs any more.
+fn event_done(ev: ffi::CUevent) -> bool {
+    let Ok(f) = ffi::fns::cuEventQuery() else {
+        return false;
+    };
+    // SAFETY: the event is live (owned by the pending free).
+    let rc = unsafe { f(ev) };
+    rc != ffi::CUresult::CUDA_ERROR_NOT_READY
+}
+
+fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
+    let _bound = bind(ctx.raw())?;
+    let f = driver_fn!(cuMemFree);
+    // SAFETY: the allocation is ours and freed once; every recorded use has completed.
+    check(unsafe { f(ptr) }, "cuMemFree")
+}
+
+/// The rare case of a use nothing marks: waits for the context's work, then frees. If the wait
+/// fails the memory is left allocated.
+#[cold]
+fn free_plain_after_context(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
+    let _bound = bind(ctx.raw())?;
+    let f = driver_fn!(cuCtxSynchronize);
+    // SAFETY: no arguments; the context is current.
+    check(unsafe { f() }, "cuCtxSynchronize")?;
+    free_plain_now(ctx, ptr)
+}

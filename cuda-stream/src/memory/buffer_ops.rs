@@ -1,0 +1,358 @@
+//! The operations of a [`DeviceBuffer`]: fill, device copies, host copies and
+//! `keep_alive_in`. Each records its use on its stream (waiting first for the uses it conflicts
+//! with), or in a graph capture ties the allocation to the capture's graph.
+
+use std::mem::size_of;
+
+use crate::base::capture_mode::CaptureStatus;
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::plain_data::DeviceCopy;
+use crate::driver::capture_query::{capture_info, is_capturing};
+use crate::ffi;
+use crate::graph::user_objects::keep_alive;
+use crate::memory::buffer::DeviceBuffer;
+use crate::memory::fill_pattern::{bytes_of, memset_word, unfillable};
+use crate::memory::use_tracking::{Access, Uses};
+use crate::stream::view::{AsStream, Enqueue, bind_if_special};
+
+/// The graph `raw` is being captured into (`cuStreamGetCaptureInfo`), owned by the capture;
+/// [`Error::NotCapturing`] with the status if the capture was invalidated (or has just ended).
+#[cold]
+pub(crate) fn capture_graph(raw: ffi::CUstream) -> Result<ffi::CUgraph> {
+    match capture_info(raw)? {
+        (CaptureStatus::Active { .. }, graph) if !graph.is_null() => Ok(graph),
+        (status, _) => Err(Error::NotCapturing { status }),
+    }
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Runs `op(raw stream)`, which enqueues work touching this buffer (`access`) and `other`
+    /// buffers, on `stream`: checks the contexts; outside a capture, after the waits the uses
+    /// need, recording them once `op` succeeds; in a capture, with every allocation tied to the
+    /// capture's graph first (and refused if an earlier use elsewhere is not known complete).
+    fn enqueue_use<U: DeviceCopy>(
+        &self,
+        stream: &impl Enqueue,
+        access: Access,
+        other: Option<&DeviceBuffer<U>>,
+        op: impl FnOnce(ffi::CUstream) -> Result<()>,
+    ) -> Result<()> {
+        let (raw, stream_ctx) = stream.enqueue_handle();
+        let ctx = self.context().raw();
+        if stream_ctx != ctx {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let _bound = bind_if_special(raw, ctx)?;
+        let alloc = self.alloc_ref();
+        if is_capturing(raw)? {
+            let graph = capture_graph(raw)?;
+            alloc.uses.check_for_capture(raw, access)?;
+            if let Some(o) = other {
+                o.alloc_ref().uses.check_for_capture(raw, Access::Read)?;
+            }
+            // Both, in one user object, before the node exists.
+            let pair = (alloc.clone(), other.map(|o| o.alloc_ref().clone()));
+            keep_alive(ctx, graph, pair)?;
+            return op(raw);
+        }
+        match other {
+            None => alloc.uses.around(raw, access, || op(raw)),
+            Some(o) => {
+                let mut list = vec![(&alloc.uses, access), (&o.alloc_ref().uses, Access::Read)];
+                Uses::around_all(&mut list, raw, || op(raw))
+            }
+        }
+    }
+
+    /// Zeroes the buffer on `stream` (a recorded write).
+    pub(crate) fn zero(&self, stream: &impl Enqueue) -> Result<()> {
+        if self.byte_len() == 0 {
+            return Ok(());
+        }
+        self.enqueue_use::<T>(stream, Access::Write, None, |raw| {
+            self.memset_bytes(raw, &[0])
+        })
+    }
+
+    /// Enqueues a memset of the whole buffer with `pattern` repeated on `raw`, a stream of the
+    /// buffer's context whose ordering the caller has taken care of.
+    fn memset_bytes(&self, raw: ffi::CUstream, pattern: &[u8]) -> Result<()> {
+        let bytes = self.byte_len();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let (width, word) = memset_word(pattern, bytes).ok_or_else(|| unfillable(pattern))?;
+        let count = bytes / width;
+        let ptr = self.device_ptr();
+        // The buffer holds `bytes` bytes at a 256-byte-aligned address and is freed only after
+        // this use (recorded by the caller), or in a capture held by the capture's graph.
+        match width {
+            4 => {
+                let f = driver_fn!(cuMemsetD32Async);
+                // SAFETY: as above, `count` 4-byte words.
+                check(unsafe { f(ptr, word, count, raw) }, "cuMemsetD32Async")
+            }
+            2 => {
+                let f = driver_fn!(cuMemsetD16Async);
+                // SAFETY: as above, `count` 2-byte words.
+                check(
+                    unsafe { f(ptr, word as u16, count, raw) },
+                    "cuMemsetD16Async",
+                )
+            }
+            _ => {
+                let f = driver_fn!(cuMemsetD8Async);
+                // SAFETY: as above, `count` bytes.
+                check(unsafe { f(ptr, word as u8, count, raw) }, "cuMemsetD8Async")
+            }
+        }
+    }
+
+    /// Enqueues setting every value to `value` on `stream` (a memset: `cuMemsetD32Async`,
+    /// `D16` or `D8`, the widest the value allows), after the buffer's earlier uses on other
+    /// streams. Any value of a 1-, 2- or 4-byte type works, and any value whose bytes repeat
+    /// every 1, 2 or 4 bytes (zero of any type); others are [`Error::InvalidArgument`] (copy
+    /// them from the host instead).
+    ///
+    /// On a stream that is being captured the memset becomes a graph node, and the graph keeps
+    /// the buffer's memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
+    pub fn fill(&self, stream: &impl Enqueue, value: T) -> Result<()> {
+        let pattern = bytes_of(&value);
+        if memset_word(pattern, size_of::<T>() * 4).is_none() {
+            return Err(unfillable(pattern));
+        }
+        if self.byte_len() == 0 {
+            // Still checked: a stream of another context is an error whatever the length.
+            if stream.enqueue_handle().1 != self.context().raw() {
+                return Err(Error::ContextMismatch { what: "the buffer" });
+            }
+            return Ok(());
+        }
+        self.enqueue_use::<T>(stream, Access::Write, None, |raw| {
+            self.memset_bytes(raw, pattern)
+        })
+    }
+
+    /// Enqueues a copy of `src` (of the same length and context) into this buffer on `stream`
+    /// (`cuMemcpyDtoDAsync`), after the uses it conflicts with: the last write of `src`, and
+    /// every earlier use of this buffer.
+    ///
+    /// On a stream that is being captured the copy becomes a graph node, and the graph keeps
+    /// both buffers' memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
+    pub fn copy_from(&self, stream: &impl Enqueue, src: &DeviceBuffer<T>) -> Result<()> {
+        if src.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.len(),
+                actual: src.len(),
+            });
+        }
+        if src.context().raw() != self.context().raw() {
+            return Err(Error::ContextMismatch {
+                what: "the source buffer",
+            });
+        }
+        if stream.enqueue_handle().1 != self.context().raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        if self.byte_len() == 0 || src.device_ptr() == self.device_ptr() {
+            return Ok(());
+        }
+        let bytes = self.byte_len();
+        self.enqueue_use(stream, Access::Write, Some(src), |raw| {
+            let f = driver_fn!(cuMemcpyDtoDAsync);
+            // SAFETY: two distinct live allocations of `bytes` bytes each, freed only after this
+            // use (recorded) or held by the capture's graph; the stream is of their context.
+            let rc = unsafe { f(self.device_ptr(), src.device_ptr(), bytes, raw) };
+            check(rc, "cuMemcpyDtoDAsync")
+        })
+    }
+
+    /// Copies `src` (of the buffer's length) into the buffer on `stream`, after the buffer's
+    /// earlier uses on other streams, and waits for the stream: returns once the copy (and
+    /// everything enqueued on `stream` before it) is done. Refused on a capturing stream
+    /// ([`Error::Capturing`]).
+    pub fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
+        if src.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.len(),
+                actual: src.len(),
+            });
+        }
+        let stream = stream.as_stream();
+        self.refuse_capture(&stream, "DeviceBuffer::copy_from_host")?;
+        let bytes = self.byte_len();
+        if bytes > 0 {
+            self.enqueue_use::<T>(&stream, Access::Write, None, |raw| {
+                let f = driver_fn!(cuMemcpyHtoDAsync);
+                // SAFETY: `src` is borrowed until this function returns, after the stream has
+                // been synchronised below; the buffer holds `bytes` bytes.
+                let rc = unsafe { f(self.device_ptr(), src.as_ptr().cast(), bytes, raw) };
+                check(rc, "cuMemcpyHtoDAsync")
+            })?;
+        }
+        // If this fails, the stream is broken or was capturing after all: either way no copy is
+        // pending that could read `src` later.
+        stream.synchronize()?;
+        self.alloc_ref().uses.completed_on(stream.raw());
+        Ok(())
+    }
+
+    /// Copies the buffer into `dst` (of the buffer's length) on `stream`, after the buffer's
+    /// last write on another stream, and waits for the stream: `dst` holds the values once this
+    /// returns. Refused on a capturing stream ([`Error::Capturing`]).
+    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.len(),
+                actual: dst.len(),
+            });
+        }
+        // SAFETY: `dst` is borrowed mutably until the copy has completed (the call waits).
+        unsafe { self.copy_to_host_ptr(stream, dst.as_mut_ptr()) }
+    }
+
+    /// The buffer's values, copied on `stream` after the work enqueued there so far and the
+    /// buffer's last write on any other stream.
+    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(self.len());
+        // SAFETY: `out` has room for `len` values and is owned here until the copy has completed.
+        unsafe { self.copy_to_host_ptr(stream, out.as_mut_ptr()) }?;
+        // SAFETY: the copy wrote all `len` values (any bytes are a valid `T`).
+        unsafe { out.set_len(self.len()) };
+        Ok(out)
+    }
+
+    /// # Safety
+    /// `dst` is valid for `len` values of writes until this returns, and nothing reads it
+    /// meanwhile.
+    unsafe fn copy_to_host_ptr(&self, stream: impl AsStream, dst: *mut T) -> Result<()> {
+        let stream = stream.as_stream();
+        self.refuse_capture(&stream, "DeviceBuffer::copy_to_host")?;
+        let bytes = self.byte_len();
+        if bytes > 0 {
+            self.enqueue_use::<T>(&stream, Access::Read, None, |raw| {
+                let f = driver_fn!(cuMemcpyDtoHAsync);
+                // SAFETY: the caller keeps `dst` writable until this returns, after the stream
+                // has been synchronised below; the buffer holds `bytes` bytes.
+                let rc = unsafe { f(dst.cast(), self.device_ptr(), bytes, raw) };
+                check(rc, "cuMemcpyDtoHAsync")
+            })?;
+        }
+        // If this fails, the stream is broken or was capturing after all: either way no copy is
+        // pending that could write `dst` later.
+        stream.synchronize()?;
+        self.alloc_ref().uses.completed_on(stream.raw());
+        Ok(())
+    }
+
+    /// [`Error::Capturing`] on a capturing stream (of the buffer's context).
+    fn refuse_capture(&self, stream: &impl Enqueue, op: &'static str) -> Result<()> {
+        let (raw, stream_ctx) = stream.enqueue_handle();
+        if stream_ctx != self.context().raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let _bound = bind_if_special(raw, stream_ctx)?;
+        if is_capturing(raw)? {
+            return Err(Error::Capturing { op });
+        }
+        Ok(())
+    }
+
+    /// Enqueues a copy of `src` (of the buffer's length) into the buffer, without waiting
+    /// (`cuMemcpyHtoDAsync`), after the buffer's earlier uses on other streams; works inside a
+    /// graph capture. [`PinnedHostBuffer`](crate::PinnedHostBuffer) offers the same safely.
+    ///
+    /// # Safety
+    ///
+    /// `src` must stay allocated and unmodified until the copy has completed (the stream's work
+    /// up to here), and, when recorded into a graph capture, for every launch of the graphs made
+    /// from it.
+    pub unsafe fn copy_from_host_async(&self, stream: &impl Enqueue, src: &[T]) -> Result<()> {
+        if src.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.len(),
+                actual: src.len(),
+            });
+        }
+        if stream.enqueue_handle().1 != self.context().raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let bytes = self.byte_len();
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.enqueue_use::<T>(stream, Access::Write, None, |raw| {
+            let f = driver_fn!(cuMemcpyHtoDAsync);
+            // SAFETY: the buffer holds `bytes` bytes; the caller keeps `src` alive and unchanged.
+            let rc = unsafe { f(self.device_ptr(), src.as_ptr().cast(), bytes, raw) };
+            check(rc, "cuMemcpyHtoDAsync")
+        })
+    }
+
+    /// Enqueues a copy of the buffer into `dst` (of the buffer's length), without waiting
+    /// (`cuMemcpyDtoHAsync`), after the buffer's last write on another stream; works inside a
+    /// graph capture. [`PinnedHostBuffer`](crate::PinnedHostBuffer) offers the same safely.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must stay allocated, and must not be read or written, until the copy has completed
+    /// (synchronise the stream or an event recorded after it), and, when recorded into a graph
+    /// capture, for every launch of the graphs made from it.
+    pub unsafe fn copy_to_host_async(&self, stream: &impl Enqueue, dst: &mut [T]) -> Result<()> {
+        if dst.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.len(),
+                actual: dst.len(),
+            });
+        }
+        if stream.enqueue_handle().1 != self.context().raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let bytes = self.byte_len();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let dst = dst.as_mut_ptr();
+        self.enqueue_use::<T>(stream, Access::Read, None, |raw| {
+            let f = driver_fn!(cuMemcpyDtoHAsync);
+            // SAFETY: the buffer holds `bytes` bytes; the caller keeps `dst` untouched meanwhile.
+            let rc = unsafe { f(dst.cast(), self.device_ptr(), bytes, raw) };
+            check(rc, "cuMemcpyDtoHAsync")
+        })
+    }
+
+    /// Makes the graph that `stream` is being captured into keep this buffer's memory allocated
+    /// for as long as it, or any graph or executable graph made from it, exists (a driver user
+    /// object holding a reference to the allocation: `cuStreamGetCaptureInfo`,
+    /// `cuUserObjectCreate`, `cuGraphRetainUserObject`). On a stream that is not capturing it
+    /// records a write on the stream instead, with nothing enqueued: the stream first waits for
+    /// the buffer's earlier uses elsewhere, and the free waits for work enqueued on the stream
+    /// after this call, where the stream is one this crate created (elsewhere the use is marked
+    /// by an event recorded now, which covers nothing enqueued later). A kernel launch that takes
+    /// the buffer as [`read`](DeviceBuffer::read) or [`write`](DeviceBuffer::write) does all
+    /// this by itself, on every stream; this serves launches that pass
+    /// [`device_ptr`](DeviceBuffer::device_ptr).
+    ///
+    /// The stream must belong to the buffer's context ([`Error::ContextMismatch`]); an
+    /// invalidated capture is [`Error::NotCapturing`]. Each call adds a user object; a zero-byte
+    /// buffer ties nothing. [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive) keeps
+    /// other values alive the same way (an `Arc<Module>`, say).
+    pub fn keep_alive_in(&self, stream: &impl Enqueue) -> Result<()> {
+        let (raw, stream_ctx) = stream.enqueue_handle();
+        let ctx = self.context().raw();
+        if stream_ctx != ctx {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let _bound = bind_if_special(raw, ctx)?;
+        if self.device_ptr() == 0 {
+            return Ok(());
+        }
+        if !is_capturing(raw)? {
+            // A write with nothing enqueued: the stream waits for the earlier uses, and the
+            // free waits for the stream (see above for what that covers).
+            return self.alloc_ref().uses.around(raw, Access::Write, || Ok(()));
+        }
+        let graph = capture_graph(raw)?;
+        keep_alive(ctx, graph, self.alloc_ref().clone())
+    }
+}

@@ -1,0 +1,391 @@
+//! [`PinnedHostBuffer`]: page-locked host memory (`cuMemHostAlloc`) that knows the copies in
+//! flight on it, so that asynchronous copies between it and a [`DeviceBuffer`] are safe: host
+//! access waits for the copies it conflicts with, and the free waits for all of them.
+
+use std::fmt;
+use std::mem::size_of;
+use std::ptr;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::plain_data::DeviceCopy;
+use crate::driver::context::{Context, bind};
+use crate::driver::recycled_events;
+use crate::ffi;
+use crate::memory::allocation::{free_when_done, poll_pending_frees};
+use crate::memory::buffer::DeviceBuffer;
+use crate::memory::use_tracking::Access;
+use crate::stream::view::{Enqueue, bind_if_special};
+
+/// The spare-event kind of a plain event (no timing, no blocking sync).
+const PLAIN: usize = 0;
+
+/// `len` values of `T` in page-locked host memory (`cuMemHostAlloc`, portable to every
+/// context), which the GPU's copy engines read and write directly, so that copies to and from
+/// the device run asynchronously and at full link speed.
+///
+/// The buffer records the copies in flight on it (an event after each). The device side of a
+/// copy is ordered like any use of the [`DeviceBuffer`]; on the host side:
+///
+/// - [`as_slice`](PinnedHostBuffer::as_slice) waits for the copies that write the buffer
+///   ([`DeviceBuffer::copy_to_pinned`]); [`as_mut_slice`](PinnedHostBuffer::as_mut_slice) for
+///   every copy, reads too; the `try_` forms return [`Error::Busy`] instead of waiting;
+/// - a copy that writes the buffer takes it by `&mut`, so no slice of it can be held across
+///   the call (a compile error), and a later copy waits on the device for the earlier ones it
+///   conflicts with;
+/// - dropping it while a copy is in flight never frees memory a copy still uses: the free
+///   (`cuMemFreeHost`) is made once the copies' events have completed.
+///
+/// ```no_run
+/// use cuda_stream::{Context, DeviceBuffer, PinnedHostBuffer};
+///
+/// let ctx = Context::primary(0)?;
+/// let stream = ctx.new_stream()?;
+/// let mut host = PinnedHostBuffer::<f32>::from_slice(&ctx, &[1.0; 1024])?;
+/// let dev = DeviceBuffer::<f32>::alloc_on(&ctx, &stream, 1024)?;
+/// dev.copy_from_pinned(&stream, &host)?;     // returns at once
+/// dev.copy_to_pinned(&stream, &mut host)?;   // also; ordered after the upload
+/// assert_eq!(host.as_slice()?[0], 1.0);      // waits for the download only
+/// # Ok::<(), cuda_stream::Error>(())
+/// ```
+pub struct PinnedHostBuffer<T: DeviceCopy> {
+    ptr: *mut T,
+    len: usize,
+    ctx: Context,
+    in_flight: Mutex<Vec<InFlight>>,
+}
+
+/// A copy enqueued on the buffer: the event recorded after it, and whether it writes the host
+/// memory.
+#[derive(Clone, Copy)]
+struct InFlight {
+    event: ffi::CUevent,
+    writes_host: bool,
+}
+
+// SAFETY: the memory is plain host memory owned by this value; `T: DeviceCopy` is `Send + Sync`;
+// the in-flight list is locked.
+unsafe impl<T: DeviceCopy> Send for PinnedHostBuffer<T> {}
+// SAFETY: shared access only reads the memory (after waiting for copies that write it).
+unsafe impl<T: DeviceCopy> Sync for PinnedHostBuffer<T> {}
+
+impl<T: DeviceCopy> fmt::Debug for PinnedHostBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedHostBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("copies_in_flight", &self.lock().len())
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> PinnedHostBuffer<T> {
+    /// `len` zeroed values of page-locked memory (`cuMemHostAlloc` with
+    /// `CU_MEMHOSTALLOC_PORTABLE`, with `ctx` made current for the call).
+    pub fn zeroed(ctx: &Context, len: usize) -> Result<PinnedHostBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Error::InvalidArgument {
+                reason: format!(
+                    "{len} values of {} bytes do not fit in memory",
+                    size_of::<T>()
+                ),
+            })?;
+        poll_pending_frees();
+        let mut p: *mut std::ffi::c_void = ptr::null_mut();
+        if bytes > 0 {
+            let f = driver_fn!(cuMemHostAlloc);
+            let _bound = bind(ctx.raw())?;
+            // SAFETY: `p` is a valid out-pointer; the context is current.
+            check(
+                unsafe { f(&mut p, bytes, ffi::CU_MEMHOSTALLOC_PORTABLE) },
+                "cuMemHostAlloc",
+            )?;
+            if p.is_null() {
+                return Err(Error::NullHandle {
+                    what: "host allocation",
+                });
+            }
+            // SAFETY: `p` points to `bytes` writable bytes just allocated; all zeros is a valid
+            // `T` (`DeviceCopy` accepts any bytes).
+            unsafe { ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
+        }
+        Ok(PinnedHostBuffer {
+            ptr: if bytes > 0 {
+                p.cast()
+            } else {
+                ptr::NonNull::dangling().as_ptr()
+            },
+            len,
+            ctx: ctx.clone(),
+            in_flight: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Page-locked memory holding a copy of `data`.
+    pub fn from_slice(ctx: &Context, data: &[T]) -> Result<PinnedHostBuffer<T>> {
+        let mut buf = PinnedHostBuffer::zeroed(ctx, data.len())?;
+        buf.as_mut_slice()?.copy_from_slice(data);
+        Ok(buf)
+    }
+
+    /// How many values.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The context it was allocated through (the memory is usable from every context).
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// How many copies are recorded as in flight (completed ones are forgotten as the buffer
+    /// notices them).
+    pub fn copies_in_flight(&self) -> usize {
+        let mut list = self.lock();
+        forget_completed(&self.ctx, &mut list, |_| true);
+        list.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<InFlight>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The values, once every copy that writes them has completed (waits on the host).
+    pub fn as_slice(&self) -> Result<&[T]> {
+        self.wait_host(|c| c.writes_host)?;
+        // SAFETY: `len` initialised values (zeroed at allocation); no copy writes them now, and
+        // none can start while the slice borrows `self` (a copy into it takes `&mut self`).
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+
+    /// The values for writing, once every copy in flight on them has completed (waits on the
+    /// host).
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.wait_host(|_| true)?;
+        // SAFETY: as in `as_slice`, and no copy reads them now either; `&mut self` is exclusive.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    /// [`as_slice`](PinnedHostBuffer::as_slice) without waiting: [`Error::Busy`] while a copy
+    /// writes the buffer.
+    pub fn try_as_slice(&self) -> Result<&[T]> {
+        self.check_done(|c| c.writes_host)?;
+        // SAFETY: as in `as_slice`.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
+    }
+
+    /// [`as_mut_slice`](PinnedHostBuffer::as_mut_slice) without waiting: [`Error::Busy`] while
+    /// any copy uses the buffer.
+    pub fn try_as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.check_done(|_| true)?;
+        // SAFETY: as in `as_mut_slice`.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+
+    /// Waits (`cuEventSynchronize`) for the copies `which` selects, and forgets them.
+    fn wait_host(&self, which: impl Fn(&InFlight) -> bool) -> Result<()> {
+        let mut list = self.lock();
+        if list.is_empty() {
+            return Ok(());
+        }
+        let f = driver_fn!(cuEventSynchronize);
+        for c in list.iter().filter(|c| which(c)) {
+            // SAFETY: the event is live (owned by the list) and of the buffer's context.
+            check(unsafe { f(c.event) }, "cuEventSynchronize")?;
+        }
+        forget_completed(&self.ctx, &mut list, which);
+        Ok(())
+    }
+
+    /// [`Error::Busy`] unless the copies `which` selects have completed (`cuEventQuery`).
+    fn check_done(&self, which: impl Fn(&InFlight) -> bool + Copy) -> Result<()> {
+        let mut list = self.lock();
+        forget_completed(&self.ctx, &mut list, which);
+        if list.iter().any(which) {
+            return Err(Error::Busy {
+                what: "a copy in flight on the pinned buffer",
+            });
+        }
+        Ok(())
+    }
+
+    /// Makes `stream` wait for the copies this one conflicts with (a copy that writes the host
+    /// memory conflicts with every copy; one that reads it, with those that write it), runs
+    /// `op`, then records an event after it.
+    fn copy_on(
+        &self,
+        raw: ffi::CUstream,
+        writes_host: bool,
+        op: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let mut list = self.lock();
+        forget_completed(&self.ctx, &mut list, |_| true);
+        let wait = driver_fn!(cuStreamWaitEvent);
+        for c in list.iter().filter(|c| writes_host || c.writes_host) {
+            // SAFETY: both are live; an event of another context may be waited for.
+            check(unsafe { wait(raw, c.event, 0) }, "cuStreamWaitEvent")?;
+        }
+        op()?;
+        let event = match self.ctx.take_spare_event(PLAIN) {
+            Some(ev) => ev,
+            None => {
+                let _bound = bind(self.ctx.raw())?;
+                let f = driver_fn!(cuEventCreate);
+                let mut ev = ptr::null_mut();
+                check(
+                    // SAFETY: `ev` is a valid out-pointer; the context is current.
+                    unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
+                    "cuEventCreate",
+                )?;
+                ev
+            }
+        };
+        let record = driver_fn!(cuEventRecord);
+        // SAFETY: the event is ours and of the stream's context (checked by the caller).
+        if let Err(e) = check(unsafe { record(event, raw) }, "cuEventRecord") {
+            give_back(&self.ctx, event);
+            // The copy is enqueued and nothing marks its end: wait for the stream instead.
+            let sync = driver_fn!(cuStreamSynchronize);
+            // SAFETY: the stream is live (the caller's borrow).
+            let _ = unsafe { sync(raw) };
+            return Err(e);
+        }
+        list.push(InFlight {
+            event,
+            writes_host,
+        });
+        Ok(())
+    }
+}
+
+/// Forgets the completed copies among those `which` selects, giving their events back.
+fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
+    let Ok(query) = ffi::fns::cuEventQuery() else {
+        return;
+    };
+    list.retain(|c| {
+        if !which(c) {
+            return true;
+        }
+        // SAFETY: the event is live (owned by the list).
+        let rc = unsafe { query(c.event) };
+        if rc == ffi::CUresult::CUDA_ERROR_NOT_READY {
+            return true;
+        }
+        give_back(ctx, c.event);
+        false
+    });
+}
+
+fn give_back(ctx: &Context, ev: ffi::CUevent) {
+    if !ctx.put_spare_event(PLAIN, ev) {
+        let _ = recycled_events::destroy_or_defer(ev);
+    }
+}
+
+fn free_host(_ctx: &Context, p: usize) -> Result<()> {
+    let f = driver_fn!(cuMemFreeHost);
+    // SAFETY: the memory came from `cuMemHostAlloc`, is freed once, and no copy uses it.
+    check(unsafe { f(p as *mut std::ffi::c_void) }, "cuMemFreeHost")
+}
+
+impl<T: DeviceCopy> Drop for PinnedHostBuffer<T> {
+    /// Frees the memory once every copy in flight on it has completed: now if they have, else at
+    /// a later allocation or free (inside a host function always then: no CUDA call is made
+    /// there).
+    fn drop(&mut self) {
+        if self.byte_len() == 0 {
+            return;
+        }
+        let list = std::mem::take(self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let events = list.into_iter().map(|c| c.event).collect();
+        let _ = free_when_done(&self.ctx, self.ptr as usize, events, free_host);
+    }
+}
+
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Enqueues a copy of `src` (of the buffer's length) into this buffer on `stream`
+    /// (`cuMemcpyHtoDAsync`) and returns at once. Safe: the device side is ordered like any
+    /// write of the buffer, and `src` records the copy, so writing it from the host
+    /// ([`as_mut_slice`](PinnedHostBuffer::as_mut_slice)) or freeing it waits for the copy.
+    /// Refused on a capturing stream ([`Error::Capturing`]): a replay would read the host
+    /// memory at a time nothing records.
+    pub fn copy_from_pinned(&self, stream: &impl Enqueue, src: &PinnedHostBuffer<T>) -> Result<()> {
+        self.pinned_copy(stream, src, false)
+    }
+
+    /// Enqueues a copy of this buffer into `dst` (of the buffer's length) on `stream`
+    /// (`cuMemcpyDtoHAsync`) and returns at once. Safe: the device side is ordered like any
+    /// read of the buffer, and `dst` records the copy, so reading it from the host
+    /// ([`as_slice`](PinnedHostBuffer::as_slice)) waits for the copy. Refused on a capturing
+    /// stream ([`Error::Capturing`]).
+    pub fn copy_to_pinned(
+        &self,
+        stream: &impl Enqueue,
+        dst: &mut PinnedHostBuffer<T>,
+    ) -> Result<()> {
+        self.pinned_copy(stream, dst, true)
+    }
+
+    fn pinned_copy(
+        &self,
+        stream: &impl Enqueue,
+        host: &PinnedHostBuffer<T>,
+        to_host: bool,
+    ) -> Result<()> {
+        if host.len() != self.len() {
+            return Err(Error::LengthMismatch {
+                expected: self.len(),
+                actual: host.len(),
+            });
+        }
+        let (raw, stream_ctx) = stream.enqueue_handle();
+        if stream_ctx != self.context().raw() {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let _bound = bind_if_special(raw, stream_ctx)?;
+        if crate::driver::capture_query::is_capturing(raw)? {
+            return Err(Error::Capturing {
+                op: if to_host {
+                    "DeviceBuffer::copy_to_pinned"
+                } else {
+                    "DeviceBuffer::copy_from_pinned"
+                },
+            });
+        }
+        let bytes = self.byte_len();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let (dev, h) = (self.device_ptr(), host.ptr);
+        let access = if to_host { Access::Read } else { Access::Write };
+        self.alloc_ref().uses.around(raw, access, || {
+            host.copy_on(raw, to_host, || {
+                if to_host {
+                    let f = driver_fn!(cuMemcpyDtoHAsync);
+                    // SAFETY: `h` holds `bytes` bytes of page-locked memory that is freed, read
+                    // or written by the host only after the event recorded after this copy; the
+                    // device buffer is freed only after this recorded use.
+                    check(unsafe { f(h.cast(), dev, bytes, raw) }, "cuMemcpyDtoHAsync")
+                } else {
+                    let f = driver_fn!(cuMemcpyHtoDAsync);
+                    // SAFETY: as above; the host memory is written by the host only after the
+                    // event recorded after this copy.
+                    check(unsafe { f(dev, h.cast(), bytes, raw) }, "cuMemcpyHtoDAsync")
+                }
+            })
+        })
+    }
+}

@@ -1,0 +1,289 @@
+//! [`MemPool`]: a device's memory pool for stream-ordered allocation (CUDA 11.2): the device's
+//! default pool or one of the caller's, with its release threshold, trimming and usage
+//! statistics; and whether a device has pools at all (`pools_supported`).
+
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::driver::context::Context;
+use crate::driver::device::Device;
+use crate::ffi;
+
+/// A memory pool of one device: [`DeviceBuffer`](crate::DeviceBuffer)s allocated on a stream
+/// come from it (`cuMemAllocFromPoolAsync`) and go back to it in stream order
+/// (`cuMemFreeAsync`), so neither blocks the host.
+///
+/// [`MemPool::default_for`] is the device's default pool (the one `cudaMallocAsync`, PyTorch's
+/// `cudaMallocAsync` backend and CuPy's `MemoryAsyncPool` use), which this value does not own;
+/// [`MemPool::new`] creates a pool of the caller's, destroyed when the last clone of it and the
+/// last buffer allocated from it are gone. Cheap to clone.
+///
+/// A pool keeps freed memory for reuse up to its [release
+/// threshold](MemPool::set_release_threshold) (0 by default: whatever is not in use goes back to
+/// the system at the next synchronisation); [`trim_to`](MemPool::trim_to) gives memory back now.
+///
+/// ```no_run
+/// use cuda_stream::{Context, DeviceBuffer, MemPool};
+///
+/// let ctx = Context::primary(0)?;
+/// let stream = ctx.new_stream()?;
+/// let pool = MemPool::new(&ctx)?;
+/// pool.set_release_threshold(u64::MAX)?; // keep what is freed: allocation stays cheap
+/// let buf = DeviceBuffer::<f32>::zeroed_in(&pool, &stream, 1 << 20)?;
+/// assert_eq!(buf.pool().as_ref(), Some(&pool));
+/// drop(buf); // returns at once; the memory goes back to the pool in stream order
+/// println!("{:?}", pool.usage()?);
+/// # Ok::<(), cuda_stream::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct MemPool(Arc<PoolInner>);
+
+struct PoolInner {
+    raw: ffi::CUmemoryPool,
+    ctx: Context,
+    /// Created here (destroyed on drop), or the device's default pool (never destroyed).
+    owned: bool,
+}
+
+// SAFETY: a memory pool handle is a driver object usable from any thread.
+unsafe impl Send for PoolInner {}
+// SAFETY: as above; nothing here is mutated after creation.
+unsafe impl Sync for PoolInner {}
+
+impl Drop for PoolInner {
+    /// `cuMemPoolDestroy` returns at once; the driver releases the pool once its allocations
+    /// are freed and its frees have completed.
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let raw = self.raw as usize;
+        if crate::driver::deferred_destroy::in_host_fn() {
+            crate::driver::deferred_destroy::defer([crate::driver::deferred_destroy::Deferred::new(
+                raw,
+                destroy_pool,
+            )]);
+            return;
+        }
+        let _ = destroy_pool(raw);
+    }
+}
+
+fn destroy_pool(raw: usize) -> Result<()> {
+    let f = driver_fn!(cuMemPoolDestroy);
+    // SAFETY: the pool was created here and nothing uses the handle after this.
+    check(unsafe { f(raw as ffi::CUmemoryPool) }, "cuMemPoolDestroy")
+}
+
+impl fmt::Debug for MemPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemPool")
+            .field("raw", &self.0.raw)
+            .field("device", &self.0.ctx.device().ordinal())
+            .field("default", &!self.0.owned)
+            .finish()
+    }
+}
+
+impl PartialEq for MemPool {
+    fn eq(&self, other: &MemPool) -> bool {
+        self.0.raw == other.0.raw
+    }
+}
+impl Eq for MemPool {}
+
+/// A pool's usage in bytes (`cuMemPoolGetAttribute`): memory reserved from the system, and the
+/// part of it handed out to allocations, now and at the high-water mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolUsage {
+    /// Reserved from the system now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`).
+    pub reserved: u64,
+    /// The most ever reserved since the last reset (`..._RESERVED_MEM_HIGH`).
+    pub reserved_high: u64,
+    /// In use by allocations now (`..._USED_MEM_CURRENT`).
+    pub used: u64,
+    /// The most ever in use since the last reset (`..._USED_MEM_HIGH`).
+    pub used_high: u64,
+}
+
+impl MemPool {
+    /// The default pool of `ctx`'s device (`cuDeviceGetDefaultMemPool`), shared with everything
+    /// else in the process that allocates stream-ordered memory on that device. Never destroyed
+    /// by this crate. A device or driver without memory pools is [`Error::Unsupported`].
+    pub fn default_for(ctx: &Context) -> Result<MemPool> {
+        require_pools(ctx)?;
+        let raw = default_pool_raw(ctx.device())?;
+        Ok(MemPool(Arc::new(PoolInner {
+            raw,
+            ctx: ctx.clone(),
+            owned: false,
+        })))
+    }
+
+    /// A new pool of device memory on `ctx`'s device (`cuMemPoolCreate`: pinned device memory,
+    /// no export handle, no size limit). A device or driver without memory pools is
+    /// [`Error::Unsupported`].
+    pub fn new(ctx: &Context) -> Result<MemPool> {
+        require_pools(ctx)?;
+        let f = driver_fn!(cuMemPoolCreate);
+        // SAFETY: every field of the C struct is an integer, a pointer or a byte array, for
+        // which all zeros is valid (and means "none" for the ones not set below).
+        let mut props: ffi::CUmemPoolProps = unsafe { MaybeUninit::zeroed().assume_init() };
+        props.allocType = ffi::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = ffi::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        props.location.type_ = ffi::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = ctx.device().raw();
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer and `props` a valid properties struct.
+        check(unsafe { f(&mut raw, &props) }, "cuMemPoolCreate")?;
+        if raw.is_null() {
+            return Err(Error::NullHandle { what: "memory pool" });
+        }
+        Ok(MemPool(Arc::new(PoolInner {
+            raw,
+            ctx: ctx.clone(),
+            owned: true,
+        })))
+    }
+
+    /// The raw `CUmemoryPool`, valid while this value (or a buffer from the pool) lives.
+    pub fn raw(&self) -> ffi::CUmemoryPool {
+        self.0.raw
+    }
+
+    /// The context the pool was opened through; its device is the pool's.
+    pub fn context(&self) -> &Context {
+        &self.0.ctx
+    }
+
+    /// Whether this is the device's default pool (not created by [`MemPool::new`]).
+    pub fn is_default(&self) -> bool {
+        !self.0.owned
+    }
+
+    /// How many bytes of freed memory the pool keeps for reuse before it gives memory back to
+    /// the system at a synchronisation (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`).
+    pub fn release_threshold(&self) -> Result<u64> {
+        self.get_u64(ffi::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+    }
+
+    /// Sets the release threshold (`u64::MAX`: keep everything until [`trim_to`](Self::trim_to)).
+    pub fn set_release_threshold(&self, bytes: u64) -> Result<()> {
+        let f = driver_fn!(cuMemPoolSetAttribute);
+        let mut value = bytes;
+        // SAFETY: the pool is live; the attribute takes a `cuuint64_t`, which `value` is.
+        let rc = unsafe {
+            f(
+                self.0.raw,
+                ffi::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                ptr::from_mut(&mut value).cast(),
+            )
+        };
+        check(rc, "cuMemPoolSetAttribute")
+    }
+
+    /// Gives memory the pool holds but no allocation uses back to the system, keeping at least
+    /// `keep_bytes` reserved (`cuMemPoolTrimTo`). Memory whose free has not yet run on its
+    /// stream is still in use.
+    pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
+        let f = driver_fn!(cuMemPoolTrimTo);
+        // SAFETY: the pool is live.
+        check(unsafe { f(self.0.raw, keep_bytes) }, "cuMemPoolTrimTo")
+    }
+
+    /// The pool's usage now and its high-water marks.
+    pub fn usage(&self) -> Result<PoolUsage> {
+        use ffi::CUmemPool_attribute as A;
+        Ok(PoolUsage {
+            reserved: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+            reserved_high: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+            used: self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            used_high: self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+        })
+    }
+
+    /// Resets both high-water marks to the current values.
+    pub fn reset_high_water(&self) -> Result<()> {
+        use ffi::CUmemPool_attribute as A;
+        let f = driver_fn!(cuMemPoolSetAttribute);
+        for attr in [
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+        ] {
+            let mut zero = 0u64;
+            // SAFETY: the pool is live; the attribute takes a `cuuint64_t` (only 0 is allowed,
+            // meaning "reset").
+            let rc = unsafe { f(self.0.raw, attr, ptr::from_mut(&mut zero).cast()) };
+            check(rc, "cuMemPoolSetAttribute")?;
+        }
+        Ok(())
+    }
+
+    fn get_u64(&self, attr: ffi::CUmemPool_attribute) -> Result<u64> {
+        let f = driver_fn!(cuMemPoolGetAttribute);
+        let mut value = 0u64;
+        // SAFETY: the pool is live; the 64-bit attributes write a `cuuint64_t` to `value`.
+        let rc = unsafe { f(self.0.raw, attr, ptr::from_mut(&mut value).cast()) };
+        check(rc, "cuMemPoolGetAttribute")?;
+        Ok(value)
+    }
+}
+
+/// The raw default pool of `device` (`cuDeviceGetDefaultMemPool`), looked up once per device.
+pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
+    static CACHE: Mutex<Vec<(ffi::CUdevice, usize)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, raw)) = cache.iter().find(|(d, _)| *d == device.raw()) {
+        return Ok(raw as ffi::CUmemoryPool);
+    }
+    let f = driver_fn!(cuDeviceGetDefaultMemPool);
+    let mut raw = ptr::null_mut();
+    // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
+    check(
+        unsafe { f(&mut raw, device.raw()) },
+        "cuDeviceGetDefaultMemPool",
+    )?;
+    if raw.is_null() {
+        return Err(Error::NullHandle { what: "memory pool" });
+    }
+    cache.push((device.raw(), raw as usize));
+    Ok(raw)
+}
+
+/// Whether `ctx`'s device allocates stream-ordered memory: the driver has
+/// `cuMemAllocFromPoolAsync` and `cuMemFreeAsync` (CUDA 11.2) and the device says
+/// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`. Asked once per device; a driver error is
+/// `false` (the plain path is always correct).
+pub(crate) fn pools_supported(ctx: &Context) -> bool {
+    static CACHE: Mutex<Vec<(ffi::CUdevice, bool)>> = Mutex::new(Vec::new());
+    let device = ctx.device();
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, yes)) = cache.iter().find(|(d, _)| *d == device.raw()) {
+        return yes;
+    }
+    let yes = ffi::fns::cuMemAllocFromPoolAsync().is_ok()
+        && ffi::fns::cuMemFreeAsync().is_ok()
+        && ffi::fns::cuDeviceGetDefaultMemPool().is_ok()
+        && device
+            .attribute(ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+            .is_ok_and(|v| v != 0);
+    cache.push((device.raw(), yes));
+    yes
+}
+
+/// [`Error::Unsupported`] naming the call when `ctx`'s device has no memory pools.
+fn require_pools(ctx: &Context) -> Result<()> {
+    if pools_supported(ctx) {
+        return Ok(());
+    }
+    // A missing symbol is reported as the loader reports it (with the version that added it).
+    driver_fn!(cuMemAllocFromPoolAsync);
+    driver_fn!(cuDeviceGetDefaultMemPool);
+    Err(Error::Refused {
+        call: "cuMemAllocFromPoolAsync",
+        reason: "the device has no memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
+    })
+}

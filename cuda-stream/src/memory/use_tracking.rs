@@ -1,0 +1,478 @@
+//! Use tracking: the streams a buffer's work was enqueued on, so that a use on another stream
+//! first waits for the earlier uses it conflicts with (a read for the last write; a write for the
+//! last write and every read since), and the free waits for all of them. Reads on several
+//! streams overlap. Nothing is asked of the user: no event to remember, no `record_stream`.
+//!
+//! What a use costs depends on its stream:
+//!
+//! - a stream this crate created, or the legacy default stream: nothing but a lock and a
+//!   comparison. Only the handle is kept (*lazy*): a later use on another stream records an
+//!   event on it then, which covers the use. Such a stream tells the tracker before it ends
+//!   (`stream::known_streams`), while it can still record the event;
+//! - any other stream (borrowed from another library, the per-thread default stream): an event
+//!   recorded after each use, since the stream may end without notice.
+//!
+//! So a buffer used on one stream of this crate never pays for an event, and one moved between
+//! streams pays one record and one wait per move, what a careful user writes by hand.
+//!
+//! Every driver call here runs under the tracker's lock, so two threads using one buffer are
+//! ordered, and a stream cannot end between the check and the record. Nothing under the lock
+//! can destroy a stream (no deferred destroy is drained), so the end of a stream, which takes
+//! the same lock, cannot be announced to a tracker by the thread that holds it.
+
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::driver::context::{Context, bind};
+use crate::driver::deferred_destroy::in_host_fn;
+use crate::driver::recycled_events;
+use crate::ffi;
+use crate::stream::known_streams::{self, StreamUser};
+use crate::stream::view::bind_if_special;
+
+/// The spare-event kind of a plain event (no timing, no blocking sync).
+const PLAIN: usize = 0;
+
+/// What a use does to the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Reads it: may overlap other reads.
+    Read,
+    /// Writes it (or reads and writes): ordered after every earlier use.
+    Write,
+}
+
+/// How a recorded use is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// By recording an event on its stream when needed: the stream outlives the use's record
+    /// (it tells the tracker before it ends).
+    Lazy,
+    /// By this event, recorded after the use and owned here.
+    Event(ffi::CUevent),
+    /// The stream ended inside a host function, where no event could be recorded: only the
+    /// context's completion covers the use.
+    Lost,
+    /// Complete: nothing to wait for.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    stream: ffi::CUstream,
+    mark: Mark,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    write: Option<Use>,
+    /// Reads since the last write, one per stream.
+    reads: Vec<Use>,
+    /// Streams looked up in `known_streams`: registered (true), or unknown (false).
+    streams: Vec<(usize, bool)>,
+}
+
+// SAFETY: the raw handles are driver objects usable from any thread; the state is locked.
+unsafe impl Send for State {}
+
+struct Inner {
+    ctx: Context,
+    state: Mutex<State>,
+}
+
+/// The uses of one allocation; shared by its buffer and the graphs that hold the allocation.
+/// A clone shares the same uses; the last one gives their events back.
+#[derive(Clone)]
+pub(crate) struct Uses(Arc<Inner>);
+
+impl std::fmt::Debug for Uses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.0.lock();
+        f.debug_struct("Uses")
+            .field("write", &s.write)
+            .field("reads", &s.reads)
+            .finish()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn raw_ctx(&self) -> ffi::CUcontext {
+        self.ctx.raw()
+    }
+
+    /// An event of the context: a spare one, or a new one (`cuEventCreate`, with the context
+    /// made current).
+    fn event(&self) -> Result<ffi::CUevent> {
+        if let Some(ev) = self.ctx.take_spare_event(PLAIN) {
+            return Ok(ev);
+        }
+        let _bound = bind(self.raw_ctx())?;
+        let f = driver_fn!(cuEventCreate);
+        let mut ev = ptr::null_mut();
+        check(
+            // SAFETY: `ev` is a valid out-pointer; the context is current.
+            unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
+            "cuEventCreate",
+        )?;
+        Ok(ev)
+    }
+
+    /// Gives an event back: kept for reuse, or destroyed (queued inside a host function).
+    fn release(&self, ev: ffi::CUevent) {
+        if !self.ctx.put_spare_event(PLAIN, ev) {
+            let _ = recycled_events::destroy_or_defer(ev);
+        }
+    }
+
+    /// Records `ev` on `stream` (`cuEventRecord`; a default stream with the context current).
+    fn record(&self, ev: ffi::CUevent, stream: ffi::CUstream) -> Result<()> {
+        let _bound = bind_if_special(stream, self.raw_ctx())?;
+        let f = driver_fn!(cuEventRecord);
+        // SAFETY: the event is ours and of this context; the stream is live (a lazy use's
+        // stream tells us before it ends; otherwise it is the caller's).
+        check(unsafe { f(ev, stream) }, "cuEventRecord")
+    }
+
+    /// Makes `waiter` wait for `ev` (`cuStreamWaitEvent`).
+    fn wait(&self, waiter: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
+        let _bound = bind_if_special(waiter, self.raw_ctx())?;
+        let f = driver_fn!(cuStreamWaitEvent);
+        // SAFETY: both are live; the waiter's context is the buffer's (checked by the caller),
+        // and a wait on an event of the same context is always legal.
+        check(unsafe { f(waiter, ev, 0) }, "cuStreamWaitEvent")
+    }
+
+    /// Makes `waiter` wait for the use `u` (nothing if it is on `waiter` itself): a lazy use
+    /// becomes an evented one (the event is recorded now and kept, so other waiters reuse it).
+    fn wait_for(&self, waiter: ffi::CUstream, u: &mut Use) -> Result<()> {
+        if u.mark == Mark::Done || (u.stream == waiter && u.mark != Mark::Lost) {
+            return Ok(());
+        }
+        match u.mark {
+            Mark::Lazy => {
+                let ev = self.event()?;
+                if let Err(e) = self.record(ev, u.stream) {
+                    self.release(ev);
+                    return Err(e);
+                }
+                u.mark = Mark::Event(ev);
+                self.wait(waiter, ev)
+            }
+            Mark::Event(ev) => self.wait(waiter, ev),
+            Mark::Lost => {
+                // The stream is gone and nothing marks the end of the use: wait for the
+                // context's work (rare: a stream handed over or ended inside a host function).
+                let _bound = bind(self.raw_ctx())?;
+                let f = driver_fn!(cuCtxSynchronize);
+                // SAFETY: the context is current.
+                check(unsafe { f() }, "cuCtxSynchronize")?;
+                u.mark = Mark::Done;
+                Ok(())
+            }
+            Mark::Done => Ok(()),
+        }
+    }
+
+    /// Whether a use on `stream` may stay lazy, registering this tracker with the stream on its
+    /// first lazy use there.
+    fn lasting(self: &Arc<Self>, state: &mut State, stream: ffi::CUstream) -> bool {
+        match stream as usize {
+            // The legacy default stream lives as long as the context, which the tracker holds.
+            0 | 1 => return true,
+            // So does the context's service stream.
+            _ if self.ctx.service_stream_if_created() == Some(stream) => return true,
+            // The per-thread default stream is another stream on every thread.
+            2 => return false,
+            _ => {}
+        }
+        if let Some(&(_, known)) = state.streams.iter().find(|(s, _)| *s == stream as usize) {
+            return known;
+        }
+        let weak: Weak<dyn StreamUser> = Arc::downgrade(self) as Weak<dyn StreamUser>;
+        let known = known_streams::add_user(stream, weak);
+        state.streams.push((stream as usize, known));
+        known
+    }
+
+    /// The mark of a new use on `stream` just enqueued, reusing `old` (the stream's previous
+    /// mark in this role) where it can.
+    fn mark_after(
+        self: &Arc<Self>,
+        state: &mut State,
+        stream: ffi::CUstream,
+        old: Option<Mark>,
+    ) -> Result<Mark> {
+        if self.lasting(state, stream) {
+            if let Some(Mark::Event(ev)) = old {
+                self.release(ev);
+            }
+            return Ok(Mark::Lazy);
+        }
+        let ev = match old {
+            Some(Mark::Event(ev)) => ev,
+            _ => self.event()?,
+        };
+        match self.record(ev, stream) {
+            Ok(()) => Ok(Mark::Event(ev)),
+            Err(e) => {
+                self.release(ev);
+                Err(e)
+            }
+        }
+    }
+
+    fn release_use(&self, u: Use) {
+        if let Mark::Event(ev) = u.mark {
+            self.release(ev);
+        }
+    }
+}
+
+impl StreamUser for Inner {
+    fn stream_ending(&self, stream: ffi::CUstream) {
+        let mut state = self.lock();
+        state.streams.retain(|(s, _)| *s != stream as usize);
+        let host_fn = in_host_fn();
+        let State { write, reads, .. } = &mut *state;
+        for u in write.iter_mut().chain(reads.iter_mut()) {
+            if u.stream != stream || u.mark != Mark::Lazy {
+                continue;
+            }
+            u.mark = Mark::Lost;
+            if host_fn {
+                continue;
+            }
+            if let Ok(ev) = self.event() {
+                if self.record(ev, stream).is_ok() {
+                    u.mark = Mark::Event(ev);
+                } else {
+                    self.release(ev);
+                }
+            }
+        }
+    }
+}
+
+impl Uses {
+    /// No use yet, for memory of `ctx`.
+    pub(crate) fn new(ctx: &Context) -> Uses {
+        Uses(Arc::new(Inner {
+            ctx: ctx.clone(),
+            state: Mutex::new(State::default()),
+        }))
+    }
+
+    /// Runs `op`, which enqueues work of kind `access` on `stream` (of the buffer's context,
+    /// checked by the caller), after making the stream wait for the earlier uses it conflicts
+    /// with; records the use once `op` has succeeded. On an error nothing is recorded.
+    pub(crate) fn around<R>(
+        &self,
+        stream: ffi::CUstream,
+        access: Access,
+        op: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let s = &mut *state;
+        if let Some(w) = s.write.as_mut() {
+            inner.wait_for(stream, w)?;
+        }
+        if access == Access::Write {
+            for r in s.reads.iter_mut() {
+                inner.wait_for(stream, r)?;
+            }
+        }
+        let out = op()?;
+        match access {
+            Access::Write => {
+                let same = s.write.filter(|w| w.stream == stream).map(|w| w.mark);
+                let mark = inner.mark_after(s, stream, same)?;
+                if let Some(old) = s.write.replace(Use { stream, mark }) {
+                    if old.stream != stream {
+                        inner.release_use(old);
+                    }
+                }
+                for r in std::mem::take(&mut s.reads) {
+                    inner.release_use(r);
+                }
+            }
+            Access::Read => {
+                let i = s.reads.iter().position(|r| r.stream == stream);
+                let old = i.map(|i| s.reads[i].mark);
+                let mark = inner.mark_after(s, stream, old)?;
+                match i {
+                    Some(i) => s.reads[i].mark = mark,
+                    None => s.reads.push(Use { stream, mark }),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`around`](Uses::around) for work touching several allocations at once: `list` holds
+    /// each tracker and its access (one allocation listed twice counts once, as a write if
+    /// either is). The trackers are locked in address order, so two threads working on the same
+    /// allocations in another order cannot deadlock.
+    pub(crate) fn around_all(
+        list: &mut Vec<(&Uses, Access)>,
+        stream: ffi::CUstream,
+        op: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        list.sort_by_key(|(u, _)| Arc::as_ptr(&u.0) as usize);
+        list.dedup_by(|later, kept| {
+            let same = Arc::ptr_eq(&later.0.0, &kept.0.0);
+            if same && later.1 == Access::Write {
+                kept.1 = Access::Write;
+            }
+            same
+        });
+        let mut op = Some(op);
+        nest(list, stream, &mut || match op.take() {
+            Some(f) => f(),
+            None => Ok(()),
+        })
+    }
+
+    /// For work recorded into a graph capture on `stream`: the graph orders its own nodes, and
+    /// the graph holds the memory, so no use is recorded; but an earlier use on another stream
+    /// that this access conflicts with cannot be waited for from inside the capture (its event
+    /// is not part of the graph), so it must be known complete. Refused otherwise.
+    pub(crate) fn check_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
+        let state = self.0.lock();
+        let pending = |u: &Use| u.stream != stream && u.mark != Mark::Done;
+        let conflict = state.write.iter().any(pending)
+            || (access == Access::Write && state.reads.iter().any(pending));
+        if conflict {
+            return Err(Error::Refused {
+                call: "cuStreamWaitEvent",
+                reason: "a capture cannot wait for the buffer's earlier use on another stream: \
+                         use it on the capturing stream first, or synchronise that stream",
+            });
+        }
+        Ok(())
+    }
+
+    /// `stream`'s work so far has completed (the caller synchronised it): uses on it need no
+    /// more waiting.
+    pub(crate) fn completed_on(&self, stream: ffi::CUstream) {
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let State { write, reads, .. } = &mut *state;
+        for u in write.iter_mut().chain(reads.iter_mut()) {
+            if u.stream == stream && u.mark != Mark::Lost {
+                if let Mark::Event(ev) = u.mark {
+                    inner.release(ev);
+                }
+                u.mark = Mark::Done;
+            }
+        }
+    }
+
+    /// Enqueues `free` (a stream-ordered free of the memory) after every recorded use: on the
+    /// stream of a lazy use, which then needs no event, or else on `fallback()` (the context's
+    /// service stream), after waits for each use. All under the tracker's lock, so no stream
+    /// ends meanwhile. The tracker keeps no use afterwards. On an error nothing is freed.
+    pub(crate) fn free_after_uses(
+        &self,
+        fallback: impl FnOnce() -> Result<ffi::CUstream>,
+        free: impl FnOnce(ffi::CUstream) -> Result<()>,
+    ) -> Result<()> {
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let State { write, reads, .. } = &mut *state;
+        let lazy = write
+            .iter()
+            .chain(reads.iter())
+            .find(|u| u.mark == Mark::Lazy)
+            .map(|u| u.stream);
+        let stream = match lazy {
+            Some(s) => s,
+            None => fallback()?,
+        };
+        for u in write.iter_mut().chain(reads.iter_mut()) {
+            inner.wait_for(stream, u)?;
+        }
+        free(stream)?;
+        let uses: Vec<Use> = write.take().into_iter().chain(reads.drain(..)).collect();
+        for u in uses {
+            inner.release_use(u);
+        }
+        Ok(())
+    }
+
+    /// Records an event after every lazy use (on its stream) and returns the events of all
+    /// uses, for a free that waits by polling them; `Err` when a use is lost (only the
+    /// context's completion covers it). The tracker keeps no use afterwards.
+    pub(crate) fn take_events(&self) -> std::result::Result<Vec<ffi::CUevent>, Error> {
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let mut uses: Vec<Use> = state.write.take().into_iter().collect();
+        uses.append(&mut state.reads);
+        let mut events = Vec::with_capacity(uses.len());
+        let mut lost = None;
+        for mut u in uses {
+            if u.mark == Mark::Lazy {
+                match inner.event().and_then(|ev| {
+                    inner.record(ev, u.stream).map(|()| ev).inspect_err(|_| inner.release(ev))
+                }) {
+                    Ok(ev) => u.mark = Mark::Event(ev),
+                    Err(e) => lost = Some(e),
+                }
+            }
+            match u.mark {
+                Mark::Event(ev) => events.push(ev),
+                Mark::Lost => {
+                    lost.get_or_insert(Error::Refused {
+                        call: "cuEventRecord",
+                        reason: "a stream that used the buffer ended inside a host function",
+                    });
+                }
+                Mark::Lazy | Mark::Done => {}
+            }
+        }
+        match lost {
+            None => Ok(events),
+            Some(e) => {
+                for ev in events {
+                    inner.release(ev);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives events from [`take_events`](Uses::take_events) back.
+    pub(crate) fn release_events(&self, events: Vec<ffi::CUevent>) {
+        for ev in events {
+            self.0.release(ev);
+        }
+    }
+
+}
+
+/// Runs `op` inside [`Uses::around`] of each tracker of `list`, the first outermost.
+fn nest(
+    list: &[(&Uses, Access)],
+    stream: ffi::CUstream,
+    op: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    match list.split_first() {
+        None => op(),
+        Some(((uses, access), rest)) => uses.around(stream, *access, || nest(rest, stream, op)),
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let uses: Vec<Use> = state.write.take().into_iter().chain(state.reads.drain(..)).collect();
+        for u in uses {
+            self.release_use(u);
+        }
+    }
+}
