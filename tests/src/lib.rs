@@ -13,12 +13,15 @@
 //! - [`RawContext`]: a second, non-primary context (`cuCtxCreate`), destroyed on drop.
 //! - [`RawBinding`]: makes a raw context current for a scope, restoring what was current.
 //! - [`Window`]: decides whether a "still pending" observation is meaningful.
+//! - [`bogus`]: bogus values fed to the safe API, each case in a child process (shared with the
+//!   test driver's suite).
 //!
 //! The helpers panic on driver errors: they are test infrastructure, and a panic names the call.
 
 pub use cuda_stream;
 pub use cuda_sys as sys;
 
+pub mod bogus;
 mod context;
 mod gpu;
 mod kernels;

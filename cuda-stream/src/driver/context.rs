@@ -20,7 +20,8 @@ impl Device {
     pub(crate) fn primary_context_active(self) -> Result<bool> {
         let state = driver_fn!(cuDevicePrimaryCtxGetState);
         let (mut flags, mut active) = (0u32, 0i32);
-        // SAFETY: both are valid out-pointers; the device came from the driver.
+        // SAFETY: both are valid out-pointers; the driver checks the device ordinal
+        // (`Device::from_raw` takes any).
         let rc = unsafe { state(self.raw(), &mut flags, &mut active) };
         check(rc, "cuDevicePrimaryCtxGetState")?;
         Ok(active != 0)
@@ -32,7 +33,8 @@ impl Device {
         deferred_destroy::drain_if_pending();
         let f = driver_fn!(cuDevicePrimaryCtxRetain);
         let mut raw = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
+        // SAFETY: `raw` is a valid out-pointer; the driver checks the device ordinal
+        // (`Device::from_raw` takes any).
         let rc = unsafe { f(&mut raw, self.raw()) };
         check(rc, "cuDevicePrimaryCtxRetain")?;
         if raw.is_null() {

@@ -63,7 +63,9 @@ impl Device {
         Ok(Device { raw })
     }
 
-    /// Wraps a raw `CUdevice` the driver handed out.
+    /// Wraps a raw `CUdevice` (a device ordinal). Any value is safe: the driver checks the
+    /// ordinal of every call that takes one, so a bogus one (`-1`, `0x1234`) makes each method
+    /// return `CUDA_ERROR_INVALID_DEVICE` (shown on a GPU by `tests/tests/bogus_values.rs`).
     pub fn from_raw(raw: ffi::CUdevice) -> Device {
         Device { raw }
     }
@@ -83,7 +85,8 @@ impl Device {
         let f = driver_fn!(cuDeviceGetName);
         let mut buf = [0 as c_char; 256];
         check(
-            // SAFETY: the buffer is writable for its full length, which is passed.
+            // SAFETY: the buffer is writable for its full length, which is passed; the driver
+            // checks the ordinal.
             unsafe { f(buf.as_mut_ptr(), buf.len() as i32, self.raw) },
             "cuDeviceGetName",
         )?;
@@ -100,7 +103,7 @@ impl Device {
         let f = driver_fn!(cuDeviceGetAttribute);
         let mut v = 0;
         check(
-            // SAFETY: `v` is a valid out-pointer.
+            // SAFETY: `v` is a valid out-pointer; the driver checks the attribute and the ordinal.
             unsafe { f(&mut v, attribute, self.raw) },
             "cuDeviceGetAttribute",
         )?;

@@ -207,11 +207,22 @@ impl Module {
     }
 
     /// [`Module::from_ptx`] with options for the JIT compiler.
+    ///
+    /// Text that starts with an ELF header (`"\x7fELF"`, valid UTF-8) is refused with
+    /// [`Error::InvalidArgument`]: the driver would read it as a cubin, as far as its headers
+    /// say, past the end of the text. (A fatbin's magic numbers are not UTF-8.)
     pub fn from_ptx_with(ctx: &Context, ptx: &str, options: JitOptions) -> Result<Module> {
+        if ptx.as_bytes().starts_with(b"\x7fELF") {
+            return Err(Error::InvalidArgument {
+                reason: "PTX text starts with an ELF header: load a cubin with Module::from_image"
+                    .to_string(),
+            });
+        }
         let text = CString::new(ptx).map_err(|e| Error::InvalidArgument {
             reason: format!("PTX text has a NUL byte at {}", e.nul_position()),
         })?;
-        // SAFETY: a NUL-terminated string is a complete PTX image for the driver.
+        // SAFETY: a NUL-terminated string that is no ELF file is read by the driver as PTX
+        // text, up to its NUL (fatbin magic numbers cannot start a `str`).
         unsafe { Module::load(ctx, text.as_ptr().cast(), options) }
     }
 
