@@ -31,11 +31,15 @@ pub(crate) fn ops() -> Vec<Op> {
         // A value that is no context: compared with each active primary context (count, get,
         // state, retain, release), never handed to the driver. (A context this crate holds is
         // found with no driver call: `mock/contexts.rs`.)
-        op("Context::retain_if_primary (not a context)", SWALLOW_DROP, |_| {
-            let c = Context::retain_if_primary(0x1234 as ffi::CUcontext)?;
-            assert!(c.is_none());
-            Ok(())
-        }),
+        op(
+            "Context::retain_if_primary (not a context)",
+            SWALLOW_DROP,
+            |_| {
+                let c = Context::retain_if_primary(0x1234 as ffi::CUcontext)?;
+                assert!(c.is_none());
+                Ok(())
+            },
+        ),
         op("current_context_raw", SWALLOW_DROP, |_| {
             assert!(current_context_raw()?.is_null());
             Ok(())
