@@ -139,7 +139,7 @@ fn wait_until_freed(ctx: &Context, (ptr, bytes): (u64, usize)) {
             _ => return,
         }
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "the allocation at {ptr:#x} was never freed after its graphs went"
         );
         std::thread::sleep(Duration::from_millis(1));
@@ -208,7 +208,7 @@ fn safe_fills_copies_and_a_kernel_captured_keep_their_buffers_alive_across_repla
     let start = std::time::Instant::now();
     while out.is_held_by_graphs() {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "`out` still held"
         );
         std::thread::sleep(Duration::from_millis(1));

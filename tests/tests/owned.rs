@@ -10,7 +10,7 @@ use cuda_stream_tests::{
 
 /// Polls `buf[0]` until it is `value` (without synchronising anything), for up to 30 s.
 fn wait_for_value(buf: &DeviceBuffer<'_>, value: u32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if buf.get(0) == value {
             return true;

@@ -105,6 +105,11 @@ mod tests {
     #[test]
     fn the_printed_cudarc_version_is_the_locked_one() {
         let lock = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.lock");
+        if !lock.is_file() {
+            // The test binary runs away from its checkout (the GPU bundle).
+            println!("skipped: no Cargo.lock at {}", lock.display());
+            return;
+        }
         let lock = std::fs::read_to_string(lock).expect("the workspace's Cargo.lock");
         let entry = "name = \"cudarc\"\nversion = ";
         let at = lock.find(entry).expect("cudarc in Cargo.lock") + entry.len();

@@ -55,7 +55,7 @@
 //!   The legacy stream's implicit synchronisation with blocking streams is not modelled beyond
 //!   that global order. A driver call made from inside a host function returns
 //!   `CUDA_ERROR_NOT_PERMITTED` (the driver's documented answer) and is counted.
-//! - Graph capture (`capture.rs`) and graphs, executable graphs and user objects (`graph.rs`),
+//! - Capture (`state/capture.rs`) and graphs, executable graphs, user objects (`model/graph.rs`),
 //!   with the driver's rules for the three capture modes, forks and joins through events,
 //!   invalidation and unjoined captures; captured host functions, kernels, memsets and copies run
 //!   on the worker on every launch (kernels and memory reach the capture through
@@ -75,7 +75,7 @@
 //!   `CUDA_ERROR_INVALID_HANDLE`, one not complete gives `CUDA_ERROR_NOT_READY`.
 //!   `cuIpcGetEventHandle` needs `CU_EVENT_INTERPROCESS`; `cuIpcOpenEventHandle` in the same
 //!   process opens a new handle (to destroy separately) sharing the original's record state.
-//! - Modules, kernels and device memory (`device_model.rs`): `cuModuleLoadDataEx` takes PTX
+//! - Modules, kernels and device memory (`model/device.rs`): `cuModuleLoadDataEx` takes PTX
 //!   text, whose `.entry` kernels (with their parameter sizes and `.maxntid`) become the module's
 //!   functions; text without one fails with `CUDA_ERROR_INVALID_PTX` and a `ptxas`-style error
 //!   log. Device memory is host memory behind never-reused fake addresses. Memsets,
@@ -115,7 +115,7 @@
 //! uint64_t cuda_mock_orphans(void);                       // destroyed with their context
 //! uint64_t cuda_mock_host_fn_api_calls(void);             // driver calls from host functions
 //! uint64_t cuda_mock_pending_host_fns(void);              // queued or running
-//! uint64_t cuda_mock_live_graphs(void);                   // capture.rs, graph.rs
+//! uint64_t cuda_mock_live_graphs(void);                   // exports/user_objects.rs
 //! uint64_t cuda_mock_live_graph_execs(void);
 //! uint64_t cuda_mock_live_user_objects(void);             // with references left
 //! uint64_t cuda_mock_user_object_destructors_run(void);   // since load, never reset
@@ -193,12 +193,18 @@
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
 //! `Mutex`) and call [`MockDriver::reset`] first.
 
-mod capture;
-mod control_device;
-mod device_model;
-mod exports;
-mod graph;
+// Without `cuGetProcAddress`, the functions a flavour's version lacks are compiled but unreached.
+#![cfg_attr(not(exported = "cuGetProcAddress"), allow(dead_code))]
+
+mod base;
+
+mod model;
+
 mod state;
+
+mod exports;
+
+mod control_device;
 
 pub use control_device::MockLaunch;
 
@@ -385,7 +391,7 @@ const COUNTERS: [&[u8]; 10] = [
     b"cuda_mock_pending_host_fns\0",
 ];
 
-/// The counters of capture.rs and graph.rs.
+/// The counters of graphs and captures (`exports/user_objects.rs`).
 const GRAPH_COUNTERS: [&[u8]; 5] = [
     b"cuda_mock_live_graphs\0",
     b"cuda_mock_live_graph_execs\0",
@@ -420,7 +426,7 @@ impl MockDriver {
         // code that could be unsound at any time.
         let lib = unsafe { libloading::Library::new(path) }?;
         // SAFETY: each symbol is one of the mock's exports, declared with exactly these types in
-        // `exports.rs`; the pointers are copied out and used only while `_lib` keeps the library
+        // `exports/`; the pointers are copied out and used only while `_lib` keeps the library
         // loaded (and it is linked `-z nodelete`, so it stays loaded anyway).
         unsafe {
             let mut counters = [cuda_mock_never as Counter; 10];

@@ -1,14 +1,18 @@
 //! Modules, kernels and launches: `cuModuleLoadDataEx` (PTX text), `cuModuleGetFunction`,
 //! `cuModuleUnload`, `cuFuncGetAttribute`, `cuFuncSetAttribute`, `cuLaunchKernel`, and the
-//! control functions that report on them and on device memory. The model is `device_model.rs`.
+//! control functions that report on them and on device memory. The model is `model/device.rs`.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 use cuda_sys::{CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult, CUstream};
 
-use super::{INVALID_HANDLE, INVALID_VALUE, SUCCESS, api, guard, put, read};
-use crate::device_model::{DeviceWork, LaunchRec, MAX_DYNAMIC_SHARED, ModuleRec, parse_ptx};
-use crate::state::{self, State, Work};
+use super::call::{INVALID_HANDLE, INVALID_VALUE, SUCCESS, api, guard, put, read};
+use crate::model::device::{
+    DEFAULT_DYNAMIC_SHARED, DeviceWork, FunctionRec, LaunchRec, MAX_DYNAMIC_SHARED, ModuleRec,
+    parse_ptx,
+};
+use crate::model::jobs::Work;
+use crate::state::{self, State};
 
 /// A fresh, never-freed heap address to serve as a module or function handle.
 fn fresh_handle() -> usize {
@@ -217,10 +221,10 @@ pub unsafe extern "C" fn cuModuleGetFunction(
                 st.device.function_of.insert((hmod, entry), h);
                 st.device.functions.insert(
                     h,
-                    crate::device_model::FunctionRec {
+                    FunctionRec {
                         module: hmod,
                         entry,
-                        max_dynamic_shared: crate::device_model::DEFAULT_DYNAMIC_SHARED,
+                        max_dynamic_shared: DEFAULT_DYNAMIC_SHARED,
                     },
                 );
                 h
@@ -322,7 +326,7 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
 /// and the kernel's maximum threads) and the dynamic shared memory; reads each parameter's bytes
 /// through `kernelParams` (one per `.param` of the PTX), keeps them for
 /// `cuda_mock_last_launch_param`, and queues the kernel on the stream (counted by
-/// `cuda_mock_kernels_run` when it runs; the few kernels of `device_model::run_kernel`, such as
+/// `cuda_mock_kernels_run` when it runs; the few kernels of `model::device::run_kernel`, such as
 /// `saxpy`, are computed on the host, others do nothing), or, on a capturing stream, adds it to
 /// the graph as a node run on every launch. `extra` must be null.
 ///
@@ -389,7 +393,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
             params: params.clone(),
         };
-        if let Some(rc) = crate::capture::on_device_work(&mut st, s, &work) {
+        if let Some(rc) = crate::state::capture::on_device_work(&mut st, s, &work) {
             if rc != SUCCESS {
                 return rc;
             }

@@ -1,15 +1,70 @@
-//! Device memory: `cuMemAlloc_v2`, `cuMemFree_v2`, `cuMemGetAddressRange_v2`, the async memsets
-//! and copies. The model is
-//! `device_model.rs`; on a capturing stream each becomes a graph node (`capture.rs`).
+//! Device memory: `cuMemGetInfo`, `cuMemAlloc_v2`, `cuMemFree_v2`, `cuMemGetAddressRange_v2`,
+//! the async memsets and copies. The model is `model/device.rs`; on a capturing stream each
+//! becomes a graph node (`state/capture.rs`).
 
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 
 use cuda_sys::{CUdeviceptr, CUresult, CUstream};
 
-use super::{INVALID_VALUE, SUCCESS, api, put};
-use crate::capture::on_device_work;
-use crate::device_model::{DeviceWork, MAX_ALLOCATION, check_range};
-use crate::state::{self, Work};
+use super::call::{INVALID_VALUE, SUCCESS, api, put};
+use crate::model::device::{DeviceWork, MAX_ALLOCATION};
+use crate::model::jobs::Work;
+use crate::state::capture::on_device_work;
+use crate::state::{self, State};
+
+/// `cuMemGetInfo_v2`: 80 GiB total, 79 GiB free, in the current context.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuMemGetInfo_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    api("cuMemGetInfo_v2", false, |st| {
+        if free.is_null() || total.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(st.current_ctx());
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(total, 80 << 30);
+            put(free, 79 << 30);
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemGetInfo` (the CUDA 2.0 ABI, 32-bit sizes): the sizes of `_v2`, saturated to
+/// `u32::MAX`.
+///
+/// # Safety
+///
+/// Each pointer is null or valid for a write.
+#[cfg_attr(exported = "cuMemGetInfo", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
+    api("cuMemGetInfo", false, |st| {
+        if free.is_null() || total.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(st.current_ctx());
+        // SAFETY: both non-null; the caller's contract makes them writable.
+        unsafe {
+            put(total, c_uint::MAX);
+            put(free, c_uint::MAX);
+        }
+        SUCCESS
+    })
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` for a memory range that is not inside one live allocation, with the
+/// use counted.
+pub(crate) fn check_range(st: &mut State, ptr: u64, len: usize) -> Result<(), CUresult> {
+    if len == 0 || st.device.find(ptr, len).is_some() {
+        Ok(())
+    } else {
+        st.counters.bad_uses += 1;
+        Err(CUresult::CUDA_ERROR_INVALID_VALUE)
+    }
+}
 
 /// `cuMemAlloc_v2`: `bytesize` bytes (filled with 0xa5, so forgotten initialisation shows) in
 /// the current context, at an address never handed out before. 0 bytes is

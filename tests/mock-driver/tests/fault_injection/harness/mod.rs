@@ -52,7 +52,7 @@ pub(crate) fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
 /// runs is a hang, and must fail.
 pub(crate) fn settle() {
     let m = MOCK.get().expect("the mock is installed");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while m.pending_host_fns() > 0 {
         assert!(
             std::time::Instant::now() < deadline,

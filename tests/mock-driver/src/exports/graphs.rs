@@ -1,178 +1,27 @@
-//! The model of graphs, executable graphs and user objects, and their exports.
-//!
-//! - A graph is a list of nodes in capture order (so every node's dependencies come before it):
-//!   host functions, event record and event wait nodes, and opaque nodes (kernels, memsets,
-//!   memcpys and child graphs, which the mock does not run). Graphs come from `capture.rs`.
-//! - `cuGraphInstantiateWithFlags` / `cuGraphInstantiateWithParams` copy the nodes into an
-//!   executable graph and take the graph's user-object references again (as the driver clones
-//!   them). `cuGraphLaunch` queues the nodes on the one worker, in order: a host node is a host
-//!   function job, an event record node records the event, an event wait node makes the launch
-//!   wait for the event's record; a final job counts the launch as finished.
-//! - `cuGraphExecUpdate_v2` accepts a graph of the same shape (node count, node types and
-//!   dependencies), takes its parameters and references, and holds the old references back until
-//!   the launches in flight have finished. Anything else is `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`
-//!   with the reason and the node.
-//! - User objects count references; when the last goes, the destructor is queued on the worker
-//!   (after every launch queued so far). `cuGraphExecDestroy` during a launch releases the
-//!   executable graph's references only when its launches have finished.
-//! - Destroying or using a graph, executable graph or user object the mock does not know (or
-//!   already destroyed) is a bad destroy or a bad use, as for streams and events.
+//! Graphs and executable graphs: their nodes, instantiation, launches, uploads, updates and
+//! destruction. The model is `model/graph.rs`.
 
-// The driver functions have the exported C names, also where a flavour does not export them.
-#![allow(non_snake_case)]
-
-use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_uint, c_ulonglong, c_void};
-use std::sync::MutexGuard;
+use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
 
 use cuda_sys::{
     CUDA_GRAPH_INSTANTIATE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult,
-    CUgraphExecUpdateResultInfo, CUgraphInstantiateResult, CUgraphNode, CUhostFn, CUresult,
-    CUstream, CUuserObject,
+    CUgraphExecUpdateResultInfo, CUgraphInstantiateResult, CUgraphNode, CUresult, CUstream,
 };
 
-use crate::capture::Captures;
-use crate::exports::{api, per_thread_null, put};
-use crate::state::{self, State, StreamRef, Work};
-
-const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
-const INVALID_VALUE: CUresult = CUresult::CUDA_ERROR_INVALID_VALUE;
+use super::call::{INVALID_VALUE, SUCCESS, api, per_thread_null, put};
+use crate::model::graph::{ExecRec, GraphJob, GraphRec, Node, NodeKind, fresh_handle};
+use crate::model::jobs::Work;
+use crate::model::records::StreamRef;
+use crate::state::State;
+use crate::state::worker::{destroy_graph, release_all};
 
 const AUTO_FREE_ON_LAUNCH: u64 = 1;
 const UPLOAD: u64 = 2;
 const DEVICE_LAUNCH: u64 = 4;
 const USE_NODE_PRIORITY: u64 = 8;
-const USER_OBJECT_NO_DESTRUCTOR_SYNC: c_uint = 1;
-const GRAPH_USER_OBJECT_MOVE: c_uint = 1;
-
-/// `?` for functions that return a `CUresult`.
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(code) => return code,
-        }
-    };
-}
-
-pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
-
-/// A fresh, never-freed heap address to serve as a handle (graphs, nodes, user objects).
-pub(crate) fn fresh_handle() -> usize {
-    let cell: &'static mut u64 = Box::leak(Box::new(0));
-    cell as *mut u64 as usize
-}
-
-#[derive(Debug, Clone)]
-pub(crate) enum NodeKind {
-    Host(HostFn, usize),
-    /// Records the event whose record state is `core`.
-    EventRecord(u64),
-    /// Waits for the event whose record state is `core`.
-    EventWait(u64),
-    /// A kernel, memset or copy (`device_model.rs`), run again on every launch.
-    Device(crate::device_model::DeviceWork),
-    /// Work the mock does not model (a child graph): its name.
-    Opaque(&'static str),
-}
-
-impl NodeKind {
-    /// Read by `cuGraphExecUpdate`.
-    fn same_type(&self, other: &NodeKind) -> bool {
-        match (self, other) {
-            (NodeKind::Opaque(a), NodeKind::Opaque(b)) => a == b,
-            (NodeKind::Device(a), NodeKind::Device(b)) => a.label() == b.label(),
-            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
-        }
-    }
-
-    fn label(&self) -> &'static str {
-        match self {
-            NodeKind::Host(..) => "host",
-            NodeKind::EventRecord(_) => "event record",
-            NodeKind::EventWait(_) => "event wait",
-            NodeKind::Device(work) => work.label(),
-            NodeKind::Opaque(what) => what,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Node {
-    pub(crate) handle: usize,
-    pub(crate) kind: NodeKind,
-    /// Indices of earlier nodes of the same graph.
-    pub(crate) deps: Vec<usize>,
-}
-
-#[derive(Debug)]
-pub(crate) struct GraphRec {
-    pub(crate) alive: bool,
-    pub(crate) nodes: Vec<Node>,
-    /// User objects this graph holds references to, with how many.
-    pub(crate) objects: Vec<(usize, u64)>,
-}
-
-#[derive(Debug)]
-pub(crate) struct ExecRec {
-    alive: bool,
-    nodes: Vec<Node>,
-    objects: Vec<(usize, u64)>,
-    /// References replaced by an update while launches were in flight.
-    held: Vec<(usize, u64)>,
-    in_flight: u64,
-}
-
-#[derive(Debug)]
-pub(crate) struct UserObject {
-    ptr: usize,
-    destroy: HostFn,
-    refs: u64,
-}
-
-/// Everything about graphs, executable graphs, user objects and captures.
-#[derive(Debug, Default)]
-pub(crate) struct Graphs {
-    pub(crate) graphs: HashMap<usize, GraphRec>,
-    execs: HashMap<usize, ExecRec>,
-    objects: HashMap<usize, UserObject>,
-    pub(crate) captures: Captures,
-    pub(crate) live_graphs: u64,
-    pub(crate) live_execs: u64,
-    /// User objects with references left.
-    pub(crate) live_user_objects: u64,
-    /// Destructors that have run, over the life of the process.
-    pub(crate) destructors_run: u64,
-}
-
-/// A job of the worker for graphs.
-#[derive(Debug)]
-pub(crate) enum GraphJob {
-    /// Runs a user object's destructor.
-    Destroy(HostFn, usize),
-    /// The end of a launch of an executable graph.
-    LaunchDone(usize),
-}
-
-impl Graphs {
-    /// A new, empty graph; counted live.
-    pub(crate) fn new_graph(&mut self) -> usize {
-        let h = fresh_handle();
-        self.graphs.insert(
-            h,
-            GraphRec {
-                alive: true,
-                nodes: Vec::new(),
-                objects: Vec::new(),
-            },
-        );
-        self.live_graphs += 1;
-        h
-    }
-}
 
 /// A live graph, or a bad use.
-fn graph_mut(st: &mut State, h: usize) -> Result<&mut GraphRec, CUresult> {
+pub(crate) fn graph_mut(st: &mut State, h: usize) -> Result<&mut GraphRec, CUresult> {
     match st.graphs.graphs.get_mut(&h) {
         Some(g) if g.alive => Ok(g),
         _ => {
@@ -193,90 +42,13 @@ fn exec_mut(st: &mut State, h: usize) -> Result<&mut ExecRec, CUresult> {
 }
 
 /// Takes `count` more references to each object.
-fn retain_all(st: &mut State, objects: &[(usize, u64)]) {
+pub(crate) fn retain_all(st: &mut State, objects: &[(usize, u64)]) {
     for (o, n) in objects {
         if let Some(obj) = st.graphs.objects.get_mut(o) {
             obj.refs += n;
         }
     }
 }
-
-/// Drops `count` references to `object`; at zero its destructor is queued on the worker.
-fn release(st: &mut State, object: usize, count: u64) -> Result<(), CUresult> {
-    let Some(obj) = st.graphs.objects.get_mut(&object) else {
-        st.counters.bad_destroys += 1;
-        return Err(INVALID_VALUE);
-    };
-    if obj.refs < count || count == 0 {
-        st.counters.bad_destroys += 1;
-        return Err(INVALID_VALUE);
-    }
-    obj.refs -= count;
-    if obj.refs == 0 {
-        let obj = st.graphs.objects.remove(&object).expect("present");
-        st.graphs.live_user_objects -= 1;
-        st.enqueue_detached(Work::Graph(GraphJob::Destroy(obj.destroy, obj.ptr)))?;
-    }
-    Ok(())
-}
-
-fn release_all(st: &mut State, objects: Vec<(usize, u64)>) {
-    for (o, n) in objects {
-        let _ = release(st, o, n);
-    }
-}
-
-/// Destroys a graph (the capture's, when it ends without one, or the caller's).
-pub(crate) fn destroy_graph(st: &mut State, h: usize) -> Result<(), CUresult> {
-    match st.graphs.graphs.get_mut(&h) {
-        Some(g) if g.alive => {
-            g.alive = false;
-            let objects = std::mem::take(&mut g.objects);
-            g.nodes.clear();
-            st.graphs.live_graphs -= 1;
-            release_all(st, objects);
-            Ok(())
-        }
-        _ => {
-            st.counters.bad_destroys += 1;
-            Err(INVALID_VALUE)
-        }
-    }
-}
-
-/// Runs a graph job on the worker; the state is unlocked while a destructor runs.
-pub(crate) fn run_job(
-    mut st: MutexGuard<'static, State>,
-    job: GraphJob,
-) -> MutexGuard<'static, State> {
-    match job {
-        GraphJob::Destroy(f, ptr) => {
-            drop(st);
-            // SAFETY: `cuUserObjectCreate`'s caller gave a destructor to call once with this
-            // pointer, from a driver thread, when the last reference is gone: now.
-            unsafe { f(ptr as *mut c_void) };
-            st = state::lock();
-            st.graphs.destructors_run += 1;
-        }
-        GraphJob::LaunchDone(h) => {
-            let mut release_now = Vec::new();
-            if let Some(e) = st.graphs.execs.get_mut(&h) {
-                e.in_flight -= 1;
-                if e.in_flight == 0 {
-                    release_now = std::mem::take(&mut e.held);
-                    if !e.alive {
-                        release_now.extend(std::mem::take(&mut e.objects));
-                    }
-                }
-            }
-            release_all(&mut st, release_now);
-        }
-    }
-    st
-}
-
-// ---------------------------------------------------------------------------------------------
-// Graphs
 
 /// `cuGraphGetNodes`: with a null array, the count; else up to `*num_nodes` handles (the rest
 /// of the array nulled) and the count.
@@ -636,7 +408,7 @@ fn graph_launch(
     api(symbol, false, |mut st| {
         let s = tri!(st.stream(per_thread_null(stream, per_thread)));
         tri!(exec_mut(&mut st, exec as usize));
-        if let Some(rc) = crate::capture::on_enqueue(&mut st, s, "child graph") {
+        if let Some(rc) = crate::state::capture::on_enqueue(&mut st, s, "child graph") {
             return rc;
         }
         tri!(launch(&mut st, exec as usize, s));
@@ -822,182 +594,4 @@ fn exec_update(
         write(out);
         SUCCESS
     })
-}
-
-// ---------------------------------------------------------------------------------------------
-// User objects
-
-/// `cuUserObjectCreate`: `flags` must be `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`, the count at
-/// least 1; the caller owns the initial references.
-///
-/// # Safety
-///
-/// `object` is null or valid for a write; `destroy` must be sound to call once with `ptr` from
-/// another thread.
-#[cfg_attr(exported = "cuUserObjectCreate", unsafe(no_mangle))]
-pub unsafe extern "C" fn cuUserObjectCreate(
-    object: *mut CUuserObject,
-    ptr: *mut c_void,
-    destroy: CUhostFn,
-    initial_refcount: c_uint,
-    flags: c_uint,
-) -> CUresult {
-    api("cuUserObjectCreate", false, |mut st| {
-        let Some(destroy) = destroy else {
-            return INVALID_VALUE;
-        };
-        if object.is_null() || initial_refcount == 0 || flags != USER_OBJECT_NO_DESTRUCTOR_SYNC {
-            return INVALID_VALUE;
-        }
-        let h = fresh_handle();
-        st.graphs.objects.insert(
-            h,
-            UserObject {
-                ptr: ptr as usize,
-                destroy,
-                refs: u64::from(initial_refcount),
-            },
-        );
-        st.graphs.live_user_objects += 1;
-        // SAFETY: non-null; the caller's contract makes it writable.
-        unsafe { put(object, h as CUuserObject) };
-        SUCCESS
-    })
-}
-
-/// `cuUserObjectRetain`.
-///
-/// # Safety
-///
-/// None beyond the C contract; the handle is only looked up.
-#[cfg_attr(exported = "cuUserObjectRetain", unsafe(no_mangle))]
-pub unsafe extern "C" fn cuUserObjectRetain(object: CUuserObject, count: c_uint) -> CUresult {
-    api("cuUserObjectRetain", false, |mut st| {
-        if count == 0 {
-            return INVALID_VALUE;
-        }
-        match st.graphs.objects.get_mut(&(object as usize)) {
-            Some(o) => {
-                o.refs += u64::from(count);
-                SUCCESS
-            }
-            None => {
-                st.counters.bad_uses += 1;
-                INVALID_VALUE
-            }
-        }
-    })
-}
-
-/// `cuUserObjectRelease`: releasing more references than exist is a bad destroy.
-///
-/// # Safety
-///
-/// None beyond the C contract; the handle is only looked up.
-#[cfg_attr(exported = "cuUserObjectRelease", unsafe(no_mangle))]
-pub unsafe extern "C" fn cuUserObjectRelease(object: CUuserObject, count: c_uint) -> CUresult {
-    api("cuUserObjectRelease", false, |mut st| {
-        tri!(release(&mut st, object as usize, u64::from(count)));
-        SUCCESS
-    })
-}
-
-/// `cuGraphRetainUserObject`: the graph takes `count` references; with
-/// `CU_GRAPH_USER_OBJECT_MOVE` they are the caller's, moved.
-///
-/// # Safety
-///
-/// None beyond the C contract; the handles are only looked up.
-#[cfg_attr(exported = "cuGraphRetainUserObject", unsafe(no_mangle))]
-pub unsafe extern "C" fn cuGraphRetainUserObject(
-    graph: CUgraph,
-    object: CUuserObject,
-    count: c_uint,
-    flags: c_uint,
-) -> CUresult {
-    api("cuGraphRetainUserObject", false, |mut st| {
-        if count == 0 || flags & !GRAPH_USER_OBJECT_MOVE != 0 {
-            return INVALID_VALUE;
-        }
-        tri!(graph_mut(&mut st, graph as usize));
-        let Some(o) = st.graphs.objects.get_mut(&(object as usize)) else {
-            st.counters.bad_uses += 1;
-            return INVALID_VALUE;
-        };
-        if flags & GRAPH_USER_OBJECT_MOVE == 0 {
-            o.refs += u64::from(count);
-        }
-        let g = st
-            .graphs
-            .graphs
-            .get_mut(&(graph as usize))
-            .expect("checked alive");
-        match g.objects.iter_mut().find(|(h, _)| *h == object as usize) {
-            Some((_, n)) => *n += u64::from(count),
-            None => g.objects.push((object as usize, u64::from(count))),
-        }
-        SUCCESS
-    })
-}
-
-/// `cuGraphReleaseUserObject`: gives back references the graph holds.
-///
-/// # Safety
-///
-/// None beyond the C contract; the handles are only looked up.
-#[cfg_attr(exported = "cuGraphReleaseUserObject", unsafe(no_mangle))]
-pub unsafe extern "C" fn cuGraphReleaseUserObject(
-    graph: CUgraph,
-    object: CUuserObject,
-    count: c_uint,
-) -> CUresult {
-    api("cuGraphReleaseUserObject", false, |mut st| {
-        let g = tri!(graph_mut(&mut st, graph as usize));
-        let Some(i) = g.objects.iter().position(|(h, _)| *h == object as usize) else {
-            return INVALID_VALUE;
-        };
-        let count = u64::from(count);
-        if count == 0 || g.objects[i].1 < count {
-            return INVALID_VALUE;
-        }
-        g.objects[i].1 -= count;
-        if g.objects[i].1 == 0 {
-            g.objects.swap_remove(i);
-        }
-        tri!(release(&mut st, object as usize, count));
-        SUCCESS
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Control
-
-/// Graphs created (by captures) and not destroyed.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuda_mock_live_graphs() -> u64 {
-    crate::exports::read(|st| st.graphs.live_graphs)
-}
-
-/// Executable graphs instantiated and not destroyed.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuda_mock_live_graph_execs() -> u64 {
-    crate::exports::read(|st| st.graphs.live_execs)
-}
-
-/// User objects with references left (their destructor not yet queued).
-#[unsafe(no_mangle)]
-pub extern "C" fn cuda_mock_live_user_objects() -> u64 {
-    crate::exports::read(|st| st.graphs.live_user_objects)
-}
-
-/// User-object destructors that have run, over the life of the process (not reset).
-#[unsafe(no_mangle)]
-pub extern "C" fn cuda_mock_user_object_destructors_run() -> u64 {
-    crate::exports::read(|st| st.graphs.destructors_run)
-}
-
-/// Captures under way (active or invalidated).
-#[unsafe(no_mangle)]
-pub extern "C" fn cuda_mock_live_captures() -> u64 {
-    crate::exports::read(|st| st.graphs.captures.count())
 }

@@ -18,10 +18,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use cuda_sys::CUresult;
-
-use crate::state::State;
-
 /// Where fake device addresses start, and the gap after each allocation.
 const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
 const GAP: u64 = 1 << 20;
@@ -187,15 +183,15 @@ impl DeviceState {
 }
 
 /// Runs one queued operation (on the worker, with the state locked). Memory that is no longer
-/// allocated, or a kernel whose module was unloaded, counts as a bad use and does nothing.
-pub(crate) fn run(st: &mut State, work: DeviceWork) {
-    let ok = match work {
+/// allocated, or a kernel whose module was unloaded, does nothing and gives `false` (a bad use).
+pub(crate) fn run(dev: &mut DeviceState, work: DeviceWork) -> bool {
+    match work {
         DeviceWork::Memset {
             dst,
             width,
             value,
             count,
-        } => match st.device.slice_mut(dst, width * count) {
+        } => match dev.slice_mut(dst, width * count) {
             Some(out) => {
                 let word = value.to_le_bytes();
                 for (i, b) in out.iter_mut().enumerate() {
@@ -206,8 +202,8 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
             None => false,
         },
         DeviceWork::CopyDtoD { dst, src, bytes } => {
-            let data = st.device.slice_mut(src, bytes).map(|s| s.to_vec());
-            match (data, st.device.slice_mut(dst, bytes)) {
+            let data = dev.slice_mut(src, bytes).map(|s| s.to_vec());
+            match (data, dev.slice_mut(dst, bytes)) {
                 (Some(data), Some(out)) => {
                     out.copy_from_slice(&data);
                     true
@@ -215,14 +211,14 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
                 _ => false,
             }
         }
-        DeviceWork::CopyHtoD { dst, data } => match st.device.slice_mut(dst, data.len()) {
+        DeviceWork::CopyHtoD { dst, data } => match dev.slice_mut(dst, data.len()) {
             Some(out) => {
                 out.copy_from_slice(&data);
                 true
             }
             None => false,
         },
-        DeviceWork::CopyHtoDAt { dst, src, bytes } => match st.device.slice_mut(dst, bytes) {
+        DeviceWork::CopyHtoDAt { dst, src, bytes } => match dev.slice_mut(dst, bytes) {
             Some(out) => {
                 // SAFETY: the capturing caller promised the host memory stays readable for every
                 // launch of the graph (`cuMemcpyHtoDAsync`'s contract in a capture).
@@ -232,7 +228,7 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
             }
             None => false,
         },
-        DeviceWork::CopyDtoH { dst, src, bytes } => match st.device.slice_mut(src, bytes) {
+        DeviceWork::CopyDtoH { dst, src, bytes } => match dev.slice_mut(src, bytes) {
             Some(data) => {
                 // SAFETY: as above, writable and not accessed by the host meanwhile.
                 unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, bytes) };
@@ -246,16 +242,13 @@ pub(crate) fn run(st: &mut State, work: DeviceWork) {
             threads,
             params,
         } => {
-            if st.device.module_alive(module) {
-                st.device.kernels_run += 1;
-                run_kernel(&mut st.device, &name, threads, &params)
+            if dev.module_alive(module) {
+                dev.kernels_run += 1;
+                run_kernel(dev, &name, threads, &params)
             } else {
                 false
             }
         }
-    };
-    if !ok {
-        st.counters.bad_uses += 1;
     }
 }
 
@@ -313,10 +306,9 @@ fn run_kernel(dev: &mut DeviceState, name: &str, threads: u64, params: &[Vec<u8>
     }
 }
 
-/// Frees what is left in a context whose last reference went: modules and allocations, each
-/// counted as an orphan.
-pub(crate) fn release_ctx(st: &mut State, ctx: usize) {
-    let dev = &mut st.device;
+/// Frees what is left in a context whose last reference went: modules and allocations. Returns
+/// how many there were (each an orphan).
+pub(crate) fn release_ctx(dev: &mut DeviceState, ctx: usize) -> u64 {
     let mut orphans = 0;
     for m in dev.modules.values_mut().filter(|m| m.alive && m.ctx == ctx) {
         m.alive = false;
@@ -329,7 +321,7 @@ pub(crate) fn release_ctx(st: &mut State, ctx: usize) {
         dev.live_allocations -= 1;
         orphans += 1;
     }
-    st.counters.orphans += orphans;
+    orphans
 }
 
 /// The size of a PTX scalar type (`.u32`, `.f64`, `.b8`, `.pred`, ...).
@@ -442,17 +434,6 @@ pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
         );
     }
     Ok((entries, ptx_version))
-}
-
-/// `CUDA_ERROR_INVALID_VALUE` for a memory range that is not inside one live allocation, with the
-/// use counted.
-pub(crate) fn check_range(st: &mut State, ptr: u64, len: usize) -> Result<(), CUresult> {
-    if len == 0 || st.device.find(ptr, len).is_some() {
-        Ok(())
-    } else {
-        st.counters.bad_uses += 1;
-        Err(CUresult::CUDA_ERROR_INVALID_VALUE)
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,99 @@
+//! What every export shares: the prologue that counts a call and applies the failure rules, the
+//! panic guard, and the helpers for out-pointers, C strings and stream handles.
+
+use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::MutexGuard;
+
+use cuda_sys::{CUresult, CUstream};
+
+use crate::state::{self, State};
+
+pub(crate) const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
+pub(crate) const INVALID_VALUE: CUresult = CUresult::CUDA_ERROR_INVALID_VALUE;
+pub(crate) const INVALID_HANDLE: CUresult = CUresult::CUDA_ERROR_INVALID_HANDLE;
+pub(crate) const NOT_READY: CUresult = CUresult::CUDA_ERROR_NOT_READY;
+
+/// Runs `f`, turning a panic into `on_panic`.
+pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+/// The common prologue of a driver function: counts the call, refuses calls from host functions
+/// (`CUDA_ERROR_NOT_PERMITTED`), applies the failure rules, checks `cuInit` (unless `any_time`),
+/// then runs `body` with the state locked.
+pub(crate) fn api(
+    symbol: &'static str,
+    any_time: bool,
+    body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
+) -> CUresult {
+    guard(CUresult::CUDA_ERROR_UNKNOWN, || {
+        let mut st = state::lock();
+        *st.calls.entry(symbol).or_default() += 1;
+        if state::threads::on_worker() {
+            st.counters.host_fn_api_calls += 1;
+            return CUresult::CUDA_ERROR_NOT_PERMITTED;
+        }
+        if let Some(code) = st.injected_failure(symbol) {
+            return code;
+        }
+        if !any_time && !st.initialized {
+            return CUresult::CUDA_ERROR_NOT_INITIALIZED;
+        }
+        body(st)
+    })
+}
+
+/// The prologue of a function the driver answers even from a host function (`cuGetProcAddress`):
+/// counts the call and applies the failure rules, then runs `body` with the state locked.
+pub(crate) fn entry_point(
+    symbol: &'static str,
+    body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
+) -> CUresult {
+    guard(CUresult::CUDA_ERROR_UNKNOWN, || {
+        let mut st = state::lock();
+        *st.calls.entry(symbol).or_default() += 1;
+        if let Some(code) = st.injected_failure(symbol) {
+            return code;
+        }
+        body(st)
+    })
+}
+
+/// Writes `v` through the out-pointer `p`.
+///
+/// # Safety
+///
+/// `p` is non-null and valid for a write of `T` (the C contract of the calling driver function;
+/// callers check for null first).
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
+    // SAFETY: the caller's promise.
+    unsafe { p.write(v) }
+}
+
+/// A C string argument of a control function.
+///
+/// # Safety
+///
+/// `p` is null or a NUL-terminated string valid for the call.
+pub(crate) unsafe fn c_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise.
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+/// Forgets every failure rule and override, zeroes the counters (call counts included), then
+pub(crate) fn read(f: impl FnOnce(&State) -> u64) -> u64 {
+    guard(0, || f(&state::lock()))
+}
+
+/// The stream a `_ptsz` / `_ptds` function means by `h`: the null stream is the per-thread one.
+pub(crate) fn per_thread_null(h: CUstream, per_thread: bool) -> CUstream {
+    if per_thread && h.is_null() {
+        std::ptr::without_provenance_mut(2)
+    } else {
+        h
+    }
+}

@@ -1,0 +1,120 @@
+//! Devices: their count, handles, names and attributes.
+
+use std::ffi::{c_char, c_int};
+
+use cuda_sys::{CUdevice, CUdevice_attribute, CUresult};
+
+use super::call::{INVALID_VALUE, SUCCESS, api, put};
+use crate::base::config::MAX_DEVICES;
+use crate::state::State;
+
+/// `cuDeviceGetCount`.
+///
+/// # Safety
+///
+/// `count` is null or valid for a write.
+#[cfg_attr(exported = "cuDeviceGetCount", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+    api("cuDeviceGetCount", false, |st| {
+        if count.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(count, st.devices as c_int) };
+        SUCCESS
+    })
+}
+
+pub(crate) fn valid_device(st: &State, dev: CUdevice) -> Result<(), CUresult> {
+    if dev >= 0 && (dev as usize) < st.devices.min(MAX_DEVICES) {
+        Ok(())
+    } else {
+        Err(CUresult::CUDA_ERROR_INVALID_DEVICE)
+    }
+}
+
+/// `cuDeviceGet`: device `ordinal` is the `CUdevice` `ordinal`.
+///
+/// # Safety
+///
+/// `device` is null or valid for a write.
+#[cfg_attr(exported = "cuDeviceGet", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
+    api("cuDeviceGet", false, |st| {
+        if device.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, ordinal));
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(device, ordinal) };
+        SUCCESS
+    })
+}
+
+/// `cuDeviceGetName`: `Mock CUDA Device N`, truncated to `len - 1` bytes.
+///
+/// # Safety
+///
+/// `name` is null or valid for writes of `len` bytes.
+#[cfg_attr(exported = "cuDeviceGetName", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
+    api("cuDeviceGetName", false, |st| {
+        if name.is_null() || len <= 0 {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        let text = format!("Mock CUDA Device {dev}");
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: `name` has room for `len` bytes and `n < len`; the source is a live String.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), name, n);
+            put(name.add(n), 0);
+        }
+        SUCCESS
+    })
+}
+
+fn attribute(attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
+    type A = CUdevice_attribute;
+    Some(match attrib {
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
+        A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+        A::CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
+        A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
+        A::CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED
+        | A::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS
+        | A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING
+        | A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+        | A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED => 1,
+        A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT => 2,
+        A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID => dev + 1,
+        a if a.0 < A::CU_DEVICE_ATTRIBUTE_MAX.0 => 0,
+        _ => return None,
+    })
+}
+
+/// `cuDeviceGetAttribute`: an H100-like device; attributes it has no opinion on are 0.
+///
+/// # Safety
+///
+/// `pi` is null or valid for a write.
+#[cfg_attr(exported = "cuDeviceGetAttribute", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: CUdevice_attribute,
+    dev: CUdevice,
+) -> CUresult {
+    api("cuDeviceGetAttribute", false, |st| {
+        if pi.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        let Some(v) = attribute(attrib, dev) else {
+            return INVALID_VALUE;
+        };
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pi, v) };
+        SUCCESS
+    })
+}
