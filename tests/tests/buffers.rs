@@ -1,6 +1,7 @@
-//! Device buffers (`DeviceBuffer`) on the GPU: memsets and copies that round-trip, and drops of
-//! a buffer or a module that wait for the work still using it, also when made inside a host
-//! function (queued, then made on an ordinary thread).
+//! Device buffers (`DeviceBuffer`) on the GPU: memsets and copies that round-trip, drops of a
+//! buffer that return at once (the free ordered after the work using it), and of a module that
+//! wait for its work, also when made inside a host function (queued, then made on an ordinary
+//! thread).
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use cuda_stream::{
     DeviceBuffer, Error, LaunchConfig, Module, deferred_failed, drain_deferred, kernel_args,
 };
-use cuda_stream_tests::{Kernels, Window, alongside_others, error_chain, gpu, saxpy_module};
+use cuda_stream_tests::{Window, alongside_others, error_chain, gpu, saxpy_module};
 
 const SPIN: Duration = Duration::from_millis(200);
 
@@ -74,21 +75,34 @@ fn buffers_round_trip_through_memsets_and_copies() {
 }
 
 #[test]
-fn dropping_a_buffer_or_a_module_waits_for_the_work_using_it() {
+fn dropping_a_buffer_returns_at_once_and_a_module_waits_for_its_work() {
     let Some(ctx) = gpu() else { return };
     let _turn = alongside_others();
     let s = ctx.new_stream().unwrap();
-    // A late store into the buffer: the drop must not free the memory under it.
-    let k = Kernels::load(&ctx);
-    let buf = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1).unwrap();
-    let w = Window::start(SPIN);
-    k.store_after_spin(&s, buf.device_ptr(), 7, SPIN);
+    // A late store into the buffer, recorded as a write: the drop returns at once, and the free
+    // runs on the stream after the store (memcheck, in the sanitizer runs, sees no store to
+    // freed memory).
+    let m = Module::from_ptx(&ctx, &cuda_stream_tests::ptx_source())
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let store = m.function("store_after_spin").unwrap();
+    let mut buf = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1).unwrap();
+    let ns = SPIN.as_nanos() as u64;
+    // SAFETY: store_after_spin(u32 *p, u32 value, u64 ns) writes p[0] only.
+    unsafe {
+        store.launch(
+            &s,
+            LaunchConfig::new(1, 1),
+            &kernel_args![buf.write(), 7u32, ns],
+        )
+    }
+    .unwrap();
     drop(buf);
     assert!(
-        s.query().unwrap(),
-        "the drop returned before the kernel finished"
+        !s.query().unwrap(),
+        "the drop waited for the kernel writing the buffer"
     );
-    println!("buffer drop waited {:?}", w.elapsed());
+    s.synchronize().unwrap();
+    drop(m);
 
     // A kernel of the module still running: the unload waits for it.
     let m = Module::from_ptx(&ctx, &cuda_stream_tests::ptx_source())
@@ -115,15 +129,26 @@ fn a_buffer_and_a_module_dropped_inside_a_host_function_are_freed_later() {
     let Some(ctx) = gpu() else { return };
     let _turn = alongside_others();
     let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
-    let k = Kernels::load(&ctx);
-    let buf = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1).unwrap();
+    let kernels = Module::from_ptx(&ctx, &cuda_stream_tests::ptx_source())
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let store = kernels.function("store_after_spin").unwrap();
+    let mut buf = DeviceBuffer::<u32>::zeroed(&ctx, &s, 1).unwrap();
     let freed = DeviceBuffer::<u8>::alloc(&ctx, 64).unwrap();
     let m = saxpy_module(&ctx);
     s.synchronize().unwrap();
     let failed = deferred_failed();
-    // `t` writes the buffer late; `s`'s host function drops it meanwhile.
+    // `t` writes the buffer late (a recorded write); `s`'s host function drops it meanwhile.
     let w = Window::start(SPIN);
-    k.store_after_spin(&t, buf.device_ptr(), 7, SPIN);
+    let ns = SPIN.as_nanos() as u64;
+    // SAFETY: store_after_spin(u32 *p, u32 value, u64 ns) writes p[0] only.
+    unsafe {
+        store.launch(
+            &t,
+            LaunchConfig::new(1, 1),
+            &kernel_args![buf.write(), 7u32, ns],
+        )
+    }
+    .unwrap();
     let (tx, rx) = mpsc::channel();
     s.launch_host_func(move || {
         drop(m);
@@ -135,16 +160,23 @@ fn a_buffer_and_a_module_dropped_inside_a_host_function_are_freed_later() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the host function ran");
     assert!(
-        matches!(r, Err(Error::InHostFunction { call: "cuMemFree" })),
+        matches!(
+            r,
+            Err(Error::InHostFunction {
+                call: "cuMemFreeAsync" | "cuMemFree"
+            })
+        ),
         "{r:?}"
     );
-    // Whoever drains (this call, or a creation in another test of this process), the frees
-    // wait for the context's work; a drain returns after any drain in progress.
+    // Whoever drains (this call, or a creation in another test of this process), the module's
+    // unload waits for the context's work, and the buffer's free is ordered after the kernel
+    // on `t` (its recorded write); a drain returns after any drain in progress.
     drain_deferred();
     assert!(
         t.query().unwrap(),
-        "the deferred free returned before the kernel writing the memory finished"
+        "the deferred unload returned before the context's work finished"
     );
+    drop(kernels);
     assert_eq!(
         deferred_failed(),
         failed,

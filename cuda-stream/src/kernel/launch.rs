@@ -9,11 +9,11 @@ use std::ptr;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::base::plain_data::DeviceCopy;
 use crate::driver::capture_query::is_capturing;
+use crate::ffi;
 use crate::kernel::module::Function;
 use crate::memory::buffer::BufferUse;
 use crate::memory::buffer_ops::capture_graph;
 use crate::memory::use_tracking::Uses;
-use crate::ffi;
 use crate::stream::view::{Enqueue, bind_if_special};
 
 /// Three dimensions of a grid or a block; `From` a `u32` (`x`), a pair or a triple.

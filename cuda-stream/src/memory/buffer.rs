@@ -43,8 +43,8 @@ use crate::stream::view::{AsStream, Enqueue, bind_if_special};
 /// capture's graph takes a reference to the allocation (a driver user object) before the node
 /// is recorded: the graph and every executable graph made from it keep the memory allocated for
 /// their replays. A use inside a capture is ordered by the graph; an earlier use on another
-/// stream that it conflicts with must be complete (used on the capturing stream, or that stream
-/// synchronised), else the operation is refused ([`Error::Refused`]). Allocation inside a
+/// stream that it conflicts with cannot become an edge of the graph, so the host waits for it
+/// before the node is recorded (usually long complete: an event query). Allocation inside a
 /// capture is refused ([`Error::Capturing`]). Replays of a graph are not recorded as uses:
 /// order work after a replay on the replay's stream, or wait for it.
 ///
@@ -119,10 +119,10 @@ impl<'a> BufferUse<'a> {
         (&self.alloc.uses, self.access)
     }
 
-    /// Ties the allocation to the capture graph `graph` (see `keep_alive`), after checking that
-    /// the capture need not wait for an earlier use on another stream.
+    /// Ties the allocation to the capture graph `graph` (see `keep_alive`), after the host waited
+    /// for the conflicting uses on other streams.
     pub(crate) fn tie_to_capture(&self, stream: ffi::CUstream, graph: ffi::CUgraph) -> Result<()> {
-        self.alloc.uses.check_for_capture(stream, self.access)?;
+        self.alloc.uses.settle_for_capture(stream, self.access)?;
         if self.ptr == 0 {
             return Ok(());
         }

@@ -29,7 +29,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Runs `op(raw stream)`, which enqueues work touching this buffer (`access`) and `other`
     /// buffers, on `stream`: checks the contexts; outside a capture, after the waits the uses
     /// need, recording them once `op` succeeds; in a capture, with every allocation tied to the
-    /// capture's graph first (and refused if an earlier use elsewhere is not known complete).
+    /// capture's graph first, after the host waited for conflicting uses elsewhere.
     fn enqueue_use<U: DeviceCopy>(
         &self,
         stream: &impl Enqueue,
@@ -46,9 +46,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let alloc = self.alloc_ref();
         if is_capturing(raw)? {
             let graph = capture_graph(raw)?;
-            alloc.uses.check_for_capture(raw, access)?;
+            alloc.uses.settle_for_capture(raw, access)?;
             if let Some(o) = other {
-                o.alloc_ref().uses.check_for_capture(raw, Access::Read)?;
+                o.alloc_ref().uses.settle_for_capture(raw, Access::Read)?;
             }
             // Both, in one user object, before the node exists.
             let pair = (alloc.clone(), other.map(|o| o.alloc_ref().clone()));
@@ -353,6 +353,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return self.alloc_ref().uses.around(raw, Access::Write, || Ok(()));
         }
         let graph = capture_graph(raw)?;
+        self.alloc_ref()
+            .uses
+            .settle_for_capture(raw, Access::Write)?;
         keep_alive(ctx, graph, self.alloc_ref().clone())
     }
 }

@@ -262,10 +262,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             let _ = unsafe { sync(raw) };
             return Err(e);
         }
-        list.push(InFlight {
-            event,
-            writes_host,
-        });
+        list.push(InFlight { event, writes_host });
         Ok(())
     }
 }

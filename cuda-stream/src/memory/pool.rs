@@ -62,10 +62,9 @@ impl Drop for PoolInner {
         }
         let raw = self.raw as usize;
         if crate::driver::deferred_destroy::in_host_fn() {
-            crate::driver::deferred_destroy::defer([crate::driver::deferred_destroy::Deferred::new(
-                raw,
-                destroy_pool,
-            )]);
+            crate::driver::deferred_destroy::defer([
+                crate::driver::deferred_destroy::Deferred::new(raw, destroy_pool),
+            ]);
             return;
         }
         let _ = destroy_pool(raw);
@@ -140,7 +139,9 @@ impl MemPool {
         // SAFETY: `raw` is a valid out-pointer and `props` a valid properties struct.
         check(unsafe { f(&mut raw, &props) }, "cuMemPoolCreate")?;
         if raw.is_null() {
-            return Err(Error::NullHandle { what: "memory pool" });
+            return Err(Error::NullHandle {
+                what: "memory pool",
+            });
         }
         Ok(MemPool(Arc::new(PoolInner {
             raw,
@@ -247,7 +248,9 @@ pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
         "cuDeviceGetDefaultMemPool",
     )?;
     if raw.is_null() {
-        return Err(Error::NullHandle { what: "memory pool" });
+        return Err(Error::NullHandle {
+            what: "memory pool",
+        });
     }
     cache.push((device.raw(), raw as usize));
     Ok(raw)

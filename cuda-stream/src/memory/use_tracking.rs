@@ -339,20 +339,63 @@ impl Uses {
     }
 
     /// For work recorded into a graph capture on `stream`: the graph orders its own nodes, and
-    /// the graph holds the memory, so no use is recorded; but an earlier use on another stream
-    /// that this access conflicts with cannot be waited for from inside the capture (its event
-    /// is not part of the graph), so it must be known complete. Refused otherwise.
-    pub(crate) fn check_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
-        let state = self.0.lock();
-        let pending = |u: &Use| u.stream != stream && u.mark != Mark::Done;
-        let conflict = state.write.iter().any(pending)
-            || (access == Access::Write && state.reads.iter().any(pending));
-        if conflict {
-            return Err(Error::Refused {
-                call: "cuStreamWaitEvent",
-                reason: "a capture cannot wait for the buffer's earlier use on another stream: \
-                         use it on the capturing stream first, or synchronise that stream",
-            });
+    /// the graph holds the memory, so no use is recorded. An earlier use on another stream that
+    /// this access conflicts with cannot be waited for from inside the capture (its event is not
+    /// part of the graph), so the host waits for it here, before the node is recorded: an event
+    /// recorded after it (`cuEventRecord` on its stream, which is not capturing), asked
+    /// (`cuEventQuery`) and, if still running, waited for (`cuEventSynchronize`). A use on a
+    /// stream that has joined a capture since is refused.
+    pub(crate) fn settle_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let State { write, reads, .. } = &mut *state;
+        let conflicting = write
+            .iter_mut()
+            .chain(reads.iter_mut().filter(|_| access == Access::Write));
+        for u in conflicting {
+            if u.stream == stream || u.mark == Mark::Done {
+                continue;
+            }
+            if u.mark == Mark::Lazy {
+                let _bound = bind_if_special(u.stream, inner.raw_ctx())?;
+                if crate::driver::capture_query::is_capturing(u.stream)? {
+                    return Err(Error::Refused {
+                        call: "cuEventRecord",
+                        reason: "the buffer's earlier use is on a stream that has joined a \
+                                 capture since: use the buffer on the capturing stream",
+                    });
+                }
+                let ev = inner.event()?;
+                if let Err(e) = inner.record(ev, u.stream) {
+                    inner.release(ev);
+                    return Err(e);
+                }
+                u.mark = Mark::Event(ev);
+            }
+            match u.mark {
+                Mark::Event(ev) => {
+                    let query = driver_fn!(cuEventQuery);
+                    // SAFETY: the event is live (the tracker's).
+                    let rc = unsafe { query(ev) };
+                    if rc == ffi::CUresult::CUDA_ERROR_NOT_READY {
+                        let sync = driver_fn!(cuEventSynchronize);
+                        // SAFETY: as above.
+                        check(unsafe { sync(ev) }, "cuEventSynchronize")?;
+                    } else {
+                        check(rc, "cuEventQuery")?;
+                    }
+                    inner.release(ev);
+                    u.mark = Mark::Done;
+                }
+                Mark::Lost => {
+                    return Err(Error::Refused {
+                        call: "cuEventQuery",
+                        reason: "the buffer's earlier use was on a stream that ended inside a \
+                                 host function: synchronise the context before the capture",
+                    });
+                }
+                Mark::Lazy | Mark::Done => {}
+            }
         }
         Ok(())
     }
@@ -418,7 +461,10 @@ impl Uses {
         for mut u in uses {
             if u.mark == Mark::Lazy {
                 match inner.event().and_then(|ev| {
-                    inner.record(ev, u.stream).map(|()| ev).inspect_err(|_| inner.release(ev))
+                    inner
+                        .record(ev, u.stream)
+                        .map(|()| ev)
+                        .inspect_err(|_| inner.release(ev))
                 }) {
                     Ok(ev) => u.mark = Mark::Event(ev),
                     Err(e) => lost = Some(e),
@@ -452,7 +498,6 @@ impl Uses {
             self.0.release(ev);
         }
     }
-
 }
 
 /// Runs `op` inside [`Uses::around`] of each tracker of `list`, the first outermost.
@@ -470,7 +515,12 @@ fn nest(
 impl Drop for Inner {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        let uses: Vec<Use> = state.write.take().into_iter().chain(state.reads.drain(..)).collect();
+        let uses: Vec<Use> = state
+            .write
+            .take()
+            .into_iter()
+            .chain(state.reads.drain(..))
+            .collect();
         for u in uses {
             self.release_use(u);
         }

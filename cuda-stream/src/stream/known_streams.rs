@@ -82,14 +82,21 @@ mod tests {
         let raw = 0x7000_0010usize as ffi::CUstream;
         let user = Arc::new(Counter(AtomicUsize::new(0)));
         let weak: Weak<dyn StreamUser> = Arc::downgrade(&user) as Weak<dyn StreamUser>;
-        assert!(!add_user(raw, weak.clone()), "an unknown stream takes no users");
+        assert!(
+            !add_user(raw, weak.clone()),
+            "an unknown stream takes no users"
+        );
         created(raw);
         assert!(add_user(raw, weak.clone()));
         assert!(add_user(raw, weak), "registering twice is one registration");
         ending(raw);
         assert_eq!(user.0.load(Ordering::Relaxed), 1);
         ending(raw);
-        assert_eq!(user.0.load(Ordering::Relaxed), 1, "an ended stream is forgotten");
+        assert_eq!(
+            user.0.load(Ordering::Relaxed),
+            1,
+            "an ended stream is forgotten"
+        );
         let weak: Weak<dyn StreamUser> = Arc::downgrade(&user) as Weak<dyn StreamUser>;
         assert!(!add_user(raw, weak));
     }

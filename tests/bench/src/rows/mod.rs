@@ -22,6 +22,7 @@ mod create;
 mod graphs;
 mod host_fn;
 mod hot_path;
+mod memory;
 mod pool_async_scope;
 
 use cuda_stream::{Context, Error, Event, EventOptions, OwnedStream};
@@ -100,5 +101,6 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
     host_fn::rows(&fx, &mut rows)?;
     pool_async_scope::rows(&fx, &mut rows)?;
     graphs::rows(&fx, &mut rows)?;
+    memory::rows(&fx, &mut rows)?;
     Ok((rows, status))
 }

@@ -1,0 +1,264 @@
+//! Memory on streams: stream-ordered allocation and free, a drop while another stream is busy,
+//! use tracking on one stream and across two, and pinned copies of 64 MiB.
+
+use std::hint::black_box;
+use std::ptr;
+
+use cuda_stream::{DeviceBuffer, Error, PinnedHostBuffer};
+use cuda_sys as sys;
+
+use super::Fixture;
+use crate::fail::{must, ok};
+use crate::kernel::SpinKernel;
+use crate::method::case;
+use crate::report::{Rows, Target};
+
+/// The raw driver functions of these rows.
+struct RawMem {
+    alloc_async: sys::pfn::cuMemAllocFromPoolAsync,
+    free_async: sys::pfn::cuMemFreeAsync,
+    memset: sys::pfn::cuMemsetD32Async,
+    htod: sys::pfn::cuMemcpyHtoDAsync,
+    dtoh: sys::pfn::cuMemcpyDtoHAsync,
+    pool: sys::CUmemoryPool,
+}
+
+impl RawMem {
+    fn load(device: sys::CUdevice) -> Result<RawMem, String> {
+        let e = |e: sys::LoadError| e.to_string();
+        let get_pool = sys::fns::cuDeviceGetDefaultMemPool().map_err(e)?;
+        let mut pool = ptr::null_mut();
+        // SAFETY: a valid out-pointer; the device came from the driver.
+        let rc = unsafe { get_pool(&mut pool, device) };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!(
+                "cuDeviceGetDefaultMemPool: {}",
+                sys::result_name(rc)
+            ));
+        }
+        Ok(RawMem {
+            alloc_async: sys::fns::cuMemAllocFromPoolAsync().map_err(e)?,
+            free_async: sys::fns::cuMemFreeAsync().map_err(e)?,
+            memset: sys::fns::cuMemsetD32Async().map_err(e)?,
+            htod: sys::fns::cuMemcpyHtoDAsync().map_err(e)?,
+            dtoh: sys::fns::cuMemcpyDtoHAsync().map_err(e)?,
+            pool,
+        })
+    }
+
+    #[inline(never)]
+    fn alloc_free(&self, bytes: usize, s: sys::CUstream) {
+        let mut p = 0;
+        // SAFETY: a valid out-pointer; the pool and the stream are live, of the current context.
+        ok(
+            unsafe { (self.alloc_async)(&mut p, bytes, self.pool, s) },
+            "cuMemAllocFromPoolAsync",
+        );
+        // SAFETY: allocated just above on the same stream, freed once.
+        ok(
+            unsafe { (self.free_async)(black_box(p), s) },
+            "cuMemFreeAsync",
+        );
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
+    let cfg = fx.cfg;
+    let ctx = fx.ctx;
+    let raw = match RawMem::load(ctx.device().raw()) {
+        Ok(r) => r,
+        Err(why) => {
+            println!("memory rows skipped: {why}");
+            return Ok(());
+        }
+    };
+    let (s1, s2) = (&fx.s1, &fx.s2);
+    let (r1, r2) = (s1.raw(), s2.raw());
+    let settle = || fx.settle();
+
+    rows.add(
+        "mem_alloc_free",
+        "stream-ordered alloc + free of 1 MiB (raw: cuMemAllocFromPoolAsync + cuMemFreeAsync)",
+        Target::Ratio(1.10),
+        case(
+            cfg.medium,
+            || raw.alloc_free(MIB, black_box(r1)),
+            || {
+                let b = must(
+                    DeviceBuffer::<u8>::alloc_on(ctx, s1, black_box(MIB)),
+                    "DeviceBuffer::alloc_on",
+                );
+                drop(black_box(b));
+            },
+        )
+        .no_peer("cudarc's column is not wired for memory yet")
+        .settle(settle)
+        .run(cfg),
+    );
+
+    // The same while stream 2 runs a 10 ms kernel for the whole batch: the drop must not wait.
+    match SpinKernel::load() {
+        Ok(spin) => {
+            let busy = || {
+                fx.settle();
+                spin.spin(r2, 10_000_000);
+            };
+            busy();
+            rows.add(
+                "mem_drop_busy",
+                "alloc + drop of 1 MiB while another stream runs a 10 ms kernel (host time)",
+                Target::BelowNs(50_000.0),
+                case(
+                    200,
+                    || raw.alloc_free(MIB, black_box(r1)),
+                    || {
+                        let b = must(
+                            DeviceBuffer::<u8>::alloc_on(ctx, s1, MIB),
+                            "DeviceBuffer::alloc_on",
+                        );
+                        drop(black_box(b));
+                    },
+                )
+                .no_peer("cudarc's column is not wired for memory yet")
+                .settle(busy)
+                .run(cfg),
+            );
+            fx.settle();
+        }
+        Err(why) => println!("mem_drop_busy skipped: {why}"),
+    }
+
+    // A buffer used on one stream only: a fill (memset) against the raw memset.
+    let one = must(
+        DeviceBuffer::<u32>::zeroed(ctx, s1, 1),
+        "DeviceBuffer::zeroed",
+    );
+    let p = one.device_ptr();
+    rows.add(
+        "mem_one_stream",
+        "fill of a buffer used on one stream (raw: cuMemsetD32Async)",
+        Target::Ratio(1.05),
+        case(
+            cfg.medium,
+            // SAFETY: `p` holds one u32 and outlives the work (settled before it is dropped).
+            || {
+                ok(
+                    unsafe { (raw.memset)(p, 7, 1, black_box(r1)) },
+                    "cuMemsetD32Async",
+                )
+            },
+            || must(one.fill(s1, black_box(7)), "DeviceBuffer::fill"),
+        )
+        .no_peer("cudarc's column is not wired for memory yet")
+        .settle(settle)
+        .run(cfg),
+    );
+
+    // Alternating streams: each use waits for the other stream's last one.
+    let record = fx.raw.event_record;
+    let wait = fx.raw.stream_wait_event;
+    let e1 = must(
+        cuda_stream::Event::new(ctx, cuda_stream::EventOptions::new()),
+        "Event::new",
+    );
+    let e2 = must(
+        cuda_stream::Event::new(ctx, cuda_stream::EventOptions::new()),
+        "Event::new",
+    );
+    let (ev1, ev2) = (e1.raw(), e2.raw());
+    rows.add(
+        "mem_cross_stream",
+        "fill alternating between two streams, per use (raw: memset + record + wait)",
+        Target::Ratio(1.10),
+        case(
+            cfg.medium,
+            || {
+                // SAFETY: as above; the events and streams are live, of one context.
+                unsafe {
+                    ok((raw.memset)(p, 1, 1, r1), "cuMemsetD32Async");
+                    ok(record(ev1, r1), "cuEventRecord");
+                    ok(wait(r2, ev1, 0), "cuStreamWaitEvent");
+                    ok((raw.memset)(p, 2, 1, r2), "cuMemsetD32Async");
+                    ok(record(ev2, r2), "cuEventRecord");
+                    ok(wait(r1, ev2, 0), "cuStreamWaitEvent");
+                }
+            },
+            || {
+                must(one.fill(s1, 1), "DeviceBuffer::fill");
+                must(one.fill(s2, 2), "DeviceBuffer::fill");
+            },
+        )
+        .per_iter(2)
+        .no_peer("cudarc's column is not wired for memory yet")
+        .settle(settle)
+        .run(cfg),
+    );
+    fx.settle();
+    drop(one);
+
+    // Pinned copies of 64 MiB, each waited for.
+    let n = 64 * MIB / 4;
+    let mut host = must(PinnedHostBuffer::<u32>::zeroed(ctx, n), "PinnedHostBuffer");
+    let dev = must(DeviceBuffer::<u32>::alloc_on(ctx, s1, n), "alloc_on");
+    must(s1.synchronize(), "synchronize");
+    let (hp, dp) = (
+        must(host.as_mut_slice(), "as_mut_slice").as_mut_ptr(),
+        dev.device_ptr(),
+    );
+    let sync = fx.raw.stream_synchronize;
+    let iters = if cfg.quick { 2 } else { 10 };
+    let h2d = case(
+        iters,
+        // SAFETY: 64 MiB of pinned and device memory, each alive for the row; waited for.
+        || unsafe {
+            ok((raw.htod)(dp, hp.cast(), n * 4, r1), "cuMemcpyHtoDAsync");
+            ok(sync(r1), "cuStreamSynchronize");
+        },
+        || {
+            must(dev.copy_from_pinned(s1, &host), "copy_from_pinned");
+            must(s1.synchronize(), "synchronize");
+        },
+    )
+    .no_peer("cudarc's column is not wired for memory yet")
+    .run(cfg);
+    let gbs = |ns: f64| (n * 4) as f64 / ns;
+    println!(
+        "pinned H2D 64 MiB: raw {:.1} GB/s, cuda-stream {:.1} GB/s",
+        gbs(h2d.raw_ns),
+        gbs(h2d.safe.ns)
+    );
+    rows.add(
+        "pinned_h2d",
+        "pinned H2D copy of 64 MiB, waited for (raw: cuMemcpyHtoDAsync)",
+        Target::Ratio(1.05),
+        h2d,
+    );
+    let d2h = case(
+        iters,
+        // SAFETY: as above.
+        || unsafe {
+            ok((raw.dtoh)(hp.cast(), dp, n * 4, r1), "cuMemcpyDtoHAsync");
+            ok(sync(r1), "cuStreamSynchronize");
+        },
+        || {
+            must(dev.copy_to_pinned(s1, &mut host), "copy_to_pinned");
+            must(s1.synchronize(), "synchronize");
+        },
+    )
+    .no_peer("cudarc's column is not wired for memory yet")
+    .run(cfg);
+    println!(
+        "pinned D2H 64 MiB: raw {:.1} GB/s, cuda-stream {:.1} GB/s",
+        gbs(d2h.raw_ns),
+        gbs(d2h.safe.ns)
+    );
+    rows.add(
+        "pinned_d2h",
+        "pinned D2H copy of 64 MiB, waited for (raw: cuMemcpyDtoHAsync)",
+        Target::Ratio(1.05),
+        d2h,
+    );
+    Ok(())
+}
