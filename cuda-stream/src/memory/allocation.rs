@@ -13,6 +13,7 @@
 //! queued for an ordinary thread, as streams and events are.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
@@ -252,6 +253,8 @@ unsafe impl Send for PendingFree {}
 
 /// Frees whose uses may still run.
 static PENDING: Mutex<Vec<PendingFree>> = Mutex::new(Vec::new());
+/// How many entries `PENDING` holds, read without the lock.
+static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Calls `free(ctx, handle)` once every event of `events` (of `ctx`, handed over) has
 /// completed: now if they have (returning its answer), else at a later allocation or free
@@ -263,15 +266,14 @@ pub(crate) fn free_when_done(
     free: fn(&Context, usize) -> Result<()>,
 ) -> Result<()> {
     let queue = |events| {
-        PENDING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(PendingFree {
-                handle,
-                ctx: ctx.clone(),
-                events,
-                free,
-            });
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        pending.push(PendingFree {
+            handle,
+            ctx: ctx.clone(),
+            events,
+            free,
+        });
+        PENDING_COUNT.store(pending.len(), Ordering::Release);
     };
     if in_host_fn() || !events.iter().all(|&ev| event_done(ev)) {
         queue(events);
@@ -294,7 +296,7 @@ fn give_back(ctx: &Context, ev: ffi::CUevent) {
 /// to their context. One uncontended lock when none is pending. Not inside a
 /// host function.
 pub(crate) fn poll_pending_frees() {
-    if in_host_fn() {
+    if PENDING_COUNT.load(Ordering::Acquire) == 0 || in_host_fn() {
         return;
     }
     let ready: Vec<PendingFree> = {
@@ -311,6 +313,7 @@ pub(crate) fn poll_pending_frees() {
                 i += 1;
             }
         }
+        PENDING_COUNT.store(pending.len(), Ordering::Release);
         ready
     };
     for p in ready {
@@ -326,15 +329,15 @@ pub(crate) fn pending_frees() -> usize {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
 }
 
-/// Whether `ev` has completed (`cuEventQuery`); an error counts as complete: the context is
-/// broken and nothing of it runs any more.
+/// Whether `ev` has completed (`cuEventQuery`). An error counts as not complete: the memory
+/// stays allocated rather than risk a free under running work.
 fn event_done(ev: ffi::CUevent) -> bool {
     let Ok(f) = ffi::fns::cuEventQuery() else {
         return false;
     };
     // SAFETY: the event is live (owned by the pending free).
     let rc = unsafe { f(ev) };
-    rc != ffi::CUresult::CUDA_ERROR_NOT_READY
+    rc == ffi::CUresult::CUDA_SUCCESS
 }
 
 fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {

@@ -278,7 +278,8 @@ fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InF
         }
         // SAFETY: the event is live (owned by the list).
         let rc = unsafe { query(c.event) };
-        if rc == ffi::CUresult::CUDA_ERROR_NOT_READY {
+        if rc != ffi::CUresult::CUDA_SUCCESS {
+            // Still running, or the driver would not say: kept (a wait reports the error).
             return true;
         }
         give_back(ctx, c.event);

@@ -5,7 +5,8 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 use std::ptr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::Context;
@@ -233,12 +234,28 @@ impl MemPool {
     }
 }
 
+/// Per-device answers cached without a lock (devices past the array ask the driver each time):
+/// the default pool's handle (0: not yet asked), and whether the device has pools (0: not yet
+/// asked, 1: no, 2: yes).
+const CACHED_DEVICES: usize = 64;
+static DEFAULT_POOLS: [AtomicUsize; CACHED_DEVICES] =
+    [const { AtomicUsize::new(0) }; CACHED_DEVICES];
+static SUPPORTED: [AtomicU8; CACHED_DEVICES] = [const { AtomicU8::new(0) }; CACHED_DEVICES];
+
+fn slot(device: Device) -> Option<usize> {
+    usize::try_from(device.raw())
+        .ok()
+        .filter(|&d| d < CACHED_DEVICES)
+}
+
 /// The raw default pool of `device` (`cuDeviceGetDefaultMemPool`), looked up once per device.
 pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
-    static CACHE: Mutex<Vec<(ffi::CUdevice, usize)>> = Mutex::new(Vec::new());
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, raw)) = cache.iter().find(|(d, _)| *d == device.raw()) {
-        return Ok(raw as ffi::CUmemoryPool);
+    let slot = slot(device);
+    if let Some(i) = slot {
+        let raw = DEFAULT_POOLS[i].load(Ordering::Acquire);
+        if raw != 0 {
+            return Ok(raw as ffi::CUmemoryPool);
+        }
     }
     let f = driver_fn!(cuDeviceGetDefaultMemPool);
     let mut raw = ptr::null_mut();
@@ -252,7 +269,9 @@ pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
             what: "memory pool",
         });
     }
-    cache.push((device.raw(), raw as usize));
+    if let Some(i) = slot {
+        DEFAULT_POOLS[i].store(raw as usize, Ordering::Release);
+    }
     Ok(raw)
 }
 
@@ -261,11 +280,14 @@ pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
 /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`. Asked once per device; a driver error is
 /// `false` (the plain path is always correct).
 pub(crate) fn pools_supported(ctx: &Context) -> bool {
-    static CACHE: Mutex<Vec<(ffi::CUdevice, bool)>> = Mutex::new(Vec::new());
     let device = ctx.device();
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, yes)) = cache.iter().find(|(d, _)| *d == device.raw()) {
-        return yes;
+    let slot = slot(device);
+    if let Some(i) = slot {
+        match SUPPORTED[i].load(Ordering::Acquire) {
+            1 => return false,
+            2 => return true,
+            _ => {}
+        }
     }
     let yes = ffi::fns::cuMemAllocFromPoolAsync().is_ok()
         && ffi::fns::cuMemFreeAsync().is_ok()
@@ -273,7 +295,9 @@ pub(crate) fn pools_supported(ctx: &Context) -> bool {
         && device
             .attribute(ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
             .is_ok_and(|v| v != 0);
-    cache.push((device.raw(), yes));
+    if let Some(i) = slot {
+        SUPPORTED[i].store(if yes { 2 } else { 1 }, Ordering::Release);
+    }
     yes
 }
 

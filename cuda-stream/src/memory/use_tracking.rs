@@ -23,11 +23,13 @@
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::in_host_fn;
 use crate::driver::recycled_events;
 use crate::ffi;
+use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::stream::known_streams::{self, StreamUser};
 use crate::stream::view::bind_if_special;
 
@@ -343,7 +345,8 @@ impl Uses {
     /// this access conflicts with cannot be waited for from inside the capture (its event is not
     /// part of the graph), so the host waits for it here, before the node is recorded: an event
     /// recorded after it (`cuEventRecord` on its stream, which is not capturing), asked
-    /// (`cuEventQuery`) and, if still running, waited for (`cuEventSynchronize`). A use on a
+    /// (`cuEventQuery`) and, if still running, waited for (`cuEventSynchronize`), with this
+    /// thread's capture mode relaxed for the two calls. A use on a
     /// stream that has joined a capture since is refused.
     pub(crate) fn settle_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
         let inner = &self.0;
@@ -374,6 +377,10 @@ impl Uses {
             }
             match u.mark {
                 Mark::Event(ev) => {
+                    // Host waits count as "potentially unsafe" in a global or thread-local
+                    // capture, though this one is for work outside any capture: this thread
+                    // relaxes its capture mode for the query and the wait, then restores it.
+                    let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
                     let query = driver_fn!(cuEventQuery);
                     // SAFETY: the event is live (the tracker's).
                     let rc = unsafe { query(ev) };
@@ -441,9 +448,11 @@ impl Uses {
             inner.wait_for(stream, u)?;
         }
         free(stream)?;
-        let uses: Vec<Use> = write.take().into_iter().chain(reads.drain(..)).collect();
-        for u in uses {
-            inner.release_use(u);
+        if let Some(w) = write.take() {
+            inner.release_use(w);
+        }
+        for r in reads.drain(..) {
+            inner.release_use(r);
         }
         Ok(())
     }
@@ -514,14 +523,8 @@ fn nest(
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        let uses: Vec<Use> = state
-            .write
-            .take()
-            .into_iter()
-            .chain(state.reads.drain(..))
-            .collect();
-        for u in uses {
+        let state = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for u in state.write.into_iter().chain(state.reads) {
             self.release_use(u);
         }
     }

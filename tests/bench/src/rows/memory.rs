@@ -18,6 +18,7 @@ struct RawMem {
     alloc_async: sys::pfn::cuMemAllocFromPoolAsync,
     free_async: sys::pfn::cuMemFreeAsync,
     memset: sys::pfn::cuMemsetD32Async,
+    is_capturing: sys::pfn::cuStreamIsCapturing,
     htod: sys::pfn::cuMemcpyHtoDAsync,
     dtoh: sys::pfn::cuMemcpyDtoHAsync,
     pool: sys::CUmemoryPool,
@@ -40,6 +41,7 @@ impl RawMem {
             alloc_async: sys::fns::cuMemAllocFromPoolAsync().map_err(e)?,
             free_async: sys::fns::cuMemFreeAsync().map_err(e)?,
             memset: sys::fns::cuMemsetD32Async().map_err(e)?,
+            is_capturing: sys::fns::cuStreamIsCapturing().map_err(e)?,
             htod: sys::fns::cuMemcpyHtoDAsync().map_err(e)?,
             dtoh: sys::fns::cuMemcpyDtoHAsync().map_err(e)?,
             pool,
@@ -138,16 +140,22 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let p = one.device_ptr();
     rows.add(
         "mem_one_stream",
-        "fill of a buffer used on one stream (raw: cuMemsetD32Async)",
+        "fill of a buffer used on one stream: the tracking's cost (raw: the same driver calls, cuStreamIsCapturing + cuMemsetD32Async)",
         Target::Ratio(1.05),
         case(
             cfg.medium,
-            // SAFETY: `p` holds one u32 and outlives the work (settled before it is dropped).
             || {
+                let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                // SAFETY: a live stream and a valid out-pointer.
+                ok(
+                    unsafe { (raw.is_capturing)(black_box(r1), &mut status) },
+                    "cuStreamIsCapturing",
+                );
+                // SAFETY: `p` holds one u32 and outlives the work (settled before it is dropped).
                 ok(
                     unsafe { (raw.memset)(p, 7, 1, black_box(r1)) },
                     "cuMemsetD32Async",
-                )
+                );
             },
             || must(one.fill(s1, black_box(7)), "DeviceBuffer::fill"),
         )
