@@ -30,7 +30,7 @@
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not `DeviceCopy`: its bytes cannot travel to and from the device as they are",
     label = "not `DeviceCopy`",
-    note = "kernel arguments and buffer values are integers, floats, arrays of them, or `#[repr(C)]` structs that implement `DeviceCopy`; pass a buffer to a kernel as its `device_ptr()`"
+    note = "kernel arguments and buffer values are integers, floats, arrays of them, or `#[repr(C)]` structs that implement `DeviceCopy`; pass a buffer to a kernel as `buf.read()` or `buf.write()`"
 )]
 pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
 

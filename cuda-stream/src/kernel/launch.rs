@@ -184,6 +184,11 @@ impl<'a> KernelArg<'a> {
 
 /// What [`kernel_args!`](crate::kernel_args) accepts: a [`DeviceCopy`] value, or a buffer's
 /// [`BufferUse`] (`buf.read()`, `buf.write()`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel argument",
+    label = "not a kernel argument",
+    note = "kernel arguments are `DeviceCopy` values (integers, floats, arrays of them, `#[repr(C)]` structs) or buffers passed as `buf.read()` / `buf.write()`"
+)]
 pub trait AsKernelArg {
     /// The argument, borrowing `self`.
     fn as_kernel_arg(&self) -> KernelArg<'_>;

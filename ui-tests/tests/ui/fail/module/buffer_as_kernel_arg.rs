@@ -1,5 +1,5 @@
-// A kernel takes the buffer's device address, not the buffer: a `DeviceBuffer` is not
-// `DeviceCopy`, so passing it as an argument does not compile.
+// A buffer is passed to a kernel as `buf.read()` or `buf.write()`, which the launch orders and
+// records; the buffer value itself is no kernel argument, so passing it does not compile.
 use cuda_stream::{Context, DeviceBuffer, LaunchConfig, Module, kernel_args};
 
 fn main() -> cuda_stream::Result<()> {
