@@ -1,6 +1,8 @@
 //! The main example: real work on device 0. A SAXPY kernel that ships as PTX text (the driver
-//! compiles it; no CUDA toolkit) runs over 4 Mi floats on two streams of different priorities,
-//! ordered by events, timed by events, and checked on the host. Then the same work runs 100
+//! compiles it; no CUDA toolkit) runs over 32 Mi floats (past the L2 cache) on two streams of
+//! different priorities: the data goes up and comes back through pinned memory with safe
+//! asynchronous copies, the buffers order their uses across the streams themselves (no event by
+//! hand), kernels are timed by events, and every result is checked on the host. Then the same work runs 100
 //! times enqueued directly, and is captured once into a graph and replayed 100 times: both are
 //! timed per iteration and checked. Then host functions run in order, a current-stream guard
 //! names a stream for other libraries, and a fork/join scope with pooled streams splits the work
@@ -19,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use cuda_stream::{
     AsStream, CaptureMode, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function,
-    LaunchConfig, Module, OwnedStream, StreamOptions, StreamPool, current_stream, kernel_args,
-    memset_d32_async,
+    LaunchConfig, Module, OwnedStream, PinnedHostBuffer, StreamOptions, StreamPool, current_stream,
+    kernel_args, memset_d32_async,
 };
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`, one thread per element.
@@ -65,8 +67,10 @@ $L_done:
 }
 "#;
 
-/// Elements per vector unless `--elements` says otherwise: 4 Mi floats, 16 MiB each.
-const DEFAULT_ELEMENTS: usize = 1 << 22;
+/// Elements per vector unless `--elements` says otherwise: 32 Mi floats, 128 MiB each, so that
+/// a SAXPY's 384 MiB of traffic is well past the L2 cache (50 MB on an H100) and its bandwidth
+/// is the device memory's.
+const DEFAULT_ELEMENTS: usize = 1 << 25;
 /// Graph replays (and direct iterations) timed unless `--replays` says otherwise.
 const DEFAULT_REPLAYS: usize = 100;
 
@@ -133,13 +137,34 @@ fn main() -> ExitCode {
     }
 }
 
-/// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream`: a stream, or a graph capture.
+/// Enqueues `y = a * x + y` over whole buffers on `stream`. The buffers are passed as
+/// `x.read()` and `y.write()`: the launch waits for the uses it conflicts with on other streams
+/// (the last write of `x`, every use of `y`) and records its own, so no event is written here.
+fn saxpy(
+    stream: &impl Enqueue,
+    kernel: &Function<'_>,
+    a: f32,
+    x: &DeviceBuffer<f32>,
+    y: &mut DeviceBuffer<f32>,
+) -> cuda_stream::Result<()> {
+    let n = u32::try_from(y.len()).expect("fewer than 2^32 elements");
+    assert_eq!(x.len(), y.len());
+    let config = LaunchConfig::for_elements(n, 256);
+    // SAFETY: `saxpy` takes (u32, f32, const float *, float *), reads x[..n] and writes
+    // y[..n] only, and both buffers hold `n` floats.
+    unsafe { kernel.launch(stream, config, &kernel_args![n, a, x.read(), y.write()]) }
+}
+
+/// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream` from raw device addresses: for parts of
+/// buffers, and for captures whose buffers outlive the graph by construction (see
+/// `direct_then_graph`). Not recorded as uses: the caller orders it.
 ///
 /// # Safety
 ///
 /// `x` and `y` are device addresses of at least `n` floats in the kernel's context that stay
-/// allocated until the work has run (and for every launch of a graph it is captured into).
-unsafe fn saxpy(
+/// allocated until the work has run (and for every launch of a graph it is captured into), and
+/// nothing else writes them meanwhile.
+unsafe fn saxpy_raw(
     stream: &impl Enqueue,
     kernel: &Function<'_>,
     n: usize,
@@ -152,6 +177,19 @@ unsafe fn saxpy(
     // SAFETY: `saxpy` takes (u32, f32, pointer, pointer) and touches x[..n] and y[..n], which
     // the caller keeps allocated.
     unsafe { kernel.launch(stream, config, &kernel_args![n, a, x, y]) }
+}
+
+/// The device memory's peak bandwidth in GB/s, from its clock and bus width (double data rate),
+/// where the driver says them.
+fn memory_bandwidth_limit(device: Device) -> Option<f64> {
+    use cuda_stream::ffi::CUdevice_attribute as A;
+    let khz = device
+        .attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+        .ok()?;
+    let bits = device
+        .attribute(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
+        .ok()?;
+    (khz > 0 && bits > 0).then(|| 2.0 * f64::from(khz) * 1e3 * f64::from(bits) / 8.0 / 1e9)
 }
 
 /// Bytes moved per second by a SAXPY over `n` floats (two reads and a write each).
@@ -168,23 +206,19 @@ fn wrong_results(what: &str, got: &[f32], expected: impl Fn(usize) -> f32) -> us
     wrong
 }
 
-/// One iteration of the two-stream work, enqueued directly: `low` sets `y` to 1, `high` waits
-/// for that and computes `y = 2x + y`, `low` waits for `high` and computes `y = -x + y`.
+/// One iteration of the two-stream work, enqueued directly: `low` sets `y` to 1, `high`
+/// computes `y = 2x + y`, `low` computes `y = -x + y`. The cross-stream waits are the buffers'
+/// use tracking's: `high`'s kernel waits for `low`'s fill, `low`'s kernel for `high`'s.
 fn direct_iteration(
     high: &OwnedStream,
     low: &OwnedStream,
     kernel: &Function<'_>,
     x: &DeviceBuffer<f32>,
-    y: &DeviceBuffer<f32>,
+    y: &mut DeviceBuffer<f32>,
 ) -> cuda_stream::Result<()> {
-    let n = y.len();
     y.fill(low, 1.0)?;
-    high.wait_stream(low)?;
-    // SAFETY: `x` and `y` hold `n` floats and outlive the work (dropping them waits for it).
-    unsafe { saxpy(high, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }?;
-    low.wait_stream(high)?;
-    // SAFETY: as above.
-    unsafe { saxpy(low, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
+    saxpy(high, kernel, 2.0, x, y)?;
+    saxpy(low, kernel, -1.0, x, y)
 }
 
 /// Enqueues `iterations` times with `enqueue`, timing the work on `low` (where every iteration
@@ -218,13 +252,13 @@ fn direct_then_graph(
     kernel: &Function<'_>,
     host_x: &[f32],
     x: &DeviceBuffer<f32>,
-    y: &DeviceBuffer<f32>,
+    y: &mut DeviceBuffer<f32>,
 ) -> cuda_stream::Result<bool> {
     let (n, iterations) = (y.len(), args.replays);
     let us = |t: Duration| t.as_secs_f64() * 1e6;
 
     let (direct_gpu, direct_host) = per_iteration(low, iterations, || {
-        direct_iteration(high, low, kernel, x, y)
+        direct_iteration(high, low, kernel, x, &mut *y)
     })?;
     if wrong_results("direct", &y.to_vec(&*low)?, |i| host_x[i] + 1.0) > 0 {
         return Ok(false);
@@ -245,15 +279,16 @@ fn direct_then_graph(
         // `graph-user-objects`). Here the buffers outlive the executable graph by construction,
         // so the raw memset is used.
         // SAFETY: `y` holds `n` floats and outlives every launch of the graph (`exec` is
-        // dropped first, and dropping `y` waits for the context's work).
+        // dropped first, and `y`'s free is ordered after its last recorded use, on `low`,
+        // where the replays run).
         unsafe { memset_d32_async(&cap, y.device_ptr(), 1f32.to_bits(), n) }?;
         cap.scope(|s| {
             let side = s.fork()?;
             // SAFETY: as above, for `x` and `y`.
-            unsafe { saxpy(&side, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }
+            unsafe { saxpy_raw(&side, kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }
         })?;
         // SAFETY: as above.
-        unsafe { saxpy(&cap, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
+        unsafe { saxpy_raw(&cap, kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }
     });
     let graph = match graph {
         Ok(g) => g,
@@ -320,26 +355,26 @@ fn run(args: &Args) -> cuda_stream::Result<bool> {
         kernel.max_threads_per_block()
     );
 
-    // `low` uploads x and sets y to 1; `high` waits for that, computes y = 2x + y; `low` waits
-    // for `high` and computes y = -x + y. Each kernel is timed by events on its own stream.
+    // `low` uploads x from pinned memory and sets y to 1; `high` computes y = 2x + y; `low`
+    // computes y = -x + y. The buffers order their uses across the streams themselves; the
+    // explicit waits below only keep each timed interval to its kernel.
     let host_x: Vec<f32> = (0..n).map(|i| (i % 4096) as f32).collect();
-    let x = DeviceBuffer::from_host(&ctx, &low, &host_x)?;
-    let y = DeviceBuffer::<f32>::alloc(&ctx, n)?;
+    let pinned_x = PinnedHostBuffer::from_slice(&ctx, &host_x)?;
+    let x = DeviceBuffer::<f32>::alloc_on(&ctx, &low, n)?;
+    x.copy_from_pinned(&low, &pinned_x)?; // returns at once; the DMA runs on `low`
+    let mut y = DeviceBuffer::<f32>::alloc_on(&ctx, &low, n)?;
     y.fill(&low, 1.0)?;
     let ready = low.record_event()?;
 
     let timed = EventOptions::new().timing(true);
     high.wait_event(&ready)?;
     let high_start = high.record_event_with(timed)?;
-    // SAFETY: `x` and `y` hold `n` floats and live until the end of this function, after the
-    // streams are synchronised (dropping them would wait for the work anyway).
-    unsafe { saxpy(&high, &kernel, n, 2.0, x.device_ptr(), y.device_ptr()) }?;
+    saxpy(&high, &kernel, 2.0, &x, &mut y)?;
     let high_end = high.record_event_with(timed)?;
 
     low.wait_event(&high_end)?;
     let low_start = low.record_event_with(timed)?;
-    // SAFETY: as above.
-    unsafe { saxpy(&low, &kernel, n, -1.0, x.device_ptr(), y.device_ptr()) }?;
+    saxpy(&low, &kernel, -1.0, &x, &mut y)?;
     let low_end = low.record_event_with(timed)?;
 
     // Host functions run in stream order too: `low`'s runs after `high`'s.
@@ -355,17 +390,31 @@ fn run(args: &Args) -> cuda_stream::Result<bool> {
         seen.fetch_add(1, Ordering::SeqCst);
     })?;
 
-    let result = y.to_vec(&low)?; // waits for `low`, and so for everything above
-    if wrong_results("two streams", &result, |i| host_x[i] + 1.0) > 0 {
+    // Back through pinned memory: the copy returns at once, and `as_slice` waits for it.
+    let mut pinned_y = PinnedHostBuffer::<f32>::zeroed(&ctx, n)?;
+    y.copy_to_pinned(&low, &mut pinned_y)?;
+    if wrong_results("two streams", pinned_y.as_slice()?, |i| host_x[i] + 1.0) > 0 {
         return Ok(false);
     }
     let (t_high, t_low) = (
         high_end.elapsed_since(&high_start)?,
         low_end.elapsed_since(&low_start)?,
     );
+    let limit = memory_bandwidth_limit(device).map_or_else(
+        || "the device does not say its memory bandwidth".to_string(),
+        |gbs| format!("device memory peak {gbs:.0} GB/s"),
+    );
+    let l2 = device
+        .attribute(cuda_stream::ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+        .unwrap_or(0);
+    let resident = if 3 * 4 * n <= usize::try_from(l2).unwrap_or(0) {
+        "; the vectors fit in the L2 cache, so this is cache bandwidth"
+    } else {
+        ""
+    };
     println!(
-        "saxpy over {n} floats on high then low: {:.1} us ({:.0} GB/s), {:.1} us ({:.0} GB/s); \
-         all {n} results checked",
+        "saxpy over {n} floats on high then low: {:.1} us ({:.0} GB/s), {:.1} us ({:.0} GB/s) \
+         ({limit}{resident}); all {n} results checked",
         t_high.as_secs_f64() * 1e6,
         gb_per_s(n, t_high),
         t_low.as_secs_f64() * 1e6,
@@ -379,7 +428,7 @@ fn run(args: &Args) -> cuda_stream::Result<bool> {
     // The same work, again and again: enqueued directly on the two streams each time, then
     // captured once into a graph and replayed.
     let mut low = low;
-    if !direct_then_graph(args, &high, &mut low, &kernel, &host_x, &x, &y)? {
+    if !direct_then_graph(args, &high, &mut low, &kernel, &host_x, &x, &mut y)? {
         return Ok(false);
     }
 
@@ -405,10 +454,12 @@ fn run(args: &Args) -> cuda_stream::Result<bool> {
     let offset = (half * std::mem::size_of::<f32>()) as u64;
     high.scope(|s| {
         let (a, b) = (s.fork()?, s.fork()?);
+        // Halves of the buffers go by raw address (not recorded as uses): `high` last used
+        // both and the forks start after it, and the scope's end joins them back into `high`.
         // SAFETY: each fork touches its own half of `x` and `y`, which outlive the scope's work.
         unsafe {
-            saxpy(&a, &kernel, half, 1.0, x.device_ptr(), y.device_ptr())?;
-            saxpy(
+            saxpy_raw(&a, &kernel, half, 1.0, x.device_ptr(), y.device_ptr())?;
+            saxpy_raw(
                 &b,
                 &kernel,
                 n - half,
