@@ -31,9 +31,14 @@
 //! cubin/fatbin, with the compiler's log in the error when it fails; its kernels are
 //! [`Function`]s, launched with the `unsafe` [`Function::launch`] (the driver cannot check
 //! arguments against parameters) on anything that implements [`Enqueue`]: every stream, and a
-//! graph capture. [`DeviceBuffer`] owns typed device memory with safe fill and copies, which work
-//! inside a capture too (the capture's graph then shares the allocation, so a replay never finds
-//! it freed; [`DeviceBuffer::keep_alive_in`] does the same for a kernel's buffers); the raw
+//! graph capture.
+//!
+//! [`DeviceBuffer`] is memory on streams: allocated from the device's memory pool (or a
+//! [`MemPool`]) on a stream, its every safe use (fill, copies, a launch that takes
+//! [`read`](DeviceBuffer::read) / [`write`](DeviceBuffer::write)) recorded, so that a use on
+//! another stream waits for the uses it conflicts with and the free, in stream order after the
+//! last use, never makes the host wait. [`PinnedHostBuffer`] makes asynchronous host copies
+//! safe. In a capture the graph keeps the buffers it uses allocated for its replays. The raw
 //! [`memset_d32_async`] / [`memcpy_htod_async`] family serves memory the caller manages.
 //!
 //! ```no_run
@@ -41,14 +46,14 @@
 //!
 //! # const SCALE_PTX: &str = "";
 //! let ctx = Context::primary(0)?;
-//! let stream = ctx.new_stream()?;
+//! let (a, b) = (ctx.new_stream()?, ctx.new_stream()?);
 //! let module = Module::from_ptx(&ctx, SCALE_PTX)?; // `.entry scale(.param .u64 x, .param .u32 n)`
 //! let scale = module.function("scale")?;
-//! let x = DeviceBuffer::from_host(&ctx, &stream, &[1.0f32; 4096])?;
+//! let mut x = DeviceBuffer::from_host(&ctx, &a, &[1.0f32; 4096])?;
 //! let n = x.len() as u32;
-//! // SAFETY: `scale` takes (float *x, unsigned n) and touches x[0..n]; `x` outlives the work.
-//! unsafe { scale.launch(&stream, LaunchConfig::for_elements(n, 256), &kernel_args![x.device_ptr(), n]) }?;
-//! let host = x.to_vec(&stream)?; // waits for the stream
+//! // SAFETY: `scale` takes (float *x, unsigned n) and reads and writes x[0..n] only.
+//! unsafe { scale.launch(&b, LaunchConfig::for_elements(n, 256), &kernel_args![x.write(), n]) }?;
+//! let host = x.to_vec(&a)?; // on `a`: waits for the kernel on `b` first
 //! # Ok::<(), cuda_stream::Error>(())
 //! ```
 //!
