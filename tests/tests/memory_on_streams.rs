@@ -220,6 +220,8 @@ fn pinned_copies_are_safe_and_asynchronous() {
     let data: Vec<u32> = (0..n as u32).collect();
     let host = PinnedHostBuffer::from_slice(&ctx, &data).unwrap();
     let dev = DeviceBuffer::<u32>::alloc_on(&ctx, &up, n).unwrap();
+    // Allocated before the spin: page-locking memory may wait for the device's work.
+    let mut back = PinnedHostBuffer::<u32>::zeroed(&ctx, n).unwrap();
     // SAFETY: spin(u64 ns) touches no memory.
     unsafe {
         k.f("spin")
@@ -227,7 +229,6 @@ fn pinned_copies_are_safe_and_asynchronous() {
     }
     .unwrap();
     dev.copy_from_pinned(&up, &host).unwrap();
-    let mut back = PinnedHostBuffer::<u32>::zeroed(&ctx, n).unwrap();
     dev.copy_to_pinned(&down, &mut back).unwrap();
     let early = back.try_as_slice().map(|s| s[0]);
     assert!(
@@ -240,6 +241,7 @@ fn pinned_copies_are_safe_and_asynchronous() {
 
     // A pinned buffer dropped with its upload in flight: freed later, the copy unharmed.
     let doomed = PinnedHostBuffer::from_slice(&ctx, &vec![9u32; n]).unwrap();
+    up.synchronize().unwrap();
     // SAFETY: spin(u64 ns) touches no memory.
     unsafe {
         k.f("spin")
