@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::base::error::{Error, Result, check, driver_fn};
@@ -45,7 +46,8 @@ impl Device {
             device: self,
             range: OnceLock::new(),
             spare: SpareEvents::new(),
-            service: Mutex::new(0),
+            service: AtomicUsize::new(0),
+            service_creation: Mutex::new(()),
         });
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|(_, w)| w.strong_count() > 0);
@@ -85,8 +87,9 @@ struct ContextInner {
     /// Handles of dropped events, reused by `Event::new` and `record_event`.
     spare: SpareEvents,
     /// The service stream (0 until first asked for): non-blocking, created on first use and
-    /// destroyed with the context.
-    service: Mutex<usize>,
+    /// destroyed with the context. Read without a lock; created under `service_creation`.
+    service: AtomicUsize,
+    service_creation: Mutex<()>,
 }
 
 // SAFETY: a CUcontext is a driver object usable from any thread; the retain is released once.
@@ -119,7 +122,7 @@ impl Drop for ContextInner {
     /// events of this context that host functions dropped are destroyed before the context goes.
     fn drop(&mut self) {
         let spare = self.spare.take_all();
-        let service = std::mem::take(self.service.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let service = std::mem::take(self.service.get_mut());
         let device = self.device.raw() as usize;
         LIVE.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -283,26 +286,35 @@ impl Context {
     /// context made current). The memory layer allocates on it when no stream is given and frees
     /// on it when every stream that used the memory may be gone.
     pub(crate) fn service_stream(&self) -> Result<ffi::CUstream> {
-        let mut slot = self.0.service.lock().unwrap_or_else(|e| e.into_inner());
-        if *slot == 0 {
-            let _bound = bind(self.0.raw)?;
-            let f = driver_fn!(cuStreamCreate);
-            let mut raw = ptr::null_mut();
-            // SAFETY: `raw` is a valid out-pointer; the context is current.
-            let rc = unsafe { f(&mut raw, ffi::CUstream_flags::CU_STREAM_NON_BLOCKING.0) };
-            check(rc, "cuStreamCreate")?;
-            if raw.is_null() {
-                return Err(Error::NullHandle { what: "stream" });
-            }
-            *slot = raw as usize;
+        if let Some(s) = self.service_stream_if_created() {
+            return Ok(s);
         }
-        Ok(*slot as ffi::CUstream)
+        let _one = self
+            .0
+            .service_creation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = self.service_stream_if_created() {
+            return Ok(s);
+        }
+        let _bound = bind(self.0.raw)?;
+        let f = driver_fn!(cuStreamCreate);
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the context is current.
+        let rc = unsafe { f(&mut raw, ffi::CUstream_flags::CU_STREAM_NON_BLOCKING.0) };
+        check(rc, "cuStreamCreate")?;
+        if raw.is_null() {
+            return Err(Error::NullHandle { what: "stream" });
+        }
+        self.0.service.store(raw as usize, Ordering::Release);
+        Ok(raw)
     }
 
-    /// The service stream if it was created (no driver call).
+    /// The service stream if it was created (no driver call, no lock).
+    #[inline]
     pub(crate) fn service_stream_if_created(&self) -> Option<ffi::CUstream> {
-        let slot = *self.0.service.lock().unwrap_or_else(|e| e.into_inner());
-        (slot != 0).then_some(slot as ffi::CUstream)
+        let raw = self.0.service.load(Ordering::Acquire);
+        (raw != 0).then_some(raw as ffi::CUstream)
     }
 
     /// A spare event of kind `kind` of this context, if one is kept.

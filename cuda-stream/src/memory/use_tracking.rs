@@ -183,17 +183,17 @@ impl Inner {
     /// Whether a use on `stream` may stay lazy, registering this tracker with the stream on its
     /// first lazy use there.
     fn lasting(self: &Arc<Self>, state: &mut State, stream: ffi::CUstream) -> bool {
+        if let Some(&(_, known)) = state.streams.iter().find(|(s, _)| *s == stream as usize) {
+            return known;
+        }
         match stream as usize {
             // The legacy default stream lives as long as the context, which the tracker holds.
             0 | 1 => return true,
-            // So does the context's service stream.
-            _ if self.ctx.service_stream_if_created() == Some(stream) => return true,
             // The per-thread default stream is another stream on every thread.
             2 => return false,
+            // The context's service stream also lives as long as the context.
+            _ if self.ctx.service_stream_if_created() == Some(stream) => return true,
             _ => {}
-        }
-        if let Some(&(_, known)) = state.streams.iter().find(|(s, _)| *s == stream as usize) {
-            return known;
         }
         let weak: Weak<dyn StreamUser> = Arc::downgrade(self) as Weak<dyn StreamUser>;
         let known = known_streams::add_user(stream, weak);

@@ -100,6 +100,37 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         .run(cfg),
     );
 
+    // The same against the driver calls the safe side makes: it also asks whether the stream
+    // is capturing (an allocation there would be graph memory, refused), which the row above's
+    // raw side does not.
+    rows.add(
+        "mem_alloc_free_same_calls",
+        "stream-ordered alloc + free of 1 MiB (raw: the same calls, cuStreamIsCapturing + cuMemAllocFromPoolAsync + cuMemFreeAsync)",
+        Target::Ratio(1.10),
+        case(
+            cfg.medium,
+            || {
+                let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                // SAFETY: a live stream and a valid out-pointer.
+                ok(
+                    unsafe { (raw.is_capturing)(black_box(r1), &mut status) },
+                    "cuStreamIsCapturing",
+                );
+                raw.alloc_free(MIB, black_box(r1));
+            },
+            || {
+                let b = must(
+                    DeviceBuffer::<u8>::alloc_on(ctx, s1, black_box(MIB)),
+                    "DeviceBuffer::alloc_on",
+                );
+                drop(black_box(b));
+            },
+        )
+        .no_peer("cudarc's column is not wired for memory yet")
+        .settle(settle)
+        .run(cfg),
+    );
+
     // The same while stream 2 runs a 10 ms kernel for the whole batch: the drop must not wait.
     match SpinKernel::load() {
         Ok(spin) => {
