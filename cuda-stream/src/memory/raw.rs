@@ -18,9 +18,11 @@ use crate::stream::view::{Enqueue, bind_if_special};
 /// without ordering (other streams by events; the host not at all, if it is host memory).
 ///
 /// For memory of a [`DeviceBuffer`](crate::DeviceBuffer), the safe [`DeviceBuffer::fill`](crate::DeviceBuffer::fill) needs none of this; where
-/// the raw function is wanted (part of a buffer), the buffer's free already waits for the
-/// stream's work, and [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in) on the same stream makes a capture's graph
-/// keep the memory allocated for its launches.
+/// the raw function is wanted (part of a buffer), call
+/// [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in) on the same stream first:
+/// it orders the stream after the buffer's earlier uses and records a use there (on a stream
+/// this crate created, the buffer's free then waits for the work enqueued after it), and makes a
+/// capture's graph keep the memory allocated for its launches.
 pub unsafe fn memset_d8_async(
     stream: &impl Enqueue,
     dst: ffi::CUdeviceptr,
