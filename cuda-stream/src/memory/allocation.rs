@@ -71,20 +71,23 @@ impl Allocation {
         };
         let uses = Uses::new(ctx);
         let mut ptr = 0;
-        uses.around(stream, Access::Write, || {
+        let made = uses.around(stream, Access::Write, || {
             let f = driver_fn!(cuMemAllocFromPoolAsync);
             let _bound = bind_if_special(stream, ctx.raw())?;
             // SAFETY: `ptr` is a valid out-pointer; the pool is live and of the stream's device;
             // the stream is live (the caller's borrow) and of `ctx`.
             let rc = unsafe { f(&mut ptr, bytes, raw_pool, stream) };
             check(rc, "cuMemAllocFromPoolAsync")
-        })?;
-        Ok(Allocation {
+        });
+        let alloc = Allocation {
             ptr,
             ctx: ctx.clone(),
             uses,
             origin: Origin::Pool(pool.cloned()),
-        })
+        };
+        // Allocated, but the use could not be marked: the drop frees it after the use.
+        made?;
+        Ok(alloc)
     }
 
     /// `bytes` (> 0) bytes in `ctx` with no stream: on the context's service stream where the

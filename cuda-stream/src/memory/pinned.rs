@@ -292,7 +292,10 @@ fn give_back(ctx: &Context, ev: ffi::CUevent) {
     }
 }
 
-fn free_host(_ctx: &Context, p: usize) -> Result<()> {
+fn free_host(ctx: &Context, p: usize) -> Result<()> {
+    // The driver frees host memory only with a context current (else
+    // `CUDA_ERROR_INVALID_CONTEXT`, and the memory would stay allocated).
+    let _bound = bind(ctx.raw())?;
     let f = driver_fn!(cuMemFreeHost);
     // SAFETY: the memory came from `cuMemHostAlloc`, is freed once, and no copy uses it.
     check(unsafe { f(p as *mut std::ffi::c_void) }, "cuMemFreeHost")
