@@ -329,15 +329,16 @@ pub(crate) fn pending_frees() -> usize {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
 }
 
-/// Whether `ev` has completed (`cuEventQuery`); an error counts as complete: the context is
-/// broken and nothing of it runs any more.
+/// Whether `ev` has completed (`cuEventQuery` succeeds). An error does not say the work is
+/// done: the free keeps waiting (freeing could free memory a copy or kernel still uses), and is
+/// asked again at the next poll.
 fn event_done(ev: ffi::CUevent) -> bool {
     let Ok(f) = ffi::fns::cuEventQuery() else {
         return false;
     };
     // SAFETY: the event is live (owned by the pending free).
     let rc = unsafe { f(ev) };
-    rc != ffi::CUresult::CUDA_ERROR_NOT_READY
+    rc == ffi::CUresult::CUDA_SUCCESS
 }
 
 fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {

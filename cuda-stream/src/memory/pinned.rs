@@ -237,7 +237,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             // SAFETY: both are live; an event of another context may be waited for.
             check(unsafe { wait(raw, c.event, 0) }, "cuStreamWaitEvent")?;
         }
-        op()?;
+        // The event first: once the copy is enqueued, it must be marked.
         let event = match self.ctx.take_spare_event(PLAIN) {
             Some(ev) => ev,
             None => {
@@ -252,6 +252,10 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
                 ev
             }
         };
+        if let Err(e) = op() {
+            give_back(&self.ctx, event);
+            return Err(e);
+        }
         let record = driver_fn!(cuEventRecord);
         // SAFETY: the event is ours and of the stream's context (checked by the caller).
         if let Err(e) = check(unsafe { record(event, raw) }, "cuEventRecord") {
@@ -267,7 +271,8 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     }
 }
 
-/// Forgets the completed copies among those `which` selects, giving their events back.
+/// Forgets the completed copies among those `which` selects, giving their events back. A copy
+/// whose query fails is kept (waited for again later), never taken as done.
 fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
     let Ok(query) = ffi::fns::cuEventQuery() else {
         return;
@@ -278,7 +283,8 @@ fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InF
         }
         // SAFETY: the event is live (owned by the list).
         let rc = unsafe { query(c.event) };
-        if rc == ffi::CUresult::CUDA_ERROR_NOT_READY {
+        // Only success says the copy is done; after an error it still counts as in flight.
+        if rc != ffi::CUresult::CUDA_SUCCESS {
             return true;
         }
         give_back(ctx, c.event);

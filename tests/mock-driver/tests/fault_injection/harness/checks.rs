@@ -166,7 +166,11 @@ pub(crate) fn expected_after(base: Live, failed: Option<&str>, frees: bool) -> V
                 allocations: base.allocations + 1,
                 ..base
             };
-            return vec![base, module, allocation];
+            let host = Live {
+                host_allocations: base.host_allocations + 1,
+                ..base
+            };
+            return vec![base, module, allocation, host];
         }
         // The graph holds its host functions' user objects.
         Some("cuGraphDestroy") => {

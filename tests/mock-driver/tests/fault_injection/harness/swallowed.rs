@@ -84,6 +84,64 @@ pub(crate) const SWALLOW_FREE_DROP: &[&str] = &[
     "cuStreamWaitEvent",
 ];
 
+/// Memory pools: the `Drop` of a buffer ([`SWALLOW_FREE_DROP`]) and of the last `MemPool` value
+/// of a pool of the caller's (`cuMemPoolDestroy`, which a drop cannot report; the pool then
+/// stays alive, see [`expected_after`]).
+pub(crate) const SWALLOW_POOL_DROP: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuMemPoolDestroy",
+];
+/// Buffers on a device without memory pools: [`SWALLOW_FREE_DROP`], and the `cuEventQuery` with
+/// which a free asks whether the buffer's uses have completed (a failure leaves the free waiting,
+/// asked again at the next poll: nothing is freed early, nothing leaks).
+pub(crate) const SWALLOW_PLAIN_FREE: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuEventQuery",
+];
+/// Page-locked buffers: the `Drop` of a device buffer ([`SWALLOW_FREE_DROP`]) and of a
+/// `PinnedHostBuffer`, whose free waits for its copies' events: asked with `cuEventQuery` (a
+/// failure leaves the free waiting, asked again at the next poll; in `try_as_slice` and
+/// `copies_in_flight` it leaves the copy counted as in flight, so the answer is `Busy`), then
+/// made with the context bound (`cuMemFreeHost`; its failure leaves the memory allocated, see
+/// [`expected_after`]).
+pub(crate) const SWALLOW_PINNED_DROP: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuEventQuery",
+    "cuMemFreeHost",
+];
+
 /// Graph operations may also swallow: the graphs' and executable graphs' destroys in `Drop`
 /// (`Graph::close` and `GraphExec::close` report them, see [`SWALLOW_CLOSE_GRAPH`]), the capture
 /// mode guard restoring the previous mode in `Drop`, and a capture's destroy of the events it
