@@ -98,10 +98,8 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             let f = driver_fn!(cuMemHostAlloc);
             let _bound = bind(ctx.raw())?;
             // SAFETY: `p` is a valid out-pointer; the context is current.
-            check(
-                unsafe { f(&mut p, bytes, ffi::CU_MEMHOSTALLOC_PORTABLE) },
-                "cuMemHostAlloc",
-            )?;
+            let rc = unsafe { f(&mut p, bytes, ffi::CU_MEMHOSTALLOC_PORTABLE) };
+            check(rc, "cuMemHostAlloc")?;
             if p.is_null() {
                 return Err(Error::NullHandle {
                     what: "host allocation",
