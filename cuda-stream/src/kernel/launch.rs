@@ -329,9 +329,11 @@ impl Function<'_> {
                 tracked = true;
             }
         }
-        // SAFETY: the caller's contract (see `launch_params`).
         let params: &[*mut c_void] = params;
-        let launch = move || unsafe { self.launch_params(raw, config, params) };
+        let launch = move || {
+            // SAFETY: the caller's contract (see `launch_params`).
+            unsafe { self.launch_params(raw, config, params) }
+        };
         if !tracked {
             return launch();
         }

@@ -72,20 +72,23 @@ impl Allocation {
         };
         let uses = Uses::new(ctx);
         let mut ptr = 0;
-        uses.around(stream, Access::Write, || {
+        let made = uses.around(stream, Access::Write, || {
             let f = driver_fn!(cuMemAllocFromPoolAsync);
             let _bound = bind_if_special(stream, ctx.raw())?;
             // SAFETY: `ptr` is a valid out-pointer; the pool is live and of the stream's device;
             // the stream is live (the caller's borrow) and of `ctx`.
             let rc = unsafe { f(&mut ptr, bytes, raw_pool, stream) };
             check(rc, "cuMemAllocFromPoolAsync")
-        })?;
-        Ok(Allocation {
+        });
+        let alloc = Allocation {
             ptr,
             ctx: ctx.clone(),
             uses,
             origin: Origin::Pool(pool.cloned()),
-        })
+        };
+        // Allocated, but the use could not be marked: the drop frees it after the use.
+        made?;
+        Ok(alloc)
     }
 
     /// `bytes` (> 0) bytes in `ctx` with no stream: on the context's service stream where the
@@ -329,8 +332,9 @@ pub(crate) fn pending_frees() -> usize {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
 }
 
-/// Whether `ev` has completed (`cuEventQuery`). An error counts as not complete: the memory
-/// stays allocated rather than risk a free under running work.
+/// Whether `ev` has completed (`cuEventQuery` succeeds). An error does not say the work is
+/// done: the free keeps waiting (freeing could free memory a copy or kernel still uses), and is
+/// asked again at the next poll.
 fn event_done(ev: ffi::CUevent) -> bool {
     let Ok(f) = ffi::fns::cuEventQuery() else {
         return false;

@@ -390,3 +390,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 pub fn pending_frees() -> usize {
     crate::memory::allocation::pending_frees()
 }
+
+/// Makes the frees of memory without pools whose recorded uses have completed now
+/// (`cuEventQuery` on each), rather than at the next allocation or free, and returns how many
+/// still wait. For tests and diagnostics: never needed for correctness.
+pub fn poll_pending_frees() -> usize {
+    crate::memory::allocation::poll_pending_frees();
+    crate::memory::allocation::pending_frees()
+}

@@ -100,10 +100,8 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             let f = driver_fn!(cuMemHostAlloc);
             let _bound = bind(ctx.raw())?;
             // SAFETY: `p` is a valid out-pointer; the context is current.
-            check(
-                unsafe { f(&mut p, bytes, ffi::CU_MEMHOSTALLOC_PORTABLE) },
-                "cuMemHostAlloc",
-            )?;
+            let rc = unsafe { f(&mut p, bytes, ffi::CU_MEMHOSTALLOC_PORTABLE) };
+            check(rc, "cuMemHostAlloc")?;
             if p.is_null() {
                 return Err(Error::NullHandle {
                     what: "host allocation",
@@ -239,7 +237,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             // SAFETY: both are live; an event of another context may be waited for.
             check(unsafe { wait(raw, c.event, 0) }, "cuStreamWaitEvent")?;
         }
-        op()?;
+        // The event first: once the copy is enqueued, it must be marked.
         let event = match self.ctx.take_spare_event(PLAIN) {
             Some(ev) => ev,
             None => {
@@ -254,6 +252,10 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
                 ev
             }
         };
+        if let Err(e) = op() {
+            give_back(&self.ctx, event);
+            return Err(e);
+        }
         let record = driver_fn!(cuEventRecord);
         // SAFETY: the event is ours and of the stream's context (checked by the caller).
         if let Err(e) = check(unsafe { record(event, raw) }, "cuEventRecord") {
@@ -269,7 +271,8 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     }
 }
 
-/// Forgets the completed copies among those `which` selects, giving their events back.
+/// Forgets the completed copies among those `which` selects, giving their events back. A copy
+/// whose query fails is kept (waited for again later), never taken as done.
 fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
     let Ok(query) = ffi::fns::cuEventQuery() else {
         return;
@@ -280,8 +283,8 @@ fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InF
         }
         // SAFETY: the event is live (owned by the list).
         let rc = unsafe { query(c.event) };
+        // Only success says the copy is done; after an error it still counts as in flight.
         if rc != ffi::CUresult::CUDA_SUCCESS {
-            // Still running, or the driver would not say: kept (a wait reports the error).
             return true;
         }
         give_back(ctx, c.event);
@@ -295,7 +298,10 @@ fn give_back(ctx: &Context, ev: ffi::CUevent) {
     }
 }
 
-fn free_host(_ctx: &Context, p: usize) -> Result<()> {
+fn free_host(ctx: &Context, p: usize) -> Result<()> {
+    // The driver frees host memory only with a context current (else
+    // `CUDA_ERROR_INVALID_CONTEXT`, and the memory would stay allocated).
+    let _bound = bind(ctx.raw())?;
     let f = driver_fn!(cuMemFreeHost);
     // SAFETY: the memory came from `cuMemHostAlloc`, is freed once, and no copy uses it.
     check(unsafe { f(p as *mut std::ffi::c_void) }, "cuMemFreeHost")

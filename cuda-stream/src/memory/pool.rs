@@ -260,10 +260,8 @@ pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
     let f = driver_fn!(cuDeviceGetDefaultMemPool);
     let mut raw = ptr::null_mut();
     // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
-    check(
-        unsafe { f(&mut raw, device.raw()) },
-        "cuDeviceGetDefaultMemPool",
-    )?;
+    let rc = unsafe { f(&mut raw, device.raw()) };
+    check(rc, "cuDeviceGetDefaultMemPool")?;
     if raw.is_null() {
         return Err(Error::NullHandle {
             what: "memory pool",

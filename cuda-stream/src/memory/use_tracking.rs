@@ -271,7 +271,9 @@ impl Uses {
 
     /// Runs `op`, which enqueues work of kind `access` on `stream` (of the buffer's context,
     /// checked by the caller), after making the stream wait for the earlier uses it conflicts
-    /// with; records the use once `op` has succeeded. On an error nothing is recorded.
+    /// with; records the use once `op` has succeeded. If `op` fails nothing is recorded; if the
+    /// use cannot be marked after `op` succeeded (no event could be recorded), it is recorded as
+    /// covered by the context's completion only, and the error returned.
     pub(crate) fn around<R>(
         &self,
         stream: ffi::CUstream,
@@ -290,10 +292,20 @@ impl Uses {
             }
         }
         let out = op()?;
+        // The work is enqueued: it is recorded even when no event can mark it (then only the
+        // context's completion covers it, `Mark::Lost`), so that the free still waits for it.
+        // `mark_after` consumes the stream's previous mark in this role either way.
+        let mut failed = None;
+        let mut marked = |r: Result<Mark>| {
+            r.unwrap_or_else(|e| {
+                failed = Some(e);
+                Mark::Lost
+            })
+        };
         match access {
             Access::Write => {
                 let same = s.write.filter(|w| w.stream == stream).map(|w| w.mark);
-                let mark = inner.mark_after(s, stream, same)?;
+                let mark = marked(inner.mark_after(s, stream, same));
                 if let Some(old) = s.write.replace(Use { stream, mark }) {
                     if old.stream != stream {
                         inner.release_use(old);
@@ -306,14 +318,17 @@ impl Uses {
             Access::Read => {
                 let i = s.reads.iter().position(|r| r.stream == stream);
                 let old = i.map(|i| s.reads[i].mark);
-                let mark = inner.mark_after(s, stream, old)?;
+                let mark = marked(inner.mark_after(s, stream, old));
                 match i {
                     Some(i) => s.reads[i].mark = mark,
                     None => s.reads.push(Use { stream, mark }),
                 }
             }
         }
-        Ok(out)
+        match failed {
+            None => Ok(out),
+            Some(e) => Err(e),
+        }
     }
 
     /// [`around`](Uses::around) for work touching several allocations at once: `list` holds
@@ -345,8 +360,8 @@ impl Uses {
     /// this access conflicts with cannot be waited for from inside the capture (its event is not
     /// part of the graph), so the host waits for it here, before the node is recorded: an event
     /// recorded after it (`cuEventRecord` on its stream, which is not capturing), asked
-    /// (`cuEventQuery`) and, if still running, waited for (`cuEventSynchronize`), with this
-    /// thread's capture mode relaxed for the two calls. A use on a
+    /// (`cuEventQuery`) and, if still running, waited for (`cuEventSynchronize`), with the
+    /// thread's capture mode relaxed meanwhile (`cuThreadExchangeStreamCaptureMode`). A use on a
     /// stream that has joined a capture since is refused.
     pub(crate) fn settle_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
         let inner = &self.0;
@@ -377,9 +392,10 @@ impl Uses {
             }
             match u.mark {
                 Mark::Event(ev) => {
-                    // Host waits count as "potentially unsafe" in a global or thread-local
-                    // capture, though this one is for work outside any capture: this thread
-                    // relaxes its capture mode for the query and the wait, then restores it.
+                    // The event is recorded outside the capture, so asking about it cannot
+                    // break the capture; but the driver refuses these calls from a thread with
+                    // a capture of its own (and during a global-mode capture) unless the
+                    // thread's mode is relaxed, and invalidates the capture.
                     let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
                     let query = driver_fn!(cuEventQuery);
                     // SAFETY: the event is live (the tracker's).

@@ -1,5 +1,6 @@
-//! [`MockDriver`]'s view of modules, launches and device memory: the `cuda_mock_*` control
-//! functions of `exports/kernels.rs`, resolved from the loaded library on each call.
+//! [`MockDriver`]'s view of modules, launches, device memory, memory pools and page-locked host
+//! memory: the `cuda_mock_*` control functions of `exports/kernels.rs` and `exports/pools.rs`,
+//! resolved from the loaded library on each call.
 
 use std::ffi::c_int;
 
@@ -74,6 +75,26 @@ impl MockDriver {
             shared_memory_bytes: v[6],
             params,
         })
+    }
+
+    /// `cuda_mock_set_memory_pools`: whether device `device` has memory pools
+    /// (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`, on by default), kept across resets. Set it
+    /// before the code under test first allocates on the device (`cuda-stream` asks once).
+    /// Panics for a device out of range.
+    pub fn set_memory_pools(&self, device: i32, supported: bool) {
+        let set =
+            self.control::<extern "C" fn(c_int, c_int) -> c_int>(b"cuda_mock_set_memory_pools\0");
+        assert_eq!(set(device, c_int::from(supported)), 0, "device {device}");
+    }
+
+    /// Memory pools created (`cuMemPoolCreate`) and not destroyed.
+    pub fn live_pools(&self) -> u64 {
+        self.control::<extern "C" fn() -> u64>(b"cuda_mock_live_pools\0")()
+    }
+
+    /// Page-locked host allocations (`cuMemHostAlloc`) not freed.
+    pub fn live_host_allocations(&self) -> u64 {
+        self.control::<extern "C" fn() -> u64>(b"cuda_mock_live_host_allocations\0")()
     }
 
     /// `len` bytes of device memory at `ptr` now (no stream involved), or `None` if the range is

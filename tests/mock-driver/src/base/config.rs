@@ -55,11 +55,13 @@ pub(crate) struct Config {
     pub(crate) rules: Vec<Rule>,
     pub(crate) version: Option<i32>,
     pub(crate) devices: Option<usize>,
+    /// `pools=0`: no device has memory pools.
+    pub(crate) pools: Option<bool>,
 }
 
 /// Parses `key=value` entries separated by `;`:
 /// `fail=SYMBOL:N:CODE` (N 1-based, or `*` for every call; CODE a number or a `CUDA_*` name),
-/// `version=12040`, `devices=1`.
+/// `version=12040`, `devices=1`, `pools=0` (no device has memory pools; `pools=1`, all do).
 pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
     let mut cfg = Config::default();
     for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
@@ -103,6 +105,13 @@ pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
                     .filter(|n| *n <= MAX_DEVICES)
                     .ok_or_else(|| format!("`{entry}`: expected 0 to {MAX_DEVICES} devices"))?;
                 cfg.devices = Some(n);
+            }
+            "pools" => {
+                cfg.pools = Some(match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(format!("`{entry}`: expected pools=0 or pools=1")),
+                });
             }
             "omit" => {
                 return Err(format!(
@@ -158,6 +167,7 @@ mod tests {
             "fail=cuStreamCreate:1:CUDA_ERROR_NOPE",
             "version=abc",
             "devices=9",
+            "pools=2",
             "omit=cuStreamGetId",
             "colour=blue",
             "nonsense",

@@ -92,6 +92,18 @@ macro_rules! driver_function_list {
             cuMemcpyDtoDAsync_v2,
             cuMemcpyHtoDAsync_v2,
             cuMemcpyDtoHAsync_v2,
+            // Memory pools, stream-ordered and page-locked memory (`exports/pools.rs`).
+            cuDeviceGetDefaultMemPool,
+            cuMemPoolCreate,
+            cuMemPoolDestroy,
+            cuMemPoolGetAttribute,
+            cuMemPoolSetAttribute,
+            cuMemPoolTrimTo,
+            cuMemAllocFromPoolAsync,
+            cuMemAllocAsync,
+            cuMemFreeAsync,
+            cuMemHostAlloc,
+            cuMemFreeHost,
             // Capture (`exports/capture.rs`).
             cuStreamBeginCapture,
             cuStreamBeginCapture_ptsz,

@@ -74,9 +74,12 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
     })
 }
 
-fn attribute(attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
+fn attribute(st: &State, attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
     type A = CUdevice_attribute;
     Some(match attrib {
+        A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => {
+            c_int::from(st.device.pools.supported(dev))
+        }
         A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
         A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
         A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
@@ -85,7 +88,6 @@ fn attribute(attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
         A::CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED
         | A::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS
         | A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING
-        | A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
         | A::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED => 1,
         A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT => 2,
         A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID => dev + 1,
@@ -95,6 +97,7 @@ fn attribute(attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_int> {
 }
 
 /// `cuDeviceGetAttribute`: an H100-like device; attributes it has no opinion on are 0.
+/// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` is 1 unless switched off (`exports/pools.rs`).
 ///
 /// # Safety
 ///
@@ -110,7 +113,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
             return INVALID_VALUE;
         }
         tri!(valid_device(&st, dev));
-        let Some(v) = attribute(attrib, dev) else {
+        let Some(v) = attribute(&st, attrib, dev) else {
             return INVALID_VALUE;
         };
         // SAFETY: non-null; the caller's contract makes it writable.

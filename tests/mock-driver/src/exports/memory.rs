@@ -102,18 +102,12 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     api("cuMemFree_v2", false, |mut st| {
         tri!(st.current_ctx());
-        let dev = &mut st.device;
-        match dev.allocs.get_mut(&dptr) {
-            Some(a) if a.alive => {
-                a.alive = false;
-                a.bytes = Vec::new();
-                dev.live_allocations -= 1;
-                SUCCESS
-            }
-            _ => {
-                st.counters.bad_destroys += 1;
-                INVALID_VALUE
-            }
+        let queued = st.device.allocs.get(&dptr).is_some_and(|a| a.freeing);
+        if !queued && st.device.free(dptr) {
+            SUCCESS
+        } else {
+            st.counters.bad_destroys += 1;
+            INVALID_VALUE
         }
     })
 }
@@ -268,8 +262,9 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     })
 }
 
-/// `cuMemcpyHtoDAsync_v2`: reads the host memory at the call (as the driver stages pageable
-/// memory), and queues the write to the device. Captured, the node reads the host memory when it
+/// `cuMemcpyHtoDAsync_v2`: reads pageable host memory at the call (as the driver stages it),
+/// and queues the write to the device; page-locked memory (`cuMemHostAlloc`) is read when the
+/// copy runs. Captured, the node reads the host memory when it
 /// runs, on every launch.
 ///
 /// # Safety
@@ -297,11 +292,21 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
             if let Some(rc) = on_device_work(&mut st, s, &captured) {
                 return rc;
             }
-            // SAFETY: the caller's promise.
-            let data = unsafe { std::slice::from_raw_parts(src_host.cast::<u8>(), byte_count) };
-            let work = DeviceWork::CopyHtoD {
-                dst: dst_device,
-                data: data.to_vec(),
+            let work = if st.device.host.contains(src_host as usize, byte_count) {
+                // Page-locked memory: read when the copy runs.
+                DeviceWork::Pinned {
+                    to_host: false,
+                    host: src_host as usize,
+                    dev: dst_device,
+                    bytes: byte_count,
+                }
+            } else {
+                // SAFETY: the caller's promise.
+                let data = unsafe { std::slice::from_raw_parts(src_host.cast::<u8>(), byte_count) };
+                DeviceWork::CopyHtoD {
+                    dst: dst_device,
+                    data: data.to_vec(),
+                }
             };
             tri!(st.enqueue(s, Work::Device(work)));
         }
@@ -309,8 +314,9 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     })
 }
 
-/// `cuMemcpyDtoHAsync_v2`: waits for the stream's earlier work, then copies before returning (the
-/// driver's behaviour for pageable memory). Memory freed while waiting is a bad use. Captured,
+/// `cuMemcpyDtoHAsync_v2`: into pageable memory, waits for the stream's earlier work, then copies
+/// before returning (the driver's behaviour for pageable memory); into page-locked memory
+/// (`cuMemHostAlloc`), queued and written when it runs. Memory freed while waiting is a bad use. Captured,
 /// the node writes the host memory when it runs, on every launch.
 ///
 /// # Safety
@@ -339,6 +345,17 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         };
         if let Some(rc) = on_device_work(&mut st, s, &captured) {
             return rc;
+        }
+        if st.device.host.contains(dst_host as usize, byte_count) {
+            // Page-locked memory: an asynchronous copy, written when it runs.
+            let work = DeviceWork::Pinned {
+                to_host: true,
+                host: dst_host as usize,
+                dev: src_device,
+                bytes: byte_count,
+            };
+            tri!(st.enqueue(s, Work::Device(work)));
+            return SUCCESS;
         }
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         let mut st = state::wait_until_done(st, target);

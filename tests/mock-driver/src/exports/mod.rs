@@ -54,6 +54,8 @@ mod events;
 
 mod memory;
 
+mod pools;
+
 mod kernels;
 
 mod graphs;
@@ -81,6 +83,7 @@ mod tests {
             include_str!("streams.rs"),
             include_str!("events.rs"),
             include_str!("memory.rs"),
+            include_str!("pools.rs"),
             include_str!("kernels.rs"),
             include_str!("graphs.rs"),
             include_str!("user_objects.rs"),

@@ -18,6 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::pools::{HostMemory, Pools};
+
 /// Where fake device addresses start, and the gap after each allocation.
 const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
 const GAP: u64 = 1 << 20;
@@ -60,6 +62,10 @@ pub(crate) struct AllocRec {
     /// Emptied when freed; the record stays so the address is never reused.
     pub(crate) bytes: Vec<u8>,
     pub(crate) alive: bool,
+    /// The pool it came from (`cuMemAllocFromPoolAsync`), if any.
+    pub(crate) pool: Option<usize>,
+    /// A `cuMemFreeAsync` of it is queued: a second free is a bad destroy.
+    pub(crate) freeing: bool,
 }
 
 /// What the last successful `cuLaunchKernel` was asked to run.
@@ -90,6 +96,16 @@ pub(crate) enum DeviceWork {
     CopyHtoDAt { dst: u64, src: usize, bytes: usize },
     /// A captured device-to-host copy: the host memory at `dst` is written when the node runs.
     CopyDtoH { dst: usize, src: u64, bytes: usize },
+    /// A queued `cuMemFreeAsync`: frees the allocation at `ptr` when it runs.
+    Free { ptr: u64 },
+    /// An asynchronous copy between device memory and page-locked host memory
+    /// (`cuMemHostAlloc`), made when it runs: a host range no longer allocated then is a bad use.
+    Pinned {
+        to_host: bool,
+        host: usize,
+        dev: u64,
+        bytes: usize,
+    },
     /// A kernel of a module: checked to be loaded still, counted, and, for the kernels of
     /// [`run_kernel`], computed.
     Kernel {
@@ -113,6 +129,10 @@ pub(crate) struct DeviceState {
     pub(crate) live_allocations: u64,
     pub(crate) kernels_run: u64,
     pub(crate) last_launch: Option<LaunchRec>,
+    /// Memory pools (`model/pools.rs`).
+    pub(crate) pools: Pools,
+    /// Page-locked host memory.
+    pub(crate) host: HostMemory,
 }
 
 impl DeviceWork {
@@ -123,7 +143,9 @@ impl DeviceWork {
             DeviceWork::CopyDtoD { .. }
             | DeviceWork::CopyHtoD { .. }
             | DeviceWork::CopyHtoDAt { .. }
-            | DeviceWork::CopyDtoH { .. } => "memcpy",
+            | DeviceWork::CopyDtoH { .. }
+            | DeviceWork::Pinned { .. } => "memcpy",
+            DeviceWork::Free { .. } => "free",
             DeviceWork::Kernel { .. } => "kernel",
         }
     }
@@ -141,6 +163,8 @@ impl Default for DeviceState {
             live_allocations: 0,
             kernels_run: 0,
             last_launch: None,
+            pools: Pools::default(),
+            host: HostMemory::default(),
         }
     }
 }
@@ -148,6 +172,11 @@ impl Default for DeviceState {
 impl DeviceState {
     /// A fresh address range of `size` bytes, 256-byte aligned, never used before.
     pub(crate) fn allocate(&mut self, ctx: usize, size: usize) -> u64 {
+        self.allocate_from(ctx, size, None)
+    }
+
+    /// [`allocate`](DeviceState::allocate), from pool `pool` if given (counted as its use).
+    pub(crate) fn allocate_from(&mut self, ctx: usize, size: usize, pool: Option<usize>) -> u64 {
         let at = self.next_address;
         self.next_address += (size as u64).div_ceil(256) * 256 + GAP;
         self.allocs.insert(
@@ -157,10 +186,32 @@ impl DeviceState {
                 size,
                 bytes: vec![0xa5; size],
                 alive: true,
+                pool,
+                freeing: false,
             },
         );
         self.live_allocations += 1;
+        if let Some(p) = pool {
+            self.pools.allocated(p, size as u64);
+        }
         at
+    }
+
+    /// Frees the live allocation that starts at `ptr` (giving its bytes back to its pool);
+    /// false if there is none.
+    pub(crate) fn free(&mut self, ptr: u64) -> bool {
+        let Some(a) = self.allocs.get_mut(&ptr).filter(|a| a.alive) else {
+            return false;
+        };
+        a.alive = false;
+        a.freeing = false;
+        a.bytes = Vec::new();
+        let (pool, size) = (a.pool, a.size as u64);
+        self.live_allocations -= 1;
+        if let Some(p) = pool {
+            self.pools.freed(p, size);
+        }
+        true
     }
 
     /// The live allocation holding `[ptr, ptr + len)`, as (base, offset).
@@ -236,6 +287,30 @@ pub(crate) fn run(dev: &mut DeviceState, work: DeviceWork) -> bool {
             }
             None => false,
         },
+        DeviceWork::Free { ptr } => dev.free(ptr),
+        DeviceWork::Pinned {
+            to_host,
+            host,
+            dev: ptr,
+            bytes,
+        } => {
+            if !dev.host.contains(host, bytes) {
+                return false;
+            }
+            let Some(mem) = dev.slice_mut(ptr, bytes) else {
+                return false;
+            };
+            // SAFETY: the host range lies in a live page-locked allocation (just checked), which
+            // the caller of the copy promised not to touch until the copy has completed.
+            unsafe {
+                if to_host {
+                    std::ptr::copy_nonoverlapping(mem.as_ptr(), host as *mut u8, bytes);
+                } else {
+                    std::ptr::copy_nonoverlapping(host as *const u8, mem.as_mut_ptr(), bytes);
+                }
+            }
+            true
+        }
         DeviceWork::Kernel {
             module,
             name,
@@ -315,10 +390,14 @@ pub(crate) fn release_ctx(dev: &mut DeviceState, ctx: usize) -> u64 {
         dev.live_modules -= 1;
         orphans += 1;
     }
-    for a in dev.allocs.values_mut().filter(|a| a.alive && a.ctx == ctx) {
-        a.alive = false;
-        a.bytes = Vec::new();
-        dev.live_allocations -= 1;
+    let freed: Vec<u64> = dev
+        .allocs
+        .iter()
+        .filter(|(_, a)| a.alive && a.ctx == ctx)
+        .map(|(&p, _)| p)
+        .collect();
+    for p in freed {
+        dev.free(p);
         orphans += 1;
     }
     orphans

@@ -5,6 +5,8 @@
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
 pub(crate) mod records;
 
+pub(crate) mod pools;
+
 pub(crate) mod device;
 
 pub(crate) mod capture;

@@ -89,17 +89,28 @@ impl State {
         };
         st.baseline = baseline;
         st.reset();
+        // A property of the devices, which drivers' clients ask once: kept across resets.
+        st.set_pools(st.baseline.pools.unwrap_or(true));
         st
     }
 
-    /// Back to the `CUDA_MOCK_CONFIG` configuration, with zeroed counters; handles, contexts and
-    /// queued host functions are untouched.
+    /// Back to the `CUDA_MOCK_CONFIG` configuration, with zeroed counters; handles, contexts,
+    /// queued host functions and which devices have memory pools are untouched.
     pub(crate) fn reset(&mut self) {
         self.rules = self.baseline.rules.clone();
         self.version = self.baseline.version.unwrap_or(DEFAULT_VERSION);
         self.devices = self.baseline.devices.unwrap_or(DEFAULT_DEVICES);
         self.calls.clear();
         self.counters = Counters::default();
+    }
+
+    /// Every device with memory pools, or none.
+    fn set_pools(&mut self, supported: bool) {
+        self.device.pools.unsupported = if supported {
+            Vec::new()
+        } else {
+            (0..MAX_DEVICES as i32).collect()
+        };
     }
 
     pub(crate) fn apply(&mut self, cfg: Config) {
@@ -109,6 +120,9 @@ impl State {
         }
         if let Some(n) = cfg.devices {
             self.devices = n;
+        }
+        if let Some(p) = cfg.pools {
+            self.set_pools(p);
         }
     }
 

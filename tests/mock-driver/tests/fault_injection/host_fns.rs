@@ -338,7 +338,12 @@ pub(crate) fn drop_ops() -> Vec<Op> {
                 settle();
                 let r = rx.recv().expect("the host function ran");
                 assert!(
-                    matches!(r, Err(Error::InHostFunction { call: "cuMemFree" })),
+                    matches!(
+                        r,
+                        Err(Error::InHostFunction {
+                            call: "cuMemFreeAsync"
+                        })
+                    ),
                     "{r:?}"
                 );
                 drain_expecting(1);

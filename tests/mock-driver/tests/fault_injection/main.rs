@@ -65,6 +65,7 @@ mod host_fn_errors;
 mod host_fns;
 mod memory;
 mod modules;
+mod pools;
 mod stream_kinds;
 mod streams;
 
@@ -99,6 +100,7 @@ fn operations() -> Vec<Op> {
     ops.extend(streams::pool_ops());
     ops.extend(modules::ops());
     ops.extend(memory::ops());
+    ops.extend(pools::ops());
     ops.extend(streams::pool_reserve_ops());
     ops.extend(events::cache_ops());
     ops.extend(host_fns::drop_ops());

@@ -23,15 +23,17 @@ pub(crate) fn ops() -> Vec<Op> {
         op_frees("DeviceBuffer::alloc + drop", SWALLOW_FREE_DROP, |fx| {
             DeviceBuffer::<f64>::alloc(&fx.ctx, 3).map(drop)
         }),
+        // On device 1, which has no memory pools: `from_raw` takes `cuMemAlloc` memory, and a
+        // buffer without recorded uses hands it over with no driver call.
         op_frees(
-            "DeviceBuffer::into_raw + from_raw + free",
+            "DeviceBuffer::into_raw + from_raw + free (no pools)",
             SWALLOW_DROP,
             |fx| {
-                let (ptr, len) = DeviceBuffer::<u8>::alloc(&fx.ctx, 5)?
+                let (ptr, len) = DeviceBuffer::<u8>::alloc(&fx.ctx1, 5)?
                     .into_raw()
-                    .expect("no graph holds a new buffer");
+                    .expect("no graph holds a new buffer, and it has no use to wait for");
                 // SAFETY: handed over by `into_raw` just above.
-                unsafe { DeviceBuffer::<u8>::from_raw(&fx.ctx, ptr, len) }.free()
+                unsafe { DeviceBuffer::<u8>::from_raw(&fx.ctx1, ptr, len) }.free()
             },
         ),
     ]

@@ -53,6 +53,10 @@ static LOCK: Mutex<()> = Mutex::new(());
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
+    // These tests check the plain path (`cuMemAlloc`, frees deferred until the uses' events
+    // complete); `memory_on_streams.rs` and the fault suite cover stream-ordered memory.
+    m.set_memory_pools(0, false);
+    m.set_memory_pools(1, false);
     m.reset();
     (guard, m)
 }

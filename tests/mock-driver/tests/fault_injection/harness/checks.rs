@@ -3,7 +3,7 @@
 //! nothing destroyed twice or used dead, no driver call from a host function, nothing left queued.
 
 use cuda_mock_driver::MockDriver;
-use cuda_stream::deferred_pending;
+use cuda_stream::{deferred_pending, pending_frees};
 
 use super::fixture::Fixture;
 
@@ -15,6 +15,10 @@ pub(crate) struct Live {
     retains: u64,
     modules: u64,
     allocations: u64,
+    /// Page-locked host allocations.
+    host_allocations: u64,
+    /// Memory pools created and not destroyed.
+    pools: u64,
     graphs: u64,
     execs: u64,
     /// User objects with references left; [`ANY`] in an expectation when a graph or executable
@@ -35,6 +39,8 @@ impl Live {
             retains: m.live_primary_retains(),
             modules: m.live_modules(),
             allocations: m.live_allocations(),
+            host_allocations: m.live_host_allocations(),
+            pools: m.live_pools(),
             graphs: m.live_graphs(),
             execs: m.live_graph_execs(),
             user_objects: m.live_user_objects(),
@@ -62,6 +68,7 @@ pub(crate) struct After {
     orphans: u64,
     host_fn_api_calls: u64,
     deferred: usize,
+    pending_frees: usize,
     dead_fixture_handles: Vec<&'static str>,
 }
 
@@ -74,6 +81,7 @@ impl After {
             orphans: m.orphans(),
             host_fn_api_calls: m.host_fn_api_calls(),
             deferred: deferred_pending(),
+            pending_frees: pending_frees(),
             dead_fixture_handles: fx
                 .handles()
                 .into_iter()
@@ -116,6 +124,12 @@ impl After {
                 self.deferred
             ));
         }
+        if self.pending_frees != 0 {
+            p.push(format!(
+                "{} frees still waiting for uses that completed",
+                self.pending_frees
+            ));
+        }
         if !self.dead_fixture_handles.is_empty() {
             p.push(format!("destroyed {:?}", self.dead_fixture_handles));
         }
@@ -126,8 +140,10 @@ impl After {
 /// What may be left alive after `failed` failed: the handle that the failed destroy, release,
 /// unload or free was for (the driver refused, so it still exists), and nothing else. In an
 /// operation that `frees` a module or a buffer, a failure to bind the context for the free or to
-/// wait for the context's work may also leave that one object allocated (freeing it could free
-/// it under running work), or nothing if the failure came earlier.
+/// order it after the work that may use the memory (waiting for the context's work; for a
+/// stream-ordered free, recording an event after a use and making the free's stream wait for it)
+/// may also leave that one object allocated (freeing it could free it under running work), or
+/// nothing if the failure came earlier.
 pub(crate) fn expected_after(base: Live, failed: Option<&str>, frees: bool) -> Vec<Live> {
     let mut e = base;
     match failed {
@@ -135,8 +151,13 @@ pub(crate) fn expected_after(base: Live, failed: Option<&str>, frees: bool) -> V
         Some("cuEventDestroy") => e.events += 1,
         Some("cuDevicePrimaryCtxRelease") => e.retains += 1,
         Some("cuModuleUnload") => e.modules += 1,
-        Some("cuMemFree") => e.allocations += 1,
-        Some("cuCtxGetCurrent" | "cuCtxPushCurrent" | "cuCtxSynchronize") if frees => {
+        Some("cuMemFree" | "cuMemFreeAsync") => e.allocations += 1,
+        Some("cuMemFreeHost") => e.host_allocations += 1,
+        Some("cuMemPoolDestroy") => e.pools += 1,
+        Some(
+            "cuCtxGetCurrent" | "cuCtxPushCurrent" | "cuCtxSynchronize" | "cuEventCreate"
+            | "cuEventRecord" | "cuStreamWaitEvent",
+        ) if frees => {
             let module = Live {
                 modules: base.modules + 1,
                 ..base
@@ -145,7 +166,11 @@ pub(crate) fn expected_after(base: Live, failed: Option<&str>, frees: bool) -> V
                 allocations: base.allocations + 1,
                 ..base
             };
-            return vec![base, module, allocation];
+            let host = Live {
+                host_allocations: base.host_allocations + 1,
+                ..base
+            };
+            return vec![base, module, allocation, host];
         }
         // The graph holds its host functions' user objects.
         Some("cuGraphDestroy") => {

@@ -5,7 +5,7 @@ use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi;
 use cuda_stream::{
     Context, DeviceBuffer, Event, EventOptions, Module, OwnedStream, Result, StreamOptions,
-    StreamPool,
+    StreamPool, poll_pending_frees,
 };
 
 use super::{SUCCESS, on_fresh_thread, raw_destroy, raw_stream, settle};
@@ -170,12 +170,20 @@ pub(crate) fn op_frees(
 }
 
 /// Runs one operation on a fresh thread; `Err` if it panicked. The run ends by waiting for its
-/// host functions and destroying the spare events it left in the fixture's contexts (their
-/// failure is swallowed, as a drop's: the handle then stays alive, see [`expected_after`]).
+/// host functions and device work (a stream-ordered free runs when its stream reaches it), by
+/// making the frees of memory without pools whose uses have completed (`cuda-stream` makes them
+/// at the next allocation or free; every use has completed once the queue is empty, so none may
+/// remain), and by destroying the spare events it left in the fixture's contexts (their failure
+/// is swallowed, as a drop's: the handle then stays alive, see [`expected_after`]).
 pub(crate) fn run(fx: &Fixture, op: &Op) -> std::thread::Result<Result<()>> {
     on_fresh_thread(|| {
         let r = (op.run)(fx);
         settle();
+        // A second poll makes a free whose first query was the failing call (it waits for the
+        // next poll, as it would for the program's next allocation).
+        if poll_pending_frees() != 0 {
+            poll_pending_frees();
+        }
         let _ = fx.ctx.clear_event_cache();
         let _ = fx.ctx1.clear_event_cache();
         r

@@ -34,21 +34,26 @@ pub(crate) fn flavour() -> &'static Flavour {
 }
 
 /// Serialises the test (the mock's state is process-wide), installs the mock as the process-wide
-/// driver (once, before any `cuda-stream` call) and resets it.
+/// driver (once, before any `cuda-stream` call) and resets it. Device 0 has memory pools, device
+/// 1 has none, so both ways of allocating and freeing are exercised (a device property: a reset
+/// keeps it).
 pub(crate) fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MOCK.get_or_init(|| {
         let path = flavour().path();
         let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
         cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-        MockDriver::open(&path).expect("the mock's control functions resolve")
+        let m = MockDriver::open(&path).expect("the mock's control functions resolve");
+        m.set_memory_pools(1, false);
+        m
     });
     m.reset();
     (guard, m)
 }
 
-/// Waits until every host function the mock has queued has run (their driver calls, if any, are
-/// then counted, and what they dropped is queued). Panics after 10 s: a host function that never
+/// Waits until every host function and device job the mock has queued has run (their driver
+/// calls, if any, are then counted, what they dropped is queued, and the frees queued on streams
+/// are made). Panics after 10 s: a host function that never
 /// runs is a hang, and must fail.
 pub(crate) fn settle() {
     let m = MOCK.get().expect("the mock is installed");

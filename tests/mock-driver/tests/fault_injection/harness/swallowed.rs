@@ -63,9 +63,11 @@ pub(crate) const SWALLOW_MAKE_CURRENT: &[&str] = &[
     "cuDevicePrimaryCtxGetState",
     "cuDevicePrimaryCtxRetain",
 ];
-/// The `Drop` of a `Module` or a `DeviceBuffer`: binding the context, waiting for its work, and
-/// the unload or free, on top of [`SWALLOW_DROP`]. (`Module::close` and `DeviceBuffer::free`
-/// report them all.)
+/// The `Drop` of a `Module` or a `DeviceBuffer`: binding the context, waiting for its work (a
+/// buffer: for its recorded uses, an event recorded after a use and a wait for it on the stream
+/// of the free), and the unload or free (`cuMemFreeAsync` with memory pools, `cuMemFree`
+/// without), on top of [`SWALLOW_DROP`]. (`Module::close` and `DeviceBuffer::free` report them
+/// all.)
 pub(crate) const SWALLOW_FREE_DROP: &[&str] = &[
     "cuCtxPopCurrent",
     "cuStreamDestroy",
@@ -76,6 +78,68 @@ pub(crate) const SWALLOW_FREE_DROP: &[&str] = &[
     "cuCtxSynchronize",
     "cuModuleUnload",
     "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+];
+
+/// Memory pools: the `Drop` of a buffer ([`SWALLOW_FREE_DROP`]) and of the last `MemPool` value
+/// of a pool of the caller's (`cuMemPoolDestroy`, which a drop cannot report; the pool then
+/// stays alive, see [`expected_after`]).
+pub(crate) const SWALLOW_POOL_DROP: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuMemPoolDestroy",
+];
+/// Buffers on a device without memory pools: [`SWALLOW_FREE_DROP`], and the `cuEventQuery` with
+/// which a free asks whether the buffer's uses have completed (a failure leaves the free waiting,
+/// asked again at the next poll: nothing is freed early, nothing leaks).
+pub(crate) const SWALLOW_PLAIN_FREE: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuEventQuery",
+];
+/// Page-locked buffers: the `Drop` of a device buffer ([`SWALLOW_FREE_DROP`]) and of a
+/// `PinnedHostBuffer`, whose free waits for its copies' events: asked with `cuEventQuery` (a
+/// failure leaves the free waiting, asked again at the next poll; in `try_as_slice` and
+/// `copies_in_flight` it leaves the copy counted as in flight, so the answer is `Busy`), then
+/// made with the context bound (`cuMemFreeHost`; its failure leaves the memory allocated, see
+/// [`expected_after`]).
+pub(crate) const SWALLOW_PINNED_DROP: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuEventQuery",
+    "cuMemFreeHost",
 ];
 
 /// Graph operations may also swallow: the graphs' and executable graphs' destroys in `Drop`
@@ -115,8 +179,9 @@ pub(crate) const SWALLOW_SWEEP: &[&str] = &[
 ];
 /// Captured buffer operations: the graph cleanup of [`SWALLOW_GRAPH`], and the frees of the
 /// buffers the graphs held, made by whichever owner lets go last: a drop on the test's thread,
-/// or the drain of what a user object's destructor queued (binding the context, waiting for its
-/// work, `cuMemFree`); a failure there leaves that allocation alive (see [`expected_after`]).
+/// or the drain of what a user object's destructor queued (binding the context, ordering the free
+/// after the buffer's uses, `cuMemFreeAsync` or `cuMemFree`); a failure there leaves that
+/// allocation alive (see [`expected_after`]).
 pub(crate) const SWALLOW_GRAPH_FREES: &[&str] = &[
     "cuCtxPopCurrent",
     "cuStreamDestroy",
@@ -129,6 +194,10 @@ pub(crate) const SWALLOW_GRAPH_FREES: &[&str] = &[
     "cuCtxPushCurrent",
     "cuCtxSynchronize",
     "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
 ];
 
 /// `Graph::close` and `GraphExec::close` must report their destroys.

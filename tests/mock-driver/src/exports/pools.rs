@@ -1,0 +1,384 @@
+//! Stream-ordered memory (CUDA 11.2): `cuDeviceGetDefaultMemPool`, `cuMemPoolCreate` and the
+//! rest of the pool calls, `cuMemAllocFromPoolAsync`, `cuMemAllocAsync`, `cuMemFreeAsync`; and
+//! page-locked host memory, `cuMemHostAlloc` and `cuMemFreeHost`. The model is
+//! `model/pools.rs`.
+//!
+//! - An allocation from a pool is made at the call, in the pool's device's primary context (the
+//!   stream must be of that device), and counts as any allocation; on a capturing stream it is
+//!   `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (the mock has no allocation nodes) and invalidates
+//!   the capture.
+//! - `cuMemFreeAsync` checks at the call that the address starts a live allocation with no free
+//!   queued (else `CUDA_ERROR_INVALID_VALUE`, a bad destroy), then queues the free on the stream:
+//!   work queued before it still finds the memory, work that reaches it afterwards is a bad use.
+//!   On a capturing stream it becomes a node that frees when the graph runs.
+//! - A device whose pools are switched off (`cuda_mock_set_memory_pools`, or `pools=0` in the
+//!   configuration; a reset keeps the setting) answers 0 for `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` and
+//!   `CUDA_ERROR_NOT_SUPPORTED` for its default pool and new pools.
+//! - An unknown or destroyed pool handle is `CUDA_ERROR_INVALID_VALUE`, counted as a bad use (a
+//!   bad destroy for `cuMemPoolDestroy`, as is destroying a default pool).
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use cuda_sys::{
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUdevice,
+    CUdeviceptr, CUmemAllocationType, CUmemLocationType, CUmemPool_attribute, CUmemPoolProps,
+    CUmemoryPool, CUresult, CUstream,
+};
+
+use super::call::{INVALID_VALUE, SUCCESS, api, guard, put, read};
+use super::devices::valid_device;
+use crate::model::device::{DeviceWork, MAX_ALLOCATION};
+use crate::model::jobs::Work;
+use crate::model::pools::PoolRec;
+use crate::state::capture::on_device_work;
+use crate::state::{self, State};
+
+const NOT_SUPPORTED: CUresult = CUresult::CUDA_ERROR_NOT_SUPPORTED;
+
+/// The live pool `h`, or `CUDA_ERROR_INVALID_VALUE` with the use counted.
+fn pool(st: &mut State, h: CUmemoryPool) -> Result<&mut PoolRec, CUresult> {
+    if st.device.pools.get_mut(h as usize).is_none() {
+        st.counters.bad_uses += 1;
+        return Err(INVALID_VALUE);
+    }
+    Ok(st.device.pools.get_mut(h as usize).expect("just checked"))
+}
+
+/// `cuDeviceGetDefaultMemPool`: one fixed handle per device.
+///
+/// # Safety
+///
+/// `pool_out` is null or valid for a write.
+#[cfg_attr(exported = "cuDeviceGetDefaultMemPool", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool_out: *mut CUmemoryPool,
+    dev: CUdevice,
+) -> CUresult {
+    api("cuDeviceGetDefaultMemPool", false, |mut st| {
+        if pool_out.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        if !st.device.pools.supported(dev) {
+            return NOT_SUPPORTED;
+        }
+        let h = st.device.pools.default_pool(dev);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pool_out, h as CUmemoryPool) };
+        SUCCESS
+    })
+}
+
+/// `cuMemPoolCreate`: pinned device memory of a valid device only.
+///
+/// # Safety
+///
+/// Each pointer is null or valid (`pool` for a write, `props` for a read).
+#[cfg_attr(exported = "cuMemPoolCreate", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolCreate(
+    pool: *mut CUmemoryPool,
+    props: *const CUmemPoolProps,
+) -> CUresult {
+    api("cuMemPoolCreate", false, |mut st| {
+        if pool.is_null() || props.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it readable.
+        let props = unsafe { &*props };
+        if props.allocType != CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED
+            || props.location.type_ != CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE
+        {
+            return INVALID_VALUE;
+        }
+        let dev = props.location.id;
+        tri!(valid_device(&st, dev).map_err(|_| INVALID_VALUE));
+        if !st.device.pools.supported(dev) {
+            return NOT_SUPPORTED;
+        }
+        let h = st.device.pools.create(dev);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pool, h as CUmemoryPool) };
+        SUCCESS
+    })
+}
+
+/// `cuMemPoolDestroy`: returns at once; the pool is released once its allocations are freed.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up.
+#[cfg_attr(exported = "cuMemPoolDestroy", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
+    api("cuMemPoolDestroy", false, |mut st| {
+        if st.device.pools.destroy(pool as usize) {
+            SUCCESS
+        } else {
+            st.counters.bad_destroys += 1;
+            INVALID_VALUE
+        }
+    })
+}
+
+/// `cuMemPoolGetAttribute`: the release threshold and the usage counters (64-bit values);
+/// other attributes are `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+///
+/// `value` is null or valid for a write of a `cuuint64_t`.
+#[cfg_attr(exported = "cuMemPoolGetAttribute", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: CUmemoryPool,
+    attr: CUmemPool_attribute,
+    value: *mut c_void,
+) -> CUresult {
+    type A = CUmemPool_attribute;
+    api("cuMemPoolGetAttribute", false, |mut st| {
+        let p = tri!(self::pool(&mut st, pool));
+        if value.is_null() {
+            return INVALID_VALUE;
+        }
+        let v = match attr {
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => p.release_threshold,
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT => p.reserved(),
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH => p.reserved_high,
+            A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT => p.used,
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH => p.used_high,
+            _ => return INVALID_VALUE,
+        };
+        // SAFETY: non-null; the caller's contract makes it writable as a `cuuint64_t`.
+        unsafe { put(value.cast::<u64>(), v) };
+        SUCCESS
+    })
+}
+
+/// `cuMemPoolSetAttribute`: the release threshold, and the high-water marks (only to 0, which
+/// resets them to the current value); other attributes are `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+///
+/// `value` is null or valid for a read of a `cuuint64_t`.
+#[cfg_attr(exported = "cuMemPoolSetAttribute", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CUmemoryPool,
+    attr: CUmemPool_attribute,
+    value: *mut c_void,
+) -> CUresult {
+    type A = CUmemPool_attribute;
+    api("cuMemPoolSetAttribute", false, |mut st| {
+        let p = tri!(self::pool(&mut st, pool));
+        if value.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it readable as a `cuuint64_t`.
+        let v = unsafe { value.cast::<u64>().read() };
+        match attr {
+            A::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD => p.set_release_threshold(v),
+            A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH if v == 0 => p.reset_reserved_high(),
+            A::CU_MEMPOOL_ATTR_USED_MEM_HIGH if v == 0 => p.reset_used_high(),
+            _ => return INVALID_VALUE,
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemPoolTrimTo`: gives kept memory back until at most `min_bytes_to_keep` are reserved.
+///
+/// # Safety
+///
+/// None beyond the C contract; the handle is only looked up.
+#[cfg_attr(exported = "cuMemPoolTrimTo", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult {
+    api("cuMemPoolTrimTo", false, |mut st| {
+        let p = tri!(self::pool(&mut st, pool));
+        p.trim_to(min_bytes_to_keep as u64);
+        SUCCESS
+    })
+}
+
+/// An allocation of `bytesize` bytes from pool `pool` (`None`: the stream's device's default
+/// pool) for `h_stream`.
+fn alloc_async(
+    symbol: &'static str,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: Option<CUmemoryPool>,
+    h_stream: CUstream,
+) -> CUresult {
+    api(symbol, false, |mut st| {
+        if dptr.is_null() || bytesize == 0 {
+            return INVALID_VALUE;
+        }
+        let s = tri!(st.stream(h_stream));
+        let device = st.ctx_device(s.ctx);
+        let h = match pool {
+            Some(p) => {
+                let rec = tri!(self::pool(&mut st, p));
+                if rec.device != device {
+                    return INVALID_VALUE;
+                }
+                p as usize
+            }
+            None if st.device.pools.supported(device) => st.device.pools.default_pool(device),
+            None => return NOT_SUPPORTED,
+        };
+        if let Some(id) = st.graphs.captures.capture_of(s.key) {
+            st.graphs.captures.invalidate(id);
+            return CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+        if bytesize > MAX_ALLOCATION {
+            return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        let p = st.device.allocate_from(s.ctx, bytesize, Some(h));
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(dptr, p) };
+        SUCCESS
+    })
+}
+
+/// `cuMemAllocFromPoolAsync`: made at once (see the module docs).
+///
+/// # Safety
+///
+/// `dptr` is null or valid for a write.
+#[cfg_attr(exported = "cuMemAllocFromPoolAsync", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    h_stream: CUstream,
+) -> CUresult {
+    alloc_async(
+        "cuMemAllocFromPoolAsync",
+        dptr,
+        bytesize,
+        Some(pool),
+        h_stream,
+    )
+}
+
+/// `cuMemAllocAsync`: from the stream's device's default pool.
+///
+/// # Safety
+///
+/// `dptr` is null or valid for a write.
+#[cfg_attr(exported = "cuMemAllocAsync", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    h_stream: CUstream,
+) -> CUresult {
+    alloc_async("cuMemAllocAsync", dptr, bytesize, None, h_stream)
+}
+
+/// `cuMemFreeAsync`: checked at the call, made when the stream reaches it (see the module docs).
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is only looked up.
+#[cfg_attr(exported = "cuMemFreeAsync", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, h_stream: CUstream) -> CUresult {
+    api("cuMemFreeAsync", false, |mut st| {
+        let s = tri!(st.stream(h_stream));
+        if !st
+            .device
+            .allocs
+            .get(&dptr)
+            .is_some_and(|a| a.alive && !a.freeing)
+        {
+            st.counters.bad_destroys += 1;
+            return INVALID_VALUE;
+        }
+        let work = DeviceWork::Free { ptr: dptr };
+        if let Some(rc) = on_device_work(&mut st, s, &work) {
+            return rc;
+        }
+        tri!(st.enqueue(s, Work::Device(work)));
+        if let Some(a) = st.device.allocs.get_mut(&dptr) {
+            a.freeing = true;
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemHostAlloc`: `bytesize` bytes of host memory (filled with 0xa5), 4096-byte aligned,
+/// with a current context. Flags other than `PORTABLE`, `DEVICEMAP` and `WRITECOMBINED`, and 0
+/// bytes, are `CUDA_ERROR_INVALID_VALUE`; more than 1 GiB is `CUDA_ERROR_OUT_OF_MEMORY`.
+///
+/// # Safety
+///
+/// `pp` is null or valid for a write.
+#[cfg_attr(exported = "cuMemHostAlloc", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    const KNOWN: u32 =
+        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+    api("cuMemHostAlloc", false, |mut st| {
+        if pp.is_null() || bytesize == 0 || flags & !KNOWN != 0 {
+            return INVALID_VALUE;
+        }
+        tri!(st.current_ctx());
+        if bytesize > MAX_ALLOCATION {
+            return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        let Some(p) = st.device.host.allocate(bytesize) else {
+            return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        };
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(pp, p as *mut c_void) };
+        SUCCESS
+    })
+}
+
+/// `cuMemFreeHost`: with a current context (the driver's `CUDA_ERROR_INVALID_CONTEXT` without
+/// one); anything but the start of a live `cuMemHostAlloc` allocation is
+/// `CUDA_ERROR_INVALID_VALUE`, a bad destroy. Queued copies that reach freed memory are bad uses.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is only looked up.
+#[cfg_attr(exported = "cuMemFreeHost", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
+    api("cuMemFreeHost", false, |mut st| {
+        tri!(st.current_ctx());
+        if st.device.host.free(p as usize) {
+            SUCCESS
+        } else {
+            st.counters.bad_destroys += 1;
+            INVALID_VALUE
+        }
+    })
+}
+
+/// Switches device `device`'s memory pools on (`supported` != 0) or off, for good: a property of
+/// the device, which `cuda_mock_reset` keeps (`cuda-stream` asks once per device and process, so
+/// switch before its first allocation there). Returns 0, or -1 for a device out of range.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_set_memory_pools(device: c_int, supported: c_int) -> c_int {
+    guard(-1, || {
+        let mut st = state::lock();
+        if valid_device(&st, device).is_err() {
+            return -1;
+        }
+        let off = &mut st.device.pools.unsupported;
+        off.retain(|d| *d != device);
+        if supported == 0 {
+            off.push(device);
+        }
+        0
+    })
+}
+
+/// Pools created by `cuMemPoolCreate` and not destroyed.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_live_pools() -> u64 {
+    read(|st| st.device.pools.live_pools)
+}
+
+/// `cuMemHostAlloc` allocations not freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_live_host_allocations() -> u64 {
+    read(|st| st.device.host.live())
+}
