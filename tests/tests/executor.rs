@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -96,6 +96,24 @@ fn a_cpu_task_keeps_running_while_another_awaits_the_gpu() {
     let k = Kernels::load(&ctx);
     let buf = DeviceBuffer::new(&ctx, 1);
     let stream = ctx.new_stream().unwrap();
+    // The GPU work waits behind a host function that the CPU task lets go after its 100th turn,
+    // so those turns must run while the other task awaits the work. A thread blocked in the
+    // await would never get there: the host function then gives up after 60 s (a hang guard) and
+    // says so.
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let (gave_up_tx, gave_up) = std::sync::mpsc::channel();
+    {
+        let gate = gate.clone();
+        stream
+            .launch_host_func(move || {
+                let (open, opened) = &*gate;
+                let (open, timeout) = opened
+                    .wait_timeout_while(open.lock().unwrap(), Duration::from_secs(60), |o| !*o)
+                    .unwrap();
+                gave_up_tx.send(!*open && timeout.timed_out()).unwrap();
+            })
+            .unwrap();
+    }
     k.store_after_spin(&stream, buf.ptr(), 9, SPIN);
     let completion = stream.completed();
 
@@ -115,6 +133,11 @@ fn a_cpu_task_keeps_running_while_another_awaits_the_gpu() {
         // CPU work on the same thread, yielding between steps, until the GPU task is done.
         while !fin.load(Ordering::SeqCst) {
             *turns.borrow_mut() += 1;
+            if *turns.borrow() == 100 {
+                let (open, opened) = &*gate;
+                *open.lock().unwrap() = true;
+                opened.notify_all();
+            }
             std::hint::black_box((0..1_000u64).sum::<u64>());
             yield_now().await;
         }
@@ -133,8 +156,12 @@ fn a_cpu_task_keeps_running_while_another_awaits_the_gpu() {
         gpu_at - start
     );
     assert!(
-        turns > 100,
-        "the thread was blocked: only {turns} CPU turns during the GPU work"
+        !gave_up.recv().unwrap(),
+        "the thread was blocked: the CPU task never let the GPU work start"
+    );
+    assert!(
+        turns >= 100,
+        "the GPU task resolved after only {turns} CPU turns"
     );
     assert!(stream.query().unwrap());
     assert_eq!(buf.get(0), 9);

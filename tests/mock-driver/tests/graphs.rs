@@ -76,14 +76,21 @@ fn counting(
     }
 }
 
-/// A host function that blocks the worker until `release` is sent to (once per run).
-fn gate() -> (impl Fn() + Send + Sync + 'static, mpsc::Sender<()>) {
+/// A host function that blocks the worker until `release` is sent to (once per run), and the
+/// receiver of a message it sends each time it has begun to block.
+fn gate() -> (
+    impl Fn() + Send + Sync + 'static,
+    mpsc::Sender<()>,
+    mpsc::Receiver<()>,
+) {
     let (tx, rx) = mpsc::channel::<()>();
-    let rx = Mutex::new(rx);
+    let (reached_tx, reached_rx) = mpsc::channel::<()>();
+    let (rx, reached_tx) = (Mutex::new(rx), Mutex::new(reached_tx));
     let f = move || {
+        let _ = reached_tx.lock().unwrap().send(());
         let _ = rx.lock().unwrap().recv_timeout(Duration::from_secs(120));
     };
-    (f, tx)
+    (f, tx, reached_rx)
 }
 
 fn counters() -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
@@ -102,7 +109,7 @@ fn an_executable_graph_dropped_mid_launch_still_runs_and_frees_its_host_function
         let mut s = ctx.new_stream().unwrap();
         let objects = m.live_user_objects();
         let (ran, dropped) = counters();
-        let (block, release) = gate();
+        let (block, release, _reached) = gate();
         let graph = s
             .capture(CaptureMode::ThreadLocal, |cap| {
                 cap.launch_host_func(block)?;
@@ -140,7 +147,7 @@ fn an_update_mid_launch_keeps_the_old_host_functions_until_the_launch_ends() {
         let objects = m.live_user_objects();
         let (ran_a, dropped_a) = counters();
         let (ran_b, dropped_b) = counters();
-        let (block, release) = gate();
+        let (block, release, reached) = gate();
         let first = s
             .capture(CaptureMode::ThreadLocal, |cap| {
                 cap.launch_host_func(block)?;
@@ -158,7 +165,10 @@ fn an_update_mid_launch_keeps_the_old_host_functions_until_the_launch_ends() {
         exec.launch(&s).unwrap();
         exec.update(&second).unwrap();
         drop(second);
-        worker_idle_but_blocked();
+        // The worker is inside the blocking node: the launch is in flight.
+        reached
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the launch reached its blocking node");
         assert_eq!(load(&dropped_a), 0, "the launch in flight still runs A");
         release.send(()).unwrap();
         s.synchronize().unwrap();
@@ -172,11 +182,6 @@ fn an_update_mid_launch_keeps_the_old_host_functions_until_the_launch_ends() {
         assert_eq!(load(&dropped_b), 1);
         assert_eq!(m.live_user_objects(), objects);
     });
-}
-
-/// Gives the worker a moment to reach the blocking node (the checks hold either way).
-fn worker_idle_but_blocked() {
-    std::thread::sleep(Duration::from_millis(20));
 }
 
 #[test]

@@ -31,6 +31,16 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     (guard, m)
 }
 
+/// Waits until `done` holds, parking between checks (a waker that unparks this thread cuts the
+/// wait short). The 60 s deadline is a hang guard only: it fails on a real hang, never on load.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::park_timeout(Duration::from_millis(1));
+    }
+}
+
 /// Holds the mock's worker thread until opened.
 #[derive(Default)]
 struct Gate {
@@ -58,11 +68,16 @@ impl Gate {
         self.opened.notify_all();
     }
 
-    /// Opens the gate from another thread after `after`.
-    fn open_later(self: &Arc<Self>, after: Duration) -> std::thread::JoinHandle<()> {
+    /// Opens the gate from another thread once the completion being polled on this one is
+    /// spinning: once the mock has answered `cuEventQuery` twice (the poll's first check, then
+    /// the spin's), so the work completes during the spin however the threads are scheduled.
+    fn open_during_the_spin(
+        self: &Arc<Self>,
+        m: &'static MockDriver,
+    ) -> std::thread::JoinHandle<()> {
         let g = self.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(after);
+            wait_until("the first poll spins", || m.calls("cuEventQuery") >= 2);
             g.open();
         })
     }
@@ -171,6 +186,9 @@ fn launch_sized<const N: usize>(
 fn capturing_closures_of_every_size_run_once_with_their_data_from_many_threads() {
     let (_g, m) = mock();
     let ctx = Context::primary(0).unwrap();
+    // The notifier stream of the primary context, created by the first completion that had to
+    // wait (in whichever test ran first), lives as long as the process: count from here.
+    let live = m.live_streams();
     let streams: Vec<OwnedStream> = (0..2).map(|_| ctx.new_stream().unwrap()).collect();
     let token = Arc::new(());
     let ok = Arc::new(AtomicUsize::new(0));
@@ -205,8 +223,9 @@ fn capturing_closures_of_every_size_run_once_with_their_data_from_many_threads()
     assert_eq!(ok.load(Ordering::Relaxed), THREADS * 5 * PER_SIZE);
     assert_eq!(Arc::strong_count(&token), 1, "every closure dropped once");
     assert_eq!(m.host_fn_api_calls(), 0);
+    assert_eq!(m.live_streams(), live + 2);
     drop(streams);
-    assert_eq!(m.live_streams(), 0);
+    assert_eq!(m.live_streams(), live, "both streams destroyed");
 }
 
 #[test]
@@ -252,12 +271,13 @@ fn refused_launches_drop_their_closures_here_and_the_next_ones_run() {
 
 #[test]
 fn work_that_completes_during_the_spin_resolves_in_the_first_poll() {
-    let (_g, _m) = mock();
+    let (_g, m) = mock();
     let ctx = Context::primary(0).unwrap();
     let s = ctx.new_stream().unwrap();
     let gate = Gate::hold(s.as_stream());
+    // The limit is a hang guard: the gate opens once the spin has begun.
     let mut c = s.completed().spin_limit(Duration::from_secs(60));
-    let opener = gate.open_later(Duration::from_millis(20));
+    let opener = gate.open_during_the_spin(m);
     let (state, waker) = counting_waker();
     let first = poll_once(&mut c, &waker);
     opener.join().unwrap();
@@ -270,45 +290,59 @@ fn work_that_completes_during_the_spin_resolves_in_the_first_poll() {
         0,
         "nothing had to wake it"
     );
+    assert_eq!(
+        m.calls("cuLaunchHostFunc"),
+        1,
+        "only the gate's host function"
+    );
     s.synchronize().unwrap();
 }
 
 #[test]
 fn the_spin_is_bounded_and_only_the_first_poll_spins() {
-    let (_g, _m) = mock();
+    let (_g, m) = mock();
     let ctx = Context::primary(0).unwrap();
     let s = ctx.new_stream().unwrap();
+    // The work cannot complete while the gate is closed: a poll that returns has stopped
+    // spinning of its own accord.
     let gate = Gate::hold(s.as_stream());
-    let limit = Duration::from_millis(300);
+    let limit = Duration::from_millis(50);
     let mut c = s.completed().spin_limit(limit);
     let (state, waker) = counting_waker();
+    m.reset();
     let t = Instant::now();
-    assert!(poll_once(&mut c, &waker).is_pending());
+    assert!(poll_once(&mut c, &waker).is_pending(), "the spin stopped");
+    // A lower bound only: load can make the spin longer, never shorter.
     let first = t.elapsed();
     assert!(
         first >= limit,
         "the first poll spun for its limit: {first:?}"
     );
-    assert!(
-        first < Duration::from_secs(30),
-        "and then stopped: {first:?}"
-    );
-    let t = Instant::now();
+    assert!(m.calls("cuEventQuery") > 1, "the spin watched the event");
+    assert_eq!(m.calls("cuLaunchHostFunc"), 1, "then a host function");
+    m.reset();
     assert!(poll_once(&mut c, &waker).is_pending());
-    let second = t.elapsed();
-    assert!(second < limit, "the second poll did not spin: {second:?}");
+    assert_eq!(
+        m.calls("cuEventQuery"),
+        1,
+        "the second poll queried once, no spin"
+    );
+    assert_eq!(m.calls("cuLaunchHostFunc"), 0, "and enqueued nothing more");
     assert!(!c.is_complete());
     gate.open();
-    while !c.is_complete() {
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
+    wait_until("the host function wakes the task", || {
+        state.wakes.load(Ordering::SeqCst) > 0
+    });
+    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
+    // Everything queued in the context has run (the notifier's host function included): nothing
+    // is left for the next test, and there was exactly one wake-up.
+    ctx.synchronize().unwrap();
     assert_eq!(
         state.wakes.load(Ordering::SeqCst),
         1,
-        "the host function woke the task"
+        "the host function woke the task once"
     );
-    assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
-    s.synchronize().unwrap();
+    assert_eq!(m.host_fn_api_calls(), 0);
 }
 
 #[test]
@@ -321,24 +355,25 @@ fn without_a_spin_the_first_poll_returns_pending_and_the_host_function_wakes_it(
     let (state, waker) = counting_waker();
     assert!(poll_once(&mut c, &waker).is_pending());
     gate.open();
-    while !c.is_complete() {
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
-    assert_eq!(state.wakes.load(Ordering::SeqCst), 1, "woken once");
+    wait_until("the host function wakes the task", || {
+        state.wakes.load(Ordering::SeqCst) > 0
+    });
     assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
-    s.synchronize().unwrap();
+    ctx.synchronize().unwrap();
+    assert_eq!(state.wakes.load(Ordering::SeqCst), 1, "woken once");
 }
 
 #[test]
 fn a_panic_before_the_completion_is_reported_by_the_spinning_poll() {
-    let (_g, _m) = mock();
+    let (_g, m) = mock();
     let ctx = Context::primary(0).unwrap();
     let s = ctx.new_stream().unwrap();
     let gate = Gate::hold(s.as_stream());
     s.launch_host_func(|| panic!("before the completion"))
         .unwrap();
+    // The limit is a hang guard: the gate opens once the spin has begun.
     let mut c = s.completed().spin_limit(Duration::from_secs(60));
-    let opener = gate.open_later(Duration::from_millis(10));
+    let opener = gate.open_during_the_spin(m);
     let (_state, waker) = counting_waker();
     let first = poll_once(&mut c, &waker);
     opener.join().unwrap();
@@ -360,12 +395,14 @@ fn a_completion_that_failed_to_enqueue_reports_the_error_without_spinning() {
     let mut c = s.completed().spin_limit(Duration::from_secs(60));
     assert!(c.is_complete());
     let (_state, waker) = counting_waker();
-    let t = Instant::now();
     match poll_once(&mut c, &waker) {
         Poll::Ready(Err(e)) => assert_eq!(e.driver_code(), Some(FAULT), "{e}"),
         other => panic!("expected the capture check's error, got {other:?}"),
     }
-    assert!(t.elapsed() < Duration::from_secs(60));
+    // No event was recorded, none was watched, and no host function was enqueued.
+    assert_eq!(m.calls("cuEventRecord"), 0);
+    assert_eq!(m.calls("cuEventQuery"), 0, "no spin");
+    assert_eq!(m.calls("cuLaunchHostFunc"), 0);
 }
 
 #[test]
@@ -396,27 +433,46 @@ fn many_completions_in_flight_on_many_streams_and_threads() {
         }
     }
     let resolved = AtomicUsize::new(0);
+    // Each thread polls its first future while the gates are closed (so it has to wait for its
+    // wake-up), and only then are the gates opened. The gates open before anything is asserted
+    // here, so a failure cannot leave the threads waiting forever.
+    let (polled_tx, polled_rx) = std::sync::mpsc::channel();
     std::thread::scope(|sc| {
         for futs in kept {
-            let resolved = &resolved;
+            let (resolved, polled_tx) = (&resolved, polled_tx.clone());
             sc.spawn(move || {
-                for c in futs {
+                let mut futs = futs.into_iter();
+                let mut first = futs.next().expect("50 per stream");
+                let (_state, waker) = counting_waker();
+                let pending = poll_once(&mut first, &waker).is_pending();
+                polled_tx.send(pending).unwrap();
+                for c in std::iter::once(first).chain(futs) {
                     let (r, _) = block_on(c);
                     r.unwrap();
                     resolved.fetch_add(1, Ordering::Relaxed);
                 }
             });
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // A hang guard only.
+        let first_polls: Vec<bool> = (0..streams.len())
+            .map(|_| polled_rx.recv_timeout(Duration::from_secs(60)).unwrap())
+            .collect();
         for gate in &gates {
             gate.open();
         }
+        assert!(
+            first_polls.iter().all(|p| *p),
+            "the gates held every first future: {first_polls:?}"
+        );
     });
     assert_eq!(resolved.load(Ordering::Relaxed), 4 * 50);
     for s in &streams {
         s.synchronize().unwrap();
         assert!(s.query().unwrap());
     }
+    // A future can resolve by finding its event complete before its host function on the
+    // notifier stream has run: wait for the whole context before counting what is pending.
+    ctx.synchronize().unwrap();
     assert_eq!(m.pending_host_fns(), 0);
     assert_eq!(m.host_fn_api_calls(), 0);
 }
@@ -450,9 +506,9 @@ fn the_spin_watches_an_event_and_only_work_still_running_gets_a_host_function() 
     // More work on the stream does not hold back the wake-up of the earlier work.
     let later = Gate::hold(s.as_stream());
     gate.open();
-    while state.wakes.load(Ordering::SeqCst) == 0 {
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
+    wait_until("the earlier work's host function wakes the task", || {
+        state.wakes.load(Ordering::SeqCst) > 0
+    });
     assert!(matches!(poll_once(&mut c, &waker), Poll::Ready(Ok(()))));
     later.open();
     drop(c);
@@ -467,5 +523,7 @@ fn the_spin_watches_an_event_and_only_work_still_running_gets_a_host_function() 
     gate.open();
     s.synchronize().unwrap();
     assert!(c.is_complete());
+    // The host function on the notifier stream too, before the next test.
+    ctx.synchronize().unwrap();
     assert_eq!(m.host_fn_api_calls(), 0);
 }

@@ -1,7 +1,7 @@
 //! The mock's host functions: run in order on one worker thread, with callbacks seeing their
 //! stream's status; a driver call from one is refused and counted.
 
-use std::time::Duration;
+use std::time::Instant;
 
 use cuda_sys::*;
 
@@ -17,6 +17,8 @@ fn host_functions_run_in_order_on_one_worker_thread() {
     let (a, b) = (stream(0), stream(1));
     let (e_idle, e_busy) = (event(0), event(0));
     assert_eq!(record(e_idle, a), SUCCESS);
+    // `e_idle` completed by now, at the latest.
+    let idle_at = Instant::now();
     assert_eq!(
         query_event(e_idle),
         SUCCESS,
@@ -33,7 +35,7 @@ fn host_functions_run_in_order_on_one_worker_thread() {
     launch(a, note(log, 3, false));
 
     // The first host function is held: everything behind it waits.
-    std::thread::sleep(Duration::from_millis(20));
+    log.wait_until_held();
     assert_eq!(query(a), NOT_READY);
     assert_eq!(
         query(b),
@@ -45,6 +47,8 @@ fn host_functions_run_in_order_on_one_worker_thread() {
     assert_eq!(m.pending_host_fns(), 5);
     assert!(log.entries().is_empty());
 
+    // `e_busy` can complete only after this.
+    let held = idle_at.elapsed();
     log.open_gate();
     sync(b);
     sync(a);
@@ -57,9 +61,11 @@ fn host_functions_run_in_order_on_one_worker_thread() {
     assert_eq!(query_event(e_busy), SUCCESS);
     let (rc, ms) = elapsed(e_idle, e_busy);
     assert_eq!(rc, SUCCESS);
+    // Up to the rounding of an `f32`.
+    let held_ms = held.as_secs_f64() * 1e3;
     assert!(
-        ms >= 15.0,
-        "the record completed after the held function: {ms} ms"
+        f64::from(ms) >= held_ms * (1.0 - 1e-6),
+        "the record completed after the held function: {ms} ms, held {held_ms} ms"
     );
     assert_eq!(m.pending_host_fns(), 0);
 

@@ -17,6 +17,7 @@ mod streams_and_events;
 use std::ffi::c_void;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
+use std::time::Duration;
 
 use cuda_mock_driver::MockDriver;
 use cuda_sys::*;
@@ -115,8 +116,11 @@ fn sync(s: CUstream) {
 #[derive(Default)]
 struct Log {
     entries: Mutex<Vec<(usize, ThreadId, Option<CUresult>)>>,
+    /// Whether the gate is open, and whether a gated host function has reached it.
     open: Mutex<bool>,
     opened: Condvar,
+    held: Mutex<bool>,
+    reached: Condvar,
 }
 
 impl Log {
@@ -126,6 +130,19 @@ impl Log {
     fn open_gate(&self) {
         *self.open.lock().unwrap() = true;
         self.opened.notify_all();
+    }
+    /// Blocks until a gated host function is waiting at the gate (so the worker is busy with
+    /// it); panics after 60 s, a hang guard only.
+    fn wait_until_held(&self) {
+        let held = self.held.lock().unwrap();
+        let (held, timeout) = self
+            .reached
+            .wait_timeout_while(held, Duration::from_secs(60), |held| !*held)
+            .unwrap();
+        assert!(
+            *held && !timeout.timed_out(),
+            "the gated host function never ran"
+        );
     }
     fn entries(&self) -> Vec<(usize, ThreadId, Option<CUresult>)> {
         self.entries.lock().unwrap().clone()
@@ -147,6 +164,8 @@ unsafe extern "C" fn host_fn(data: *mut c_void) {
     // SAFETY: `data` is a leaked `Note` from `note`, used once.
     let n = unsafe { Box::from_raw(data.cast::<Note>()) };
     if n.gate {
+        *n.log.held.lock().unwrap() = true;
+        n.log.reached.notify_all();
         let mut open = n.log.open.lock().unwrap();
         while !*open {
             open = n.log.opened.wait(open).unwrap();
