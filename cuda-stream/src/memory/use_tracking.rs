@@ -12,8 +12,11 @@
 //! - any other stream (borrowed from another library, the per-thread default stream): an event
 //!   recorded after each use, since the stream may end without notice.
 //!
-//! So a buffer used on one stream of this crate never pays for an event, and one moved between
-//! streams pays one record and one wait per move, what a careful user writes by hand.
+//! So a buffer used on one stream of this crate never pays for an event. Once a buffer is used
+//! on a second stream while an earlier use elsewhere is pending, it is marked by an event
+//! recorded right after each use (a lazy mark recorded later would also cover work enqueued
+//! since, and serialise pipelines): one record and one wait per move, what a careful user
+//! writes by hand.
 //!
 //! Every driver call here runs under the tracker's lock, so two threads using one buffer are
 //! ordered, and a stream cannot end between the check and the record. Nothing under the lock
@@ -73,6 +76,11 @@ struct State {
     reads: Vec<Use>,
     /// Streams looked up in `known_streams`: registered (true), or unknown (false).
     streams: Vec<(usize, bool)>,
+    /// The allocation moves between streams: each use is marked by an event recorded right
+    /// after it. A lazy mark is recorded only when another stream asks, and then covers
+    /// everything its stream has enqueued since, later uses of other buffers included, which
+    /// would serialise a pipeline (a copy in waiting for the previous chunk's copy out).
+    eager: bool,
 }
 
 // SAFETY: the raw handles are driver objects usable from any thread; the state is locked.
@@ -209,7 +217,7 @@ impl Inner {
         stream: ffi::CUstream,
         old: Option<Mark>,
     ) -> Result<Mark> {
-        if self.lasting(state, stream) {
+        if !state.eager && self.lasting(state, stream) {
             if let Some(Mark::Event(ev)) = old {
                 self.release(ev);
             }
@@ -280,25 +288,55 @@ impl Uses {
         access: Access,
         op: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
+        self.around_tracked(stream, access, || {
+            op().map_err(|err| Failed {
+                err,
+                enqueued: false,
+            })
+        })
+        .map_err(|f| f.err)
+    }
+
+    /// [`around`](Uses::around) for work that may fail after it was enqueued (an inner
+    /// tracker's marking, when several allocations are used at once): such work is recorded
+    /// like work that succeeded, so the free still waits for it.
+    fn around_tracked<R>(
+        &self,
+        stream: ffi::CUstream,
+        access: Access,
+        op: impl FnOnce() -> Result<R, Failed>,
+    ) -> Result<R, Failed> {
+        let not_enqueued = |err| Failed {
+            err,
+            enqueued: false,
+        };
         let inner = &self.0;
         let mut state = inner.lock();
         let s = &mut *state;
+        if !s.eager {
+            let elsewhere = |u: &Use| u.stream != stream && u.mark != Mark::Done;
+            s.eager = s.write.iter().any(elsewhere)
+                || (access == Access::Write && s.reads.iter().any(elsewhere));
+        }
         if let Some(w) = s.write.as_mut() {
-            inner.wait_for(stream, w)?;
+            inner.wait_for(stream, w).map_err(not_enqueued)?;
         }
         if access == Access::Write {
             for r in s.reads.iter_mut() {
-                inner.wait_for(stream, r)?;
+                inner.wait_for(stream, r).map_err(not_enqueued)?;
             }
         }
-        let out = op()?;
+        let (out, mut failed) = match op() {
+            Ok(out) => (Some(out), None),
+            Err(f) if !f.enqueued => return Err(f),
+            Err(f) => (None, Some(f.err)),
+        };
         // The work is enqueued: it is recorded even when no event can mark it (then only the
         // context's completion covers it, `Mark::Lost`), so that the free still waits for it.
         // `mark_after` consumes the stream's previous mark in this role either way.
-        let mut failed = None;
         let mut marked = |r: Result<Mark>| {
             r.unwrap_or_else(|e| {
-                failed = Some(e);
+                failed.get_or_insert(e);
                 Mark::Lost
             })
         };
@@ -325,9 +363,13 @@ impl Uses {
                 }
             }
         }
-        match failed {
-            None => Ok(out),
-            Some(e) => Err(e),
+        match (out, failed) {
+            (Some(out), None) => Ok(out),
+            (_, Some(err)) => Err(Failed {
+                err,
+                enqueued: true,
+            }),
+            (None, None) => unreachable!("an enqueued failure carries its error"),
         }
     }
 
@@ -353,6 +395,7 @@ impl Uses {
             Some(f) => f(),
             None => Ok(()),
         })
+        .map_err(|f| f.err)
     }
 
     /// For work recorded into a graph capture on `stream`: the graph orders its own nodes, and
@@ -374,6 +417,12 @@ impl Uses {
             if u.stream == stream || u.mark == Mark::Done {
                 continue;
             }
+            // What follows is for work outside the capture (an event made and recorded on
+            // another stream, asked about, waited for), so it cannot break the capture; but the
+            // driver refuses such calls from a thread with a capture of its own (and during a
+            // global-mode capture) unless the thread's mode is relaxed, and invalidates the
+            // capture. Relaxed for this use, then restored.
+            let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
             if u.mark == Mark::Lazy {
                 let _bound = bind_if_special(u.stream, inner.raw_ctx())?;
                 if crate::driver::capture_query::is_capturing(u.stream)? {
@@ -392,11 +441,6 @@ impl Uses {
             }
             match u.mark {
                 Mark::Event(ev) => {
-                    // The event is recorded outside the capture, so asking about it cannot
-                    // break the capture; but the driver refuses these calls from a thread with
-                    // a capture of its own (and during a global-mode capture) unless the
-                    // thread's mode is relaxed, and invalidates the capture.
-                    let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
                     let query = driver_fn!(cuEventQuery);
                     // SAFETY: the event is live (the tracker's).
                     let rc = unsafe { query(ev) };
@@ -525,15 +569,26 @@ impl Uses {
     }
 }
 
-/// Runs `op` inside [`Uses::around`] of each tracker of `list`, the first outermost.
+/// An error of work run inside [`Uses::around`], and whether the work was enqueued before it.
+struct Failed {
+    err: Error,
+    enqueued: bool,
+}
+
+/// Runs `op` inside [`Uses::around_tracked`] of each tracker of `list`, the first outermost.
 fn nest(
     list: &[(&Uses, Access)],
     stream: ffi::CUstream,
     op: &mut dyn FnMut() -> Result<()>,
-) -> Result<()> {
+) -> Result<(), Failed> {
     match list.split_first() {
-        None => op(),
-        Some(((uses, access), rest)) => uses.around(stream, *access, || nest(rest, stream, op)),
+        None => op().map_err(|err| Failed {
+            err,
+            enqueued: false,
+        }),
+        Some(((uses, access), rest)) => {
+            uses.around_tracked(stream, *access, || nest(rest, stream, op))
+        }
     }
 }
 

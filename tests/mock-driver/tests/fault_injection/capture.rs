@@ -3,28 +3,34 @@
 
 use std::sync::Arc;
 
-use cuda_stream::{CaptureMode, CaptureStatus, EventOptions, LaunchConfig, kernel_args};
+use cuda_stream::{
+    CaptureMode, CaptureStatus, DeviceBuffer, EventOptions, LaunchConfig, kernel_args,
+};
 
 use crate::harness::capture::{one_host_fn, with_probes};
-use crate::harness::fixture::{Op, op};
+use crate::harness::fixture::{Op, op, op_frees};
 use crate::harness::swallowed::SWALLOW_GRAPH;
 
 /// Captures that succeed, replayed.
 pub(crate) fn ops() -> Vec<Op> {
     vec![
-        op(
+        op_frees(
             "capture kernels and memsets on two forks and a memcpy; replay twice",
             SWALLOW_GRAPH,
             |fx| {
                 let mut s = fx.pool.acquire()?;
                 let scale = fx.module.function("scale")?;
-                let p = fx.bytes.device_ptr();
+                // A buffer of the op's own: its tracker's events go with it, whichever call
+                // fails (a long-lived buffer keeps the event marking a use that a failure left
+                // pending).
+                let bytes = DeviceBuffer::<u8>::zeroed(&fx.ctx, &s, 64)?;
+                let p = bytes.device_ptr();
                 let graph = s.capture(CaptureMode::ThreadLocal, |cap| {
                     cap.scope(|sc| {
                         let (a, b) = (sc.fork()?, sc.fork()?);
                         let config = LaunchConfig::new(1, 32);
-                        // SAFETY: every range lies in the fixture's 64-byte buffer, which
-                        // outlives the graph; `scale` takes a pointer and a u32 (the mock runs no
+                        // SAFETY: every range lies in the op's 64-byte buffer, which outlives
+                        // the graph (dropped after it, its free ordered after the replays on `s`); `scale` takes a pointer and a u32 (the mock runs no
                         // code for it).
                         unsafe {
                             cuda_stream::memset_d32_async(&a, p, 0x0101_0101, 4)?;
@@ -37,15 +43,18 @@ pub(crate) fn ops() -> Vec<Op> {
                     unsafe { cuda_stream::memcpy_dtod_async(&cap, p + 32, p, 16) }
                 })?;
                 assert_eq!(graph.node_count()?, 4);
-                fx.bytes.fill(&s, 0)?;
+                bytes.fill(&s, 0)?;
                 let exec = graph.instantiate()?;
                 exec.launch(&s)?;
                 exec.launch(&s)?;
-                let got = fx.bytes.to_vec(&s)?;
+                let got = bytes.to_vec(&s)?;
                 assert_eq!(got[..16], [1; 16]);
                 assert_eq!(got[16..32], [2; 16]);
                 assert_eq!(got[32..48], [1; 16], "the copy ran after both forks");
-                Ok(())
+                // The graph holds nothing of the buffer (its nodes use a raw address): the free
+                // is made here, and reports its error.
+                drop((exec, graph));
+                bytes.free()
             },
         ),
         op(
