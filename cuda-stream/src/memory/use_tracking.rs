@@ -403,8 +403,8 @@ impl Uses {
     /// this access conflicts with cannot be waited for from inside the capture (its event is not
     /// part of the graph), so the host waits for it here, before the node is recorded: an event
     /// recorded after it (`cuEventRecord` on its stream, which is not capturing), asked
-    /// (`cuEventQuery`) and, if still running, waited for (`cuEventSynchronize`), with the
-    /// thread's capture mode relaxed meanwhile (`cuThreadExchangeStreamCaptureMode`). A use on a
+    /// (`cuEventQuery`) until it has completed, with the thread's capture mode relaxed meanwhile
+    /// (`cuThreadExchangeStreamCaptureMode`). A use on a
     /// stream that has joined a capture since is refused.
     pub(crate) fn settle_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
         let inner = &self.0;
@@ -441,15 +441,20 @@ impl Uses {
             }
             match u.mark {
                 Mark::Event(ev) => {
+                    // Polled, not `cuEventSynchronize`: a blocking wait invalidates the
+                    // thread's capture on driver 580 even in relaxed mode (measured on the
+                    // H100), a query does not.
                     let query = driver_fn!(cuEventQuery);
-                    // SAFETY: the event is live (the tracker's).
-                    let rc = unsafe { query(ev) };
-                    if rc == ffi::CUresult::CUDA_ERROR_NOT_READY {
-                        let sync = driver_fn!(cuEventSynchronize);
-                        // SAFETY: as above.
-                        check(unsafe { sync(ev) }, "cuEventSynchronize")?;
-                    } else {
-                        check(rc, "cuEventQuery")?;
+                    let mut pause = std::time::Duration::from_micros(1);
+                    loop {
+                        // SAFETY: the event is live (the tracker's).
+                        let rc = unsafe { query(ev) };
+                        if rc != ffi::CUresult::CUDA_ERROR_NOT_READY {
+                            check(rc, "cuEventQuery")?;
+                            break;
+                        }
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(std::time::Duration::from_micros(200));
                     }
                     inner.release(ev);
                     u.mark = Mark::Done;
