@@ -155,6 +155,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         if self.byte_len() == 0 || src.device_ptr() == self.device_ptr() {
+            // Nothing to enqueue, but a capture that was invalidated is still reported, as it
+            // is for a copy that enqueues.
+            let (raw, ctx) = stream.enqueue_handle();
+            let _bound = bind_if_special(raw, ctx)?;
+            if is_capturing(raw)? {
+                capture_graph(raw)?;
+            }
             return Ok(());
         }
         let bytes = self.byte_len();

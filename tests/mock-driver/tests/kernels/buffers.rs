@@ -2,11 +2,14 @@
 //! memset and memcpy functions on any stream, what the safe operations refuse (other contexts,
 //! captures), and buffers moved between raw pointers and owners.
 
+use std::sync::mpsc;
+use std::time::Duration;
+
 use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{CaptureMode, Context, DeviceBuffer, Error, Stream, current_context_raw};
 
-use super::{assert_clean, isolated, mock};
+use super::{SUCCESS, assert_clean, gate, idle, isolated, mock};
 
 #[test]
 fn buffers_hold_what_memsets_and_copies_write() {
@@ -92,25 +95,32 @@ fn buffers_hold_what_memsets_and_copies_write() {
         ));
 
         // An empty buffer allocates nothing.
-        let allocs = m.calls("cuMemAlloc");
+        let allocs = |m: &MockDriver| (m.calls("cuMemAllocFromPoolAsync"), m.calls("cuMemAlloc"));
+        let before = allocs(m);
         let empty = DeviceBuffer::<u32>::from_host(&ctx, &s, &[]).unwrap();
         assert!(empty.is_empty());
         assert_eq!(empty.device_ptr(), 0);
         assert_eq!(empty.to_vec(&s).unwrap(), Vec::<u32>::new());
         empty.fill(&s, 1).unwrap();
-        assert_eq!(m.calls("cuMemAlloc"), allocs);
+        assert_eq!(allocs(m), before);
         drop(empty);
 
-        // Too big: refused here, or by the driver.
+        // Too big: refused here, or by the driver: from the pool on device 0, by `cuMemAlloc` on
+        // device 1, which has no pools.
         assert!(matches!(
             DeviceBuffer::<u64>::alloc(&ctx, usize::MAX / 2),
             Err(Error::InvalidArgument { .. })
         ));
         let err = DeviceBuffer::<u8>::alloc(&ctx, 2 << 30).unwrap_err();
+        assert_eq!(err.call(), Some("cuMemAllocFromPoolAsync"));
+        assert_eq!(err.driver_code(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        let ctx1 = Context::primary(1).unwrap();
+        let err = DeviceBuffer::<u8>::alloc(&ctx1, 2 << 30).unwrap_err();
         assert_eq!(err.call(), Some("cuMemAlloc"));
         assert_eq!(err.driver_code(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
 
         drop((a, b, bytes, halves, doubles, pairs, short));
+        idle(m); // the frees are enqueued on streams
         assert_eq!(m.live_allocations(), allocations);
         assert_clean(m);
     });
@@ -210,6 +220,7 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
         // (`fill` and `copy_from` work in a capture: see the tests below.)
         let allocations = m.live_allocations();
         let syncs = m.calls("cuCtxSynchronize");
+        let frees = m.calls("cuMemFreeAsync");
         let memsets = m.calls("cuMemsetD32Async");
         let capturing = |r: cuda_stream::Result<()>, what: &str| match r {
             Err(Error::Capturing { op }) => assert_eq!(op, what),
@@ -220,9 +231,14 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
         let token = ();
         let graph = s
             .capture(CaptureMode::ThreadLocal, |cap| {
+                // `zeroed` and `from_host` allocate through `alloc_on`, which names itself.
+                capturing(
+                    DeviceBuffer::<u32>::alloc_on(&ctx, &cap, 4).map(drop),
+                    "DeviceBuffer::alloc_on",
+                );
                 capturing(
                     DeviceBuffer::<u32>::zeroed(&ctx, &cap, 4).map(drop),
-                    "DeviceBuffer::zeroed",
+                    "DeviceBuffer::alloc_on",
                 );
                 // SAFETY: `s`'s handle, alive during its capture.
                 let view = unsafe { Stream::borrow_raw(raw, &token) }.unwrap();
@@ -233,16 +249,17 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
                 capturing(a.to_vec(view).map(drop), "DeviceBuffer::copy_to_host");
                 capturing(
                     DeviceBuffer::<u32>::from_host(&ctx, view, &[1]).map(drop),
-                    "DeviceBuffer::from_host",
+                    "DeviceBuffer::alloc_on",
                 );
                 let err = DeviceBuffer::<u32>::zeroed(&ctx, &cap, 4).unwrap_err();
                 assert_eq!(
                     err.to_string(),
-                    "DeviceBuffer::zeroed cannot be recorded into a graph capture (it allocates \
+                    "DeviceBuffer::alloc_on cannot be recorded into a graph capture (it allocates \
                      or waits for the stream)"
                 );
                 assert_eq!(m.live_allocations(), allocations, "nothing was allocated");
-                assert_eq!(m.calls("cuCtxSynchronize"), syncs, "nor freed");
+                assert_eq!(m.calls("cuCtxSynchronize"), syncs, "nor waited for");
+                assert_eq!(m.calls("cuMemFreeAsync"), frees, "nor freed");
                 assert_eq!(m.calls("cuMemsetD32Async"), memsets);
                 // The raw functions record into a capture: their caller keeps the memory alive.
                 // SAFETY: `a` outlives the graph's launches below.
@@ -259,6 +276,10 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
     });
 }
 
+/// `into_raw` waits on the host for the buffer's recorded uses, then hands the memory over
+/// (pool memory included: the caller frees it with `cuMemFreeAsync`); `from_raw` takes
+/// `cuMemAlloc` memory back. A free the driver refuses leaves the memory allocated (leaked, never
+/// freed under work) and is the driver's error.
 #[test]
 fn buffers_move_between_raw_and_owned() {
     let (_lock, m) = mock();
@@ -266,29 +287,84 @@ fn buffers_move_between_raw_and_owned() {
         let ctx = Context::primary(0).unwrap();
         let s = ctx.new_stream().unwrap();
         let allocations = m.live_allocations();
+
+        // Device 0 has pools: the memory handed over is pool memory, freed in stream order.
         let buf = DeviceBuffer::from_host(&ctx, &s, &[1.5f32, 2.5]).unwrap();
-        let (ptr, len) = buf.into_raw().expect("no graph holds it");
+        let held = gate(&s);
+        buf.fill(&s, 0.5).unwrap();
+        let (handed_tx, handed_rx) = mpsc::channel();
+        let (ptr, len) = std::thread::scope(|scope| {
+            let handing = scope.spawn(move || {
+                let raw = buf.into_raw().expect("no graph holds it");
+                handed_tx.send(()).unwrap();
+                raw
+            });
+            let early = handed_rx.recv_timeout(Duration::from_millis(100)).is_ok();
+            drop(held);
+            let raw = handing.join().unwrap();
+            assert!(!early, "handed over while the fill was queued");
+            raw
+        });
+        assert!(s.query().unwrap(), "the fill ran before the hand-over");
+        assert_eq!(len, 2);
         assert_eq!(
             m.live_allocations(),
             allocations + 1,
             "handed over, not freed"
         );
-        // SAFETY: handed over by `into_raw` just above.
-        let back = unsafe { DeviceBuffer::<f32>::from_raw(&ctx, ptr, len) };
-        assert_eq!(back.to_vec(&s).unwrap(), [1.5, 2.5]);
-        back.free().unwrap();
+        assert_eq!(
+            m.read_memory(ptr, 8),
+            Some([0.5f32.to_ne_bytes(); 2].concat())
+        );
+        {
+            let _bound = ctx.bind().unwrap();
+            // SAFETY: handed over by `into_raw` with no work pending; freed once.
+            assert_eq!(unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) }, SUCCESS);
+        }
+        s.synchronize().unwrap();
         assert_eq!(m.live_allocations(), allocations);
-        // A failed wait leaves the memory allocated: work might still use it.
+
+        // Device 1 has none: `cuMemAlloc` memory goes out and comes back.
+        let ctx1 = Context::primary(1).unwrap();
+        let s1 = ctx1.new_stream().unwrap();
+        let allocations1 = m.live_allocations();
+        let buf = DeviceBuffer::from_host(&ctx1, &s1, &[1.5f32, 2.5]).unwrap();
+        let (ptr, len) = buf.into_raw().expect("no graph holds it");
+        assert_eq!(m.live_allocations(), allocations1 + 1);
+        // SAFETY: handed over by `into_raw` just above, from a device without pools.
+        let back = unsafe { DeviceBuffer::<f32>::from_raw(&ctx1, ptr, len) };
+        assert_eq!(back.to_vec(&s1).unwrap(), [1.5, 2.5]);
+        assert!(back.pool().is_none());
+        back.free().unwrap();
+        assert_eq!(m.live_allocations(), allocations1);
+        assert_eq!(
+            cuda_stream::pending_frees(),
+            0,
+            "its uses were done: freed at once"
+        );
+
+        // A refused free leaves the memory allocated: `cuMemFreeAsync` with pools, `cuMemFree`
+        // without.
         let buf = DeviceBuffer::<f32>::alloc(&ctx, 2).unwrap();
-        m.fail("cuCtxSynchronize", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+        m.fail("cuMemFreeAsync", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
         let err = buf.free().unwrap_err();
-        assert_eq!(err.call(), Some("cuCtxSynchronize"));
+        assert_eq!(err.call(), Some("cuMemFreeAsync"));
+        assert_eq!(err.driver_code(), Some(CUresult::CUDA_ERROR_LAUNCH_FAILED));
+        let buf = DeviceBuffer::<f32>::alloc(&ctx1, 2).unwrap();
+        m.fail("cuMemFree", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+        let err = buf.free().unwrap_err();
+        assert_eq!(err.call(), Some("cuMemFree"));
+        assert_eq!(err.driver_code(), Some(CUresult::CUDA_ERROR_LAUNCH_FAILED));
         assert_eq!(
             m.live_allocations(),
-            allocations + 1,
+            allocations + 2,
             "leaked, not freed under work"
         );
-        assert_eq!(m.calls("cuMemFree"), 1);
+        assert_eq!(
+            (m.calls("cuMemFreeAsync"), m.calls("cuMemFree")),
+            (2, 2),
+            "each refused once, nothing retried"
+        );
         assert_clean(m);
     });
 }

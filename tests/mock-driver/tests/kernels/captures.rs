@@ -1,8 +1,6 @@
 //! Kernels and buffers in captures: launches, memsets and copies captured and replayed, and the
 //! buffers a capture uses kept allocated until the last graph that holds them goes.
 
-use std::time::Duration;
-
 use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
@@ -10,7 +8,7 @@ use cuda_stream::{
     drain_deferred, kernel_args,
 };
 
-use super::{PTX, SUCCESS, assert_clean, isolated, mock};
+use super::{PTX, SUCCESS, assert_clean, idle, isolated, mock};
 
 /// Kernels, memsets and copies on a capture view (and on its forks) become graph nodes: nothing
 /// runs during the capture, and every launch of the executable graph runs them again in the
@@ -84,18 +82,12 @@ fn launches_memsets_and_copies_are_captured_and_replayed() {
 
 /// Waits until the mock's worker has run everything queued (host functions, user-object
 /// destructors), then makes the frees that a destructor queued (no CUDA call is made on a driver
-/// thread) on this, an ordinary, thread.
+/// thread) on this, an ordinary, thread, and waits for the stream-ordered frees that enqueues.
 fn settle_graph_frees(m: &MockDriver) {
-    let start = std::time::Instant::now();
-    while m.pending_host_fns() != 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the worker never went idle"
-        );
-        std::thread::yield_now();
-    }
+    idle(m);
     drain_deferred();
     assert_eq!(deferred_pending(), 0);
+    idle(m);
 }
 
 /// `fill` and `copy_from` on a capture view become graph nodes, and the graph keeps both buffers'
@@ -112,7 +104,7 @@ fn captured_fills_and_copies_keep_their_buffers_until_the_last_graph_goes() {
         let base = m.live_allocations();
         let out = DeviceBuffer::<f32>::zeroed(&ctx, &s, N).unwrap();
         let tmp = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
-        let (objects, frees) = (m.live_user_objects(), m.calls("cuMemFree"));
+        let (objects, frees) = (m.live_user_objects(), m.calls("cuMemFreeAsync"));
         let graph = s
             .capture(CaptureMode::ThreadLocal, |cap| {
                 tmp.fill(&cap, 3.0)?;
@@ -134,7 +126,7 @@ fn captured_fills_and_copies_keep_their_buffers_until_the_last_graph_goes() {
             base + 2,
             "the executable graph holds `tmp`"
         );
-        assert_eq!(m.calls("cuMemFree"), frees);
+        assert_eq!(m.calls("cuMemFreeAsync"), frees);
         for replay in 1..=3 {
             out.fill(&s, 0.0).unwrap();
             exec.launch(&s).unwrap();
@@ -152,13 +144,16 @@ fn captured_fills_and_copies_keep_their_buffers_until_the_last_graph_goes() {
             base + 1,
             "`tmp` freed with the last graph"
         );
-        assert_eq!(m.calls("cuMemFree"), frees + 1);
+        assert_eq!(m.calls("cuMemFreeAsync"), frees + 1);
         assert!(!out.is_held_by_graphs());
         let (ptr, len) = out.into_raw().expect("no graph holds it any more");
-        // SAFETY: handed over by `into_raw` just above.
-        unsafe { DeviceBuffer::<f32>::from_raw(&ctx, ptr, len) }
-            .free()
-            .unwrap();
+        assert_eq!(len, N);
+        {
+            let _bound = ctx.bind().unwrap();
+            // SAFETY: pool memory handed over by `into_raw` just above, with no work pending.
+            assert_eq!(unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) }, SUCCESS);
+        }
+        s.synchronize().unwrap();
         assert_eq!(m.live_allocations(), base);
         assert_eq!(
             m.host_fn_api_calls(),
@@ -181,7 +176,7 @@ fn a_buffer_freed_or_dropped_while_a_graph_holds_it_is_freed_by_the_graph() {
         let base = m.live_allocations();
         let a = DeviceBuffer::<u8>::alloc(&ctx, 64).unwrap();
         let b = DeviceBuffer::<u16>::alloc(&ctx, 32).unwrap();
-        let (syncs, frees) = (m.calls("cuCtxSynchronize"), m.calls("cuMemFree"));
+        let (syncs, frees) = (m.calls("cuCtxSynchronize"), m.calls("cuMemFreeAsync"));
         let graph = s
             .capture(CaptureMode::ThreadLocal, |cap| {
                 a.fill(&cap, 0x5a)?;
@@ -197,14 +192,14 @@ fn a_buffer_freed_or_dropped_while_a_graph_holds_it_is_freed_by_the_graph() {
         );
         a.free().unwrap();
         assert_eq!(m.live_allocations(), base + 2);
-        assert_eq!(m.calls("cuMemFree"), frees);
+        assert_eq!(m.calls("cuMemFreeAsync"), frees);
         let exec = graph.instantiate().unwrap();
         exec.launch(&s).unwrap();
         s.synchronize().unwrap();
         drop((graph, exec));
         settle_graph_frees(m);
         assert_eq!(m.live_allocations(), base);
-        assert_eq!(m.calls("cuMemFree"), frees + 2);
+        assert_eq!(m.calls("cuMemFreeAsync"), frees + 2);
         assert_clean(m);
     });
 }
@@ -290,7 +285,8 @@ fn keep_alive_in_ties_a_kernels_buffers_and_keep_alive_any_value() {
             "`x`, `y` and the module went with the last graph"
         );
         drop(z);
-        assert_eq!(m.live_allocations(), base.0);
+        idle(m);
+        assert_eq!(m.live_allocations(), base.0, "`z` freed in stream order");
         assert_clean(m);
     });
 }
@@ -375,6 +371,7 @@ fn fills_on_a_borrowed_stream_in_a_capture_begun_raw_tie_to_its_graph() {
         assert!(graph.is_null());
         assert!(!out.is_held_by_graphs());
         drop(out);
+        idle(m);
         assert_eq!(m.live_allocations(), base);
         assert_clean(m);
     });

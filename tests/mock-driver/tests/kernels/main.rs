@@ -1,7 +1,8 @@
 //! `cuda-stream`'s modules, launches and device memory against the mock driver: what each
 //! operation asks the driver for (arguments as bytes, dimensions), what it refuses before calling
-//! it, the bytes that memsets and copies leave in (host-backed) device memory, and that freeing
-//! and unloading wait for the work still using them.
+//! it, the bytes that memsets and copies leave in (host-backed) device memory, that a buffer's
+//! free never waits for the device yet is made after the work recorded on it, and that a
+//! module's unload waits for the work still using it.
 //!
 //! One topic a file: [`modules`], [`launches`], [`buffers`], [`frees`] and [`captures`]; the
 //! PTX they share, the mock lock and the helpers are here.
@@ -12,7 +13,7 @@ mod frees;
 mod launches;
 mod modules;
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, mpsc};
 
 use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::CUresult;
@@ -53,9 +54,11 @@ static LOCK: Mutex<()> = Mutex::new(());
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
-    // These tests check the plain path (`cuMemAlloc`, frees deferred until the uses' events
-    // complete); `memory_on_streams.rs` and the fault suite cover stream-ordered memory.
-    m.set_memory_pools(0, false);
+    // Device 0 has memory pools (the main path: stream-ordered allocations, frees enqueued
+    // behind their uses); device 1 has none (`cuMemAlloc`, frees made once the uses' events have
+    // completed). Set on every test, before anything allocates: `cuda-stream` asks once a
+    // device for the process.
+    m.set_memory_pools(0, true);
     m.set_memory_pools(1, false);
     m.reset();
     (guard, m)
@@ -64,6 +67,30 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
 /// Runs `f` on a fresh thread (no context current there) and joins it; a panic continues here.
 fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     std::thread::scope(|s| s.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Holds `stream`'s later work back until the returned sender is dropped (or sends).
+fn gate(stream: &cuda_stream::OwnedStream) -> mpsc::Sender<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    stream
+        .launch_host_func(move || {
+            let _ = rx.recv();
+        })
+        .expect("host function");
+    tx
+}
+
+/// Waits until the mock's worker has run everything queued: host functions, user-object
+/// destructors, and device work such as a stream-ordered free.
+fn idle(m: &MockDriver) {
+    let start = std::time::Instant::now();
+    while m.pending_host_fns() != 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the worker never went idle"
+        );
+        std::thread::yield_now();
+    }
 }
 
 fn assert_clean(m: &MockDriver) {
