@@ -8,7 +8,7 @@ use cuda_stream::{
     CaptureMode, Context, DeviceBuffer, Error, Function, LaunchConfig, MemPool, Module,
     PinnedHostBuffer, Stream, kernel_args,
 };
-use cuda_stream_tests::{Window, alongside_others, error_chain, gpu, ptx_source, sanitizer};
+use cuda_stream_tests::{Window, alone, alongside_others, error_chain, gpu, ptx_source, sanitizer};
 
 /// The test kernels (`spin`, `store_after_spin`, `copy_u32`) through the safe API.
 struct K(Module);
@@ -267,7 +267,9 @@ fn pinned_copies_are_safe_and_asynchronous() {
 #[test]
 fn buffer_arguments_in_captures() {
     let Some(ctx) = gpu() else { return };
-    let _turn = alongside_others();
+    // Alone: page-locking memory (the pinned test) may synchronise the device, which
+    // invalidates a capture on another thread.
+    let _turn = alone();
     let k = kernels(&ctx);
     let mut s = ctx.new_stream().unwrap();
     let other = ctx.new_stream().unwrap();

@@ -82,8 +82,9 @@ impl<T: DeviceCopy> fmt::Debug for PinnedHostBuffer<T> {
 impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// `len` zeroed values of page-locked memory (`cuMemHostAlloc` with
     /// `CU_MEMHOSTALLOC_PORTABLE`, with `ctx` made current for the call). Page-locking is slow
-    /// and the driver may wait for the device's work meanwhile (seen on the H100, driver 580):
-    /// allocate pinned buffers ahead of the work and reuse them.
+    /// and the driver may wait for the device's work meanwhile (seen on the H100, driver 580),
+    /// which, as with `cudaHostAlloc`, also invalidates a graph capture running on another
+    /// thread: allocate pinned buffers ahead of the work and of captures, and reuse them.
     pub fn zeroed(ctx: &Context, len: usize) -> Result<PinnedHostBuffer<T>> {
         let bytes = len
             .checked_mul(size_of::<T>())
