@@ -70,6 +70,38 @@ impl Env {
     }
 }
 
+/// One `#[test]` per case of this module, each calling `$runner(name, case)`: the one list of
+/// cases that the GPU suite and the test driver's suite both run.
+#[macro_export]
+macro_rules! bogus_cases {
+    ($runner:ident) => {
+        $crate::bogus_cases!(@each $runner:
+        error_names_of_unknown_codes,
+        device_from_raw_with_a_bogus_ordinal,
+        device_attribute_out_of_range,
+        function_attribute_out_of_range,
+        function_dynamic_shared_memory_too_large,
+        open_ipc_with_garbage_bytes,
+        open_ipc_of_a_destroyed_event,
+        ptx_that_is_not_ptx,
+        ptx_with_an_elf_header_or_a_nul,
+        jit_options_out_of_range,
+        kernel_names_that_do_not_exist,
+        device_ordinal_out_of_range,
+        stream_priority_out_of_range,
+        retain_if_primary_with_values_that_are_no_primary_context,
+        objects_of_another_context,
+        debug_dot_to_bad_paths,
+        );
+    };
+    (@each $runner:ident: $($name:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            $runner(stringify!($name), $crate::bogus::$name);
+        }
+    )*};
+}
+
 /// Whether this process is the child that runs case `name`.
 pub fn is_child(name: &str) -> bool {
     std::env::var(CHILD_VAR).is_ok_and(|v| v == name)

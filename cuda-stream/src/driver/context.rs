@@ -108,6 +108,22 @@ fn release_primary(device: usize) -> Result<()> {
     )
 }
 
+/// A plain event (no timing, no blocking sync) of `ctx`, created with the context made current.
+pub(crate) fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
+    let _bound = bind(ctx)?;
+    let f = driver_fn!(cuEventCreate);
+    let mut ev = ptr::null_mut();
+    check(
+        // SAFETY: `ev` is a valid out-pointer; the context is current.
+        unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
+        "cuEventCreate",
+    )?;
+    Ok(ev)
+}
+
+/// The spare-event kind of a plain event (timing and blocking-sync off).
+const PLAIN_KIND: usize = 0;
+
 /// Destroys a context's service stream: `cuStreamDestroy` returns at once and the driver
 /// releases the stream once its work (frees enqueued on it) has completed.
 fn destroy_service_stream(raw: usize) -> Result<()> {
@@ -315,6 +331,22 @@ impl Context {
     pub(crate) fn service_stream_if_created(&self) -> Option<ffi::CUstream> {
         let raw = self.0.service.load(Ordering::Acquire);
         (raw != 0).then_some(raw as ffi::CUstream)
+    }
+
+    /// A plain event of this context for the crate's own use: a spare one, or a new one.
+    pub(crate) fn plain_event(&self) -> Result<ffi::CUevent> {
+        match self.take_spare_event(PLAIN_KIND) {
+            Some(ev) => Ok(ev),
+            None => create_plain_event(self.0.raw),
+        }
+    }
+
+    /// Gives back an event from [`plain_event`](Context::plain_event): kept as a spare, or
+    /// destroyed (queued inside a host function).
+    pub(crate) fn recycle_plain_event(&self, ev: ffi::CUevent) {
+        if !self.put_spare_event(PLAIN_KIND, ev) {
+            let _ = recycled_events::destroy_or_defer(ev);
+        }
     }
 
     /// A spare event of kind `kind` of this context, if one is kept.

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn};
-use crate::driver::recycled_events;
 use crate::ffi;
 use crate::memory::pool::{MemPool, default_pool_raw, pools_supported};
 use crate::memory::use_tracking::{Access, Uses};
@@ -283,16 +282,10 @@ pub(crate) fn free_when_done(
         return Ok(());
     }
     for ev in events {
-        give_back(ctx, ev);
+        ctx.recycle_plain_event(ev);
     }
     poll_pending_frees();
     free(ctx, handle)
-}
-
-fn give_back(ctx: &Context, ev: ffi::CUevent) {
-    if !ctx.put_spare_event(0, ev) {
-        let _ = recycled_events::destroy_or_defer(ev);
-    }
 }
 
 /// Makes the frees whose uses have all completed (`cuEventQuery`), and gives their events back
@@ -321,7 +314,7 @@ pub(crate) fn poll_pending_frees() {
     };
     for p in ready {
         for ev in p.events {
-            give_back(&p.ctx, ev);
+            p.ctx.recycle_plain_event(ev);
         }
         let _ = (p.free)(&p.ctx, p.handle);
     }

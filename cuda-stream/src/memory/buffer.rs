@@ -131,7 +131,7 @@ impl<'a> BufferUse<'a> {
 }
 
 /// The bytes of `len` values of `T`, or [`Error::InvalidArgument`].
-fn byte_size<T>(len: usize) -> Result<usize> {
+pub(crate) fn byte_size<T>(len: usize) -> Result<usize> {
     len.checked_mul(size_of::<T>())
         .filter(|&b| b <= isize::MAX as usize)
         .ok_or_else(|| Error::InvalidArgument {

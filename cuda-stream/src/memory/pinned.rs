@@ -10,15 +10,11 @@ use std::sync::{Mutex, MutexGuard};
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::base::plain_data::DeviceCopy;
 use crate::driver::context::{Context, bind};
-use crate::driver::recycled_events;
 use crate::ffi;
 use crate::memory::allocation::{free_when_done, poll_pending_frees};
-use crate::memory::buffer::DeviceBuffer;
+use crate::memory::buffer::{DeviceBuffer, byte_size};
 use crate::memory::use_tracking::Access;
 use crate::stream::view::{Enqueue, bind_if_special};
-
-/// The spare-event kind of a plain event (no timing, no blocking sync).
-const PLAIN: usize = 0;
 
 /// `len` values of `T` in page-locked host memory (`cuMemHostAlloc`, portable to every
 /// context), which the GPU's copy engines read and write directly, so that copies to and from
@@ -86,15 +82,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// which, as with `cudaHostAlloc`, also invalidates a graph capture running on another
     /// thread: allocate pinned buffers ahead of the work and of captures, and reuse them.
     pub fn zeroed(ctx: &Context, len: usize) -> Result<PinnedHostBuffer<T>> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or_else(|| Error::InvalidArgument {
-                reason: format!(
-                    "{len} values of {} bytes do not fit in memory",
-                    size_of::<T>()
-                ),
-            })?;
+        let bytes = byte_size::<T>(len)?;
         poll_pending_frees();
         let mut p: *mut std::ffi::c_void = ptr::null_mut();
         if bytes > 0 {
@@ -239,28 +227,15 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             check(unsafe { wait(raw, c.event, 0) }, "cuStreamWaitEvent")?;
         }
         // The event first: once the copy is enqueued, it must be marked.
-        let event = match self.ctx.take_spare_event(PLAIN) {
-            Some(ev) => ev,
-            None => {
-                let _bound = bind(self.ctx.raw())?;
-                let f = driver_fn!(cuEventCreate);
-                let mut ev = ptr::null_mut();
-                check(
-                    // SAFETY: `ev` is a valid out-pointer; the context is current.
-                    unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
-                    "cuEventCreate",
-                )?;
-                ev
-            }
-        };
+        let event = self.ctx.plain_event()?;
         if let Err(e) = op() {
-            give_back(&self.ctx, event);
+            self.ctx.recycle_plain_event(event);
             return Err(e);
         }
         let record = driver_fn!(cuEventRecord);
         // SAFETY: the event is ours and of the stream's context (checked by the caller).
         if let Err(e) = check(unsafe { record(event, raw) }, "cuEventRecord") {
-            give_back(&self.ctx, event);
+            self.ctx.recycle_plain_event(event);
             // The copy is enqueued and nothing marks its end: wait for the stream instead.
             let sync = driver_fn!(cuStreamSynchronize);
             // SAFETY: the stream is live (the caller's borrow).
@@ -288,15 +263,9 @@ fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InF
         if rc != ffi::CUresult::CUDA_SUCCESS {
             return true;
         }
-        give_back(ctx, c.event);
+        ctx.recycle_plain_event(c.event);
         false
     });
-}
-
-fn give_back(ctx: &Context, ev: ffi::CUevent) {
-    if !ctx.put_spare_event(PLAIN, ev) {
-        let _ = recycled_events::destroy_or_defer(ev);
-    }
 }
 
 fn free_host(ctx: &Context, p: usize) -> Result<()> {

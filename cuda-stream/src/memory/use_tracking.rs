@@ -23,21 +23,16 @@
 //! can destroy a stream (no deferred destroy is drained), so the end of a stream, which takes
 //! the same lock, cannot be announced to a tracker by the thread that holds it.
 
-use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::in_host_fn;
-use crate::driver::recycled_events;
 use crate::ffi;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::stream::known_streams::{self, StreamUser};
 use crate::stream::view::bind_if_special;
-
-/// The spare-event kind of a plain event (no timing, no blocking sync).
-const PLAIN: usize = 0;
 
 /// What a use does to the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,28 +110,14 @@ impl Inner {
         self.ctx.raw()
     }
 
-    /// An event of the context: a spare one, or a new one (`cuEventCreate`, with the context
-    /// made current).
+    /// A plain event of the context (a spare one, or a new one).
     fn event(&self) -> Result<ffi::CUevent> {
-        if let Some(ev) = self.ctx.take_spare_event(PLAIN) {
-            return Ok(ev);
-        }
-        let _bound = bind(self.raw_ctx())?;
-        let f = driver_fn!(cuEventCreate);
-        let mut ev = ptr::null_mut();
-        check(
-            // SAFETY: `ev` is a valid out-pointer; the context is current.
-            unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
-            "cuEventCreate",
-        )?;
-        Ok(ev)
+        self.ctx.plain_event()
     }
 
     /// Gives an event back: kept for reuse, or destroyed (queued inside a host function).
     fn release(&self, ev: ffi::CUevent) {
-        if !self.ctx.put_spare_event(PLAIN, ev) {
-            let _ = recycled_events::destroy_or_defer(ev);
-        }
+        self.ctx.recycle_plain_event(ev);
     }
 
     /// Records `ev` on `stream` (`cuEventRecord`; a default stream with the context current).
@@ -326,11 +307,11 @@ impl Uses {
                 inner.wait_for(stream, r).map_err(not_enqueued)?;
             }
         }
-        let (out, mut failed) = match op() {
-            Ok(out) => (Some(out), None),
+        let out = match op() {
             Err(f) if !f.enqueued => return Err(f),
-            Err(f) => (None, Some(f.err)),
+            r => r.map_err(|f| f.err),
         };
+        let mut failed = None;
         // The work is enqueued: it is recorded even when no event can mark it (then only the
         // context's completion covers it, `Mark::Lost`), so that the free still waits for it.
         // `mark_after` consumes the stream's previous mark in this role either way.
@@ -363,13 +344,13 @@ impl Uses {
                 }
             }
         }
+        // The work's own error first, else the marking's.
         match (out, failed) {
-            (Some(out), None) => Ok(out),
-            (_, Some(err)) => Err(Failed {
+            (Ok(out), None) => Ok(out),
+            (Err(err), _) | (Ok(_), Some(err)) => Err(Failed {
                 err,
                 enqueued: true,
             }),
-            (None, None) => unreachable!("an enqueued failure carries its error"),
         }
     }
 

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex};
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::Context;
+use crate::driver::context::create_plain_event;
 use crate::ffi;
 use crate::stream::owned::{OwnedStream, StreamOptions};
 use crate::stream::pool::{PooledStream, StreamPool};
 use crate::stream::view::{AsStream, Stream, bind_if_special, is_special};
-use crate::stream::wait_event_cache::create_plain_event;
 
 /// How many fork streams a thread's entry keeps (a scope's forks past these come from the pool
 /// each time).

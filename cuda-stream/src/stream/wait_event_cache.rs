@@ -2,10 +2,9 @@
 //! recorded and waited on at once, so no event is created per call.
 
 use std::cell::RefCell;
-use std::ptr;
 
-use crate::base::error::{Result, check, driver_fn};
-use crate::driver::context::{Context, bind};
+use crate::base::error::{Result, driver_fn};
+use crate::driver::context::{Context, create_plain_event};
 use crate::driver::recycled_events;
 use crate::ffi;
 
@@ -42,19 +41,6 @@ thread_local! {
 }
 
 pub(crate) static WAIT_EVENTS: WaitEvents = WaitEvents;
-
-/// A plain event (no timing) of `ctx`.
-pub(crate) fn create_plain_event(ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
-    let _bound = bind(ctx)?;
-    let f = driver_fn!(cuEventCreate);
-    let mut ev = ptr::null_mut();
-    check(
-        // SAFETY: `ev` is a valid out-pointer; the context is current.
-        unsafe { f(&mut ev, ffi::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) },
-        "cuEventCreate",
-    )?;
-    Ok(ev)
-}
 
 /// This thread's cached event for `ctx`, if it has one.
 #[inline]

@@ -66,6 +66,19 @@ impl RawMem {
 
 const MIB: usize = 1 << 20;
 
+/// Why the memory rows have no cudarc column.
+const NO_PEER: &str = "cudarc's column is not wired for memory yet";
+
+/// The safe side of the alloc + free rows: a stream-ordered buffer of 1 MiB, dropped.
+#[inline(never)]
+fn safe_alloc_free(ctx: &cuda_stream::Context, s: &cuda_stream::OwnedStream) {
+    let b = must(
+        DeviceBuffer::<u8>::alloc_on(ctx, s, black_box(MIB)),
+        "DeviceBuffer::alloc_on",
+    );
+    drop(black_box(b));
+}
+
 pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let cfg = fx.cfg;
     let ctx = fx.ctx;
@@ -87,15 +100,9 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         case(
             cfg.medium,
             || raw.alloc_free(MIB, black_box(r1)),
-            || {
-                let b = must(
-                    DeviceBuffer::<u8>::alloc_on(ctx, s1, black_box(MIB)),
-                    "DeviceBuffer::alloc_on",
-                );
-                drop(black_box(b));
-            },
+            || safe_alloc_free(ctx, s1),
         )
-        .no_peer("cudarc's column is not wired for memory yet")
+        .no_peer(NO_PEER)
         .settle(settle)
         .run(cfg),
     );
@@ -118,15 +125,9 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 );
                 raw.alloc_free(MIB, black_box(r1));
             },
-            || {
-                let b = must(
-                    DeviceBuffer::<u8>::alloc_on(ctx, s1, black_box(MIB)),
-                    "DeviceBuffer::alloc_on",
-                );
-                drop(black_box(b));
-            },
+            || safe_alloc_free(ctx, s1),
         )
-        .no_peer("cudarc's column is not wired for memory yet")
+        .no_peer(NO_PEER)
         .settle(settle)
         .run(cfg),
     );
@@ -146,15 +147,9 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 case(
                     200,
                     || raw.alloc_free(MIB, black_box(r1)),
-                    || {
-                        let b = must(
-                            DeviceBuffer::<u8>::alloc_on(ctx, s1, MIB),
-                            "DeviceBuffer::alloc_on",
-                        );
-                        drop(black_box(b));
-                    },
+                    || safe_alloc_free(ctx, s1),
                 )
-                .no_peer("cudarc's column is not wired for memory yet")
+                .no_peer(NO_PEER)
                 .settle(busy)
                 .run(cfg),
             );
@@ -190,7 +185,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
             || must(one.fill(s1, black_box(7)), "DeviceBuffer::fill"),
         )
-        .no_peer("cudarc's column is not wired for memory yet")
+        .no_peer(NO_PEER)
         .settle(settle)
         .run(cfg),
     );
@@ -230,7 +225,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
         )
         .per_iter(2)
-        .no_peer("cudarc's column is not wired for memory yet")
+        .no_peer(NO_PEER)
         .settle(settle)
         .run(cfg),
     );
@@ -260,7 +255,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             must(s1.synchronize(), "synchronize");
         },
     )
-    .no_peer("cudarc's column is not wired for memory yet")
+    .no_peer(NO_PEER)
     .run(cfg);
     let gbs = |ns: f64| (n * 4) as f64 / ns;
     println!(
@@ -286,7 +281,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             must(s1.synchronize(), "synchronize");
         },
     )
-    .no_peer("cudarc's column is not wired for memory yet")
+    .no_peer(NO_PEER)
     .run(cfg);
     println!(
         "pinned D2H 64 MiB: raw {:.1} GB/s, cuda-stream {:.1} GB/s",
@@ -401,7 +396,7 @@ fn pipeline(fx: &Fixture<'_>, raw: &RawMem, rows: &mut Rows) -> Result<(), Error
             must(streams[2].synchronize(), "synchronize");
         },
     )
-    .no_peer("cudarc's column is not wired for memory yet")
+    .no_peer(NO_PEER)
     .run(cfg);
     for (i, out) in outs.iter().enumerate() {
         if must(out.as_slice(), "as_slice")
