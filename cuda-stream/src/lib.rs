@@ -210,7 +210,9 @@ pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
 pub use graph::replay::{Graph, GraphExec, InstantiateOptions};
 pub use kernel::launch::{AsKernelArg, Dim3, KernelArg, LaunchConfig};
 pub use kernel::module::{Function, JitOptions, Module};
+pub use memory::borrowed::BorrowedBuffer;
 pub use memory::buffer::{BufferUse, DeviceBuffer, pending_frees, poll_pending_frees};
+pub use memory::graph_buffer::GraphBuffer;
 pub use memory::pinned::PinnedHostBuffer;
 pub use memory::pool::{MemPool, PoolUsage};
 pub use memory::raw::{

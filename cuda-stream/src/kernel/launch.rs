@@ -8,12 +8,10 @@ use std::ptr;
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::base::plain_data::DeviceCopy;
-use crate::driver::capture_query::is_capturing;
 use crate::ffi;
 use crate::kernel::module::Function;
 use crate::memory::buffer::BufferUse;
-use crate::memory::buffer_ops::capture_graph;
-use crate::memory::use_tracking::Uses;
+use crate::memory::buffer_ops::enqueue_with_uses;
 use crate::stream::view::{Enqueue, bind_if_special};
 
 /// Three dimensions of a grid or a block; `From` a `u32` (`x`), a pair or a triple.
@@ -337,18 +335,11 @@ impl Function<'_> {
         if !tracked {
             return launch();
         }
-        if is_capturing(raw)? {
-            let graph = capture_graph(raw)?;
-            for b in args.iter().filter_map(|a| a.buffer.as_ref()) {
-                b.tie_to_capture(raw, graph)?;
-            }
-            return launch();
-        }
-        let mut list: Vec<_> = args
+        let list: Vec<_> = args
             .iter()
-            .filter_map(|a| a.buffer.as_ref().map(BufferUse::uses))
+            .filter_map(|a| a.buffer.as_ref().map(BufferUse::alloc_use))
             .collect();
-        Uses::around_all(&mut list, raw, launch)
+        enqueue_with_uses(raw, ctx, &list, launch)
     }
 
     /// `cuLaunchKernel` with `params` (one pointer per parameter) on `raw`, a stream of the

@@ -31,6 +31,23 @@ pub(crate) enum Origin {
     Plain,
     /// Handed over by the caller (`from_raw`): `cuMemAlloc` memory, freed like plain memory.
     Adopted,
+    /// Another library's memory, borrowed ([`BorrowedBuffer`](crate::BorrowedBuffer)): never
+    /// freed here; at the end of the borrow `owner` (the owner's stream) waits for every use.
+    Borrowed { owner: usize },
+    /// A graph memory node (`cuMemAllocAsync` in capture `capture` on `stream`): used only
+    /// inside that capture, and freed by a free node on `stream` after every use.
+    Graph { stream: usize, capture: u64 },
+}
+
+/// How work recorded into a capture treats an allocation it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InCapture {
+    /// The capture's graph takes a reference to it (the host waited for conflicting uses
+    /// elsewhere first).
+    Tie,
+    /// A graph allocation of this capture: its uses are tracked inside the capture, with
+    /// captured events, like uses outside one.
+    Track,
 }
 
 /// One allocation (0 for none: a zero-byte buffer) of a context, with the uses recorded on it;
@@ -133,17 +150,109 @@ impl Allocation {
         match &self.origin {
             Origin::Pool(Some(p)) => Ok(Some(p.clone())),
             Origin::Pool(None) => MemPool::default_for(&self.ctx).map(Some),
-            Origin::Plain | Origin::Adopted => Ok(None),
+            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } => Ok(None),
+            Origin::Graph { .. } => MemPool::default_for(&self.ctx).map(Some),
+        }
+    }
+
+    /// Another library's memory (`owner`, of `ctx`) at `ptr`, whose earlier work on `owner`
+    /// the first use elsewhere waits for.
+    pub(crate) fn borrow(
+        ctx: &Context,
+        ptr: ffi::CUdeviceptr,
+        owner: ffi::CUstream,
+    ) -> Result<Allocation> {
+        let alloc = Allocation {
+            ptr,
+            ctx: ctx.clone(),
+            uses: Uses::new(ctx),
+            origin: Origin::Borrowed {
+                owner: owner as usize,
+            },
+        };
+        if ptr != 0 {
+            // The owner's work so far counts as a write on its stream.
+            alloc.uses.around(owner, Access::Write, || Ok(()))?;
+        }
+        Ok(alloc)
+    }
+
+    /// `bytes` (> 0) bytes as a graph memory node: `cuMemAllocAsync` on `stream`, which is being
+    /// captured in capture `capture`. Every use is marked by an event recorded in the capture.
+    pub(crate) fn in_graph(
+        ctx: &Context,
+        stream: ffi::CUstream,
+        capture: u64,
+        bytes: usize,
+    ) -> Result<Allocation> {
+        // A device without memory pools has no graph memory nodes either: the driver's
+        // `CUDA_ERROR_NOT_SUPPORTED` says so.
+        let uses = Uses::new_eager(ctx);
+        let mut ptr = 0;
+        let made = uses.around(stream, Access::Write, || {
+            let f = driver_fn!(cuMemAllocAsync);
+            let _bound = bind_if_special(stream, ctx.raw())?;
+            // SAFETY: `ptr` is a valid out-pointer; the stream is live (the capture's view) and
+            // of `ctx`; in a capture the call adds an allocation node.
+            check(unsafe { f(&mut ptr, bytes, stream) }, "cuMemAllocAsync")
+        });
+        let alloc = Allocation {
+            ptr,
+            ctx: ctx.clone(),
+            uses,
+            origin: Origin::Graph {
+                stream: stream as usize,
+                capture,
+            },
+        };
+        // Allocated, but the use could not be marked: the drop adds the free node (or, with a
+        // use nothing marks, breaks the capture, which then has no graph).
+        made?;
+        Ok(alloc)
+    }
+
+    /// How work recorded into capture `capture` on `stream` treats this allocation (`access`):
+    /// borrowed memory is refused (the graph could outlive the borrow), a graph allocation of
+    /// another capture too; anything else is tied to the graph, after the host waited for its
+    /// conflicting uses on other streams.
+    pub(crate) fn in_capture(
+        &self,
+        stream: ffi::CUstream,
+        capture: u64,
+        access: Access,
+    ) -> Result<InCapture> {
+        match self.origin {
+            Origin::Borrowed { .. } => Err(Error::Refused {
+                call: "cuUserObjectCreate",
+                reason: "a borrowed buffer cannot be held by a graph, which could outlive the \
+                         borrow: capture work on it through device_ptr in unsafe code",
+            }),
+            Origin::Graph { capture: c, .. } if c == capture => Ok(InCapture::Track),
+            Origin::Graph { .. } => Err(graph_memory_elsewhere()),
+            _ => {
+                self.uses.settle_for_capture(stream, access)?;
+                Ok(InCapture::Tie)
+            }
+        }
+    }
+
+    /// Refuses a use outside a capture of a graph allocation (its memory exists only while the
+    /// graph runs).
+    #[inline]
+    pub(crate) fn check_outside_capture(&self) -> Result<()> {
+        match self.origin {
+            Origin::Graph { .. } => Err(graph_memory_elsewhere()),
+            _ => Ok(()),
         }
     }
 
     /// Hands the memory over without freeing it, once every recorded use has completed (the
     /// caller may free it with `cuMemFree`/`cuMemFreeAsync` at once): waits for them on the
     /// host. Pool memory is handed over as it is (free it with `cuMemFreeAsync`).
-    pub(crate) fn into_raw(mut self) -> Result<ffi::CUdeviceptr, (Allocation, Error)> {
+    pub(crate) fn into_raw(mut self) -> Result<ffi::CUdeviceptr, Box<(Allocation, Error)>> {
         match self.wait_uses_on_host() {
             Ok(()) => Ok(std::mem::replace(&mut self.ptr, 0)),
-            Err(e) => Err((self, e)),
+            Err(e) => Err(Box::new((self, e))),
         }
     }
 
@@ -159,8 +268,9 @@ impl Allocation {
     /// The driver call that frees this memory.
     pub(crate) fn free_call(&self) -> &'static str {
         match self.origin {
-            Origin::Pool(_) => "cuMemFreeAsync",
+            Origin::Pool(_) | Origin::Graph { .. } => "cuMemFreeAsync",
             Origin::Plain | Origin::Adopted => "cuMemFree",
+            Origin::Borrowed { .. } => "cuStreamWaitEvent",
         }
     }
 
@@ -185,6 +295,18 @@ impl Allocation {
                     check(unsafe { f(ptr, stream) }, "cuMemFreeAsync")
                 },
             ),
+            Origin::Graph { stream, .. } => self.uses.free_after_uses(
+                || Ok(stream as ffi::CUstream),
+                |stream| {
+                    let f = driver_fn!(cuMemFreeAsync);
+                    let _bound = bind_if_special(stream, self.ctx.raw())?;
+                    // SAFETY: the graph allocation is ours and freed once, in its capture (the
+                    // buffer cannot leave it), after every use recorded there.
+                    check(unsafe { f(ptr, stream) }, "cuMemFreeAsync")
+                },
+            ),
+            // The owner's stream waits for every use; the memory stays the owner's.
+            Origin::Borrowed { owner } => self.uses.hand_back(owner as ffi::CUstream),
             Origin::Plain | Origin::Adopted => {
                 let events = match self.uses.take_events() {
                     Ok(events) => events,
@@ -193,11 +315,20 @@ impl Allocation {
                     // memory is freed after it, and the error that forced the wait reported.
                     Err(e) => return free_plain_after_context(&self.ctx, ptr).and(Err(e)),
                 };
+                let events = events.into_iter().map(|e| (self.ctx.clone(), e)).collect();
                 free_when_done(&self.ctx, ptr as usize, events, |ctx, ptr| {
                     free_plain_now(ctx, ptr as ffi::CUdeviceptr)
                 })
             }
         }
+    }
+}
+
+#[cold]
+fn graph_memory_elsewhere() -> Error {
+    Error::Refused {
+        call: "cuStreamGetCaptureInfo",
+        reason: "a graph buffer is used only on the streams of the capture that allocated it",
     }
 }
 
@@ -242,11 +373,11 @@ fn free_queued(queued: usize) -> Result<()> {
     alloc.free()
 }
 
-/// A free waiting for the events recorded after the memory's uses.
+/// A free waiting for the events recorded after the memory's uses (each with its context).
 struct PendingFree {
     handle: usize,
     ctx: Context,
-    events: Vec<ffi::CUevent>,
+    events: Vec<(Context, ffi::CUevent)>,
     free: fn(&Context, usize) -> Result<()>,
 }
 
@@ -258,13 +389,13 @@ static PENDING: Mutex<Vec<PendingFree>> = Mutex::new(Vec::new());
 /// How many entries `PENDING` holds, read without the lock.
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// Calls `free(ctx, handle)` once every event of `events` (of `ctx`, handed over) has
+/// Calls `free(ctx, handle)` once every event of `events` (each of its context, handed over) has
 /// completed: now if they have (returning its answer), else at a later allocation or free
 /// ([`poll_pending_frees`]; `Ok` now). Inside a host function always later.
 pub(crate) fn free_when_done(
     ctx: &Context,
     handle: usize,
-    events: Vec<ffi::CUevent>,
+    events: Vec<(Context, ffi::CUevent)>,
     free: fn(&Context, usize) -> Result<()>,
 ) -> Result<()> {
     let queue = |events| {
@@ -277,12 +408,12 @@ pub(crate) fn free_when_done(
         });
         PENDING_COUNT.store(pending.len(), Ordering::Release);
     };
-    if in_host_fn() || !events.iter().all(|&ev| event_done(ev)) {
+    if in_host_fn() || !events.iter().all(|(_, ev)| event_done(*ev)) {
         queue(events);
         return Ok(());
     }
-    for ev in events {
-        ctx.recycle_plain_event(ev);
+    for (c, ev) in events {
+        c.recycle_plain_event(ev);
     }
     poll_pending_frees();
     free(ctx, handle)
@@ -303,7 +434,7 @@ pub(crate) fn poll_pending_frees() {
         let mut ready = Vec::new();
         let mut i = 0;
         while i < pending.len() {
-            if pending[i].events.iter().all(|&ev| event_done(ev)) {
+            if pending[i].events.iter().all(|(_, ev)| event_done(*ev)) {
                 ready.push(pending.swap_remove(i));
             } else {
                 i += 1;
@@ -313,8 +444,8 @@ pub(crate) fn poll_pending_frees() {
         ready
     };
     for p in ready {
-        for ev in p.events {
-            p.ctx.recycle_plain_event(ev);
+        for (c, ev) in p.events {
+            c.recycle_plain_event(ev);
         }
         let _ = (p.free)(&p.ctx, p.handle);
     }

@@ -14,7 +14,7 @@ use crate::driver::context::Context;
 use crate::ffi;
 use crate::memory::allocation::Allocation;
 use crate::memory::pool::MemPool;
-use crate::memory::use_tracking::{Access, Uses};
+use crate::memory::use_tracking::Access;
 use crate::stream::view::{AsStream, Enqueue, bind_if_special};
 
 /// `len` values of `T` in device memory of one context, freed once its last owner is gone: the
@@ -114,19 +114,10 @@ impl<'a> BufferUse<'a> {
         self.alloc.ctx.raw()
     }
 
-    /// The tracker and the access, for the launch's [`Uses::around_all`].
-    pub(crate) fn uses(&self) -> (&'a Uses, Access) {
-        (&self.alloc.uses, self.access)
-    }
-
-    /// Ties the allocation to the capture graph `graph` (see `keep_alive`), after the host waited
-    /// for the conflicting uses on other streams.
-    pub(crate) fn tie_to_capture(&self, stream: ffi::CUstream, graph: ffi::CUgraph) -> Result<()> {
-        self.alloc.uses.settle_for_capture(stream, self.access)?;
-        if self.ptr == 0 {
-            return Ok(());
-        }
-        crate::graph::user_objects::keep_alive(self.alloc.ctx.raw(), graph, self.alloc.clone())
+    /// The allocation and the access, for the launch's
+    /// [`enqueue_with_uses`](crate::memory::buffer_ops::enqueue_with_uses).
+    pub(crate) fn alloc_use(&self) -> (&'a Arc<Allocation>, Access) {
+        (self.alloc, self.access)
     }
 }
 
@@ -159,7 +150,7 @@ fn alloc_stream(
 }
 
 impl<T: DeviceCopy> DeviceBuffer<T> {
-    fn from_alloc(alloc: Allocation, len: usize) -> DeviceBuffer<T> {
+    pub(crate) fn from_alloc(alloc: Allocation, len: usize) -> DeviceBuffer<T> {
         DeviceBuffer {
             ptr: alloc.ptr,
             len,
@@ -287,7 +278,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         match Arc::try_unwrap(alloc) {
             Ok(alloc) => match alloc.into_raw() {
                 Ok(ptr) => Ok((ptr, len)),
-                Err((alloc, _)) => Err(back(Arc::new(alloc))),
+                Err(failed) => Err(back(Arc::new(failed.0))),
             },
             Err(alloc) => Err(back(alloc)),
         }

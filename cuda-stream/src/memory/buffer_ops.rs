@@ -3,6 +3,7 @@
 //! with), or in a graph capture ties the allocation to the capture's graph.
 
 use std::mem::size_of;
+use std::sync::Arc;
 
 use crate::base::capture_mode::CaptureStatus;
 use crate::base::error::{Error, Result, check, driver_fn};
@@ -10,26 +11,74 @@ use crate::base::plain_data::DeviceCopy;
 use crate::driver::capture_query::{capture_info, is_capturing};
 use crate::ffi;
 use crate::graph::user_objects::keep_alive;
+use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer::DeviceBuffer;
 use crate::memory::fill_pattern::{bytes_of, memset_word, unfillable};
 use crate::memory::use_tracking::{Access, Uses};
 use crate::stream::view::{AsStream, Enqueue, bind_if_special};
 
-/// The graph `raw` is being captured into (`cuStreamGetCaptureInfo`), owned by the capture;
-/// [`Error::NotCapturing`] with the status if the capture was invalidated (or has just ended).
+/// The graph `raw` is being captured into (`cuStreamGetCaptureInfo`), owned by the capture,
+/// and the capture's id; [`Error::NotCapturing`] with the status if the capture was invalidated
+/// (or has just ended).
 #[cold]
-pub(crate) fn capture_graph(raw: ffi::CUstream) -> Result<ffi::CUgraph> {
+pub(crate) fn capture_graph(raw: ffi::CUstream) -> Result<(ffi::CUgraph, u64)> {
     match capture_info(raw)? {
-        (CaptureStatus::Active { .. }, graph) if !graph.is_null() => Ok(graph),
+        (CaptureStatus::Active { id }, graph) if !graph.is_null() => Ok((graph, id)),
         (status, _) => Err(Error::NotCapturing { status }),
+    }
+}
+
+/// Runs `op`, work on `raw` (a stream of `ctx`, with the context bound for a default stream)
+/// touching each allocation of `list` with its access:
+///
+/// - outside a capture, after the waits the uses need, recording them once `op` succeeds (a
+///   graph allocation is refused there);
+/// - in a capture, with every allocation from outside it tied to the capture's graph (one user
+///   object for all) after the host waited for their conflicting uses elsewhere, and the uses of
+///   the capture's own graph allocations tracked with captured events.
+pub(crate) fn enqueue_with_uses(
+    raw: ffi::CUstream,
+    ctx: ffi::CUcontext,
+    list: &[(&Arc<Allocation>, Access)],
+    op: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    if !is_capturing(raw)? {
+        if let [(alloc, access)] = list {
+            alloc.check_outside_capture()?;
+            return alloc.uses.around(raw, *access, op);
+        }
+        for (alloc, _) in list {
+            alloc.check_outside_capture()?;
+        }
+        let mut uses: Vec<_> = list.iter().map(|(a, x)| (&a.uses, *x)).collect();
+        return Uses::around_all(&mut uses, raw, op);
+    }
+    let (graph, capture) = capture_graph(raw)?;
+    let mut tied = Vec::new();
+    let mut tracked = Vec::new();
+    for (alloc, access) in list {
+        match alloc.in_capture(raw, capture, *access)? {
+            InCapture::Tie if alloc.ptr != 0 => tied.push(Arc::clone(alloc)),
+            InCapture::Tie => {}
+            InCapture::Track => tracked.push((&alloc.uses, *access)),
+        }
+    }
+    // Before the node exists, in one user object.
+    match tied.len() {
+        0 => {}
+        1 => keep_alive(ctx, graph, tied.pop().expect("one"))?,
+        _ => keep_alive(ctx, graph, tied)?,
+    }
+    if tracked.is_empty() {
+        op()
+    } else {
+        Uses::around_all(&mut tracked, raw, op)
     }
 }
 
 impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Runs `op(raw stream)`, which enqueues work touching this buffer (`access`) and `other`
-    /// buffers, on `stream`: checks the contexts; outside a capture, after the waits the uses
-    /// need, recording them once `op` succeeds; in a capture, with every allocation tied to the
-    /// capture's graph first, after the host waited for conflicting uses elsewhere.
+    /// buffers, on `stream`: checks the contexts, then [`enqueue_with_uses`].
     fn enqueue_use<U: DeviceCopy>(
         &self,
         stream: &impl Enqueue,
@@ -44,23 +93,14 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
         let _bound = bind_if_special(raw, ctx)?;
         let alloc = self.alloc_ref();
-        if is_capturing(raw)? {
-            let graph = capture_graph(raw)?;
-            alloc.uses.settle_for_capture(raw, access)?;
-            if let Some(o) = other {
-                o.alloc_ref().uses.settle_for_capture(raw, Access::Read)?;
-            }
-            // Both, in one user object, before the node exists.
-            let pair = (alloc.clone(), other.map(|o| o.alloc_ref().clone()));
-            keep_alive(ctx, graph, pair)?;
-            return op(raw);
-        }
         match other {
-            None => alloc.uses.around(raw, access, || op(raw)),
-            Some(o) => {
-                let mut list = vec![(&alloc.uses, access), (&o.alloc_ref().uses, Access::Read)];
-                Uses::around_all(&mut list, raw, || op(raw))
-            }
+            None => enqueue_with_uses(raw, ctx, &[(alloc, access)], || op(raw)),
+            Some(o) => enqueue_with_uses(
+                raw,
+                ctx,
+                &[(alloc, access), (o.alloc_ref(), Access::Read)],
+                || op(raw),
+            ),
         }
     }
 
@@ -354,15 +394,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if self.device_ptr() == 0 {
             return Ok(());
         }
-        if !is_capturing(raw)? {
-            // A write with nothing enqueued: the stream waits for the earlier uses, and the
-            // free waits for the stream (see above for what that covers).
-            return self.alloc_ref().uses.around(raw, Access::Write, || Ok(()));
-        }
-        let graph = capture_graph(raw)?;
-        self.alloc_ref()
-            .uses
-            .settle_for_capture(raw, Access::Write)?;
-        keep_alive(ctx, graph, self.alloc_ref().clone())
+        // Outside a capture, a write with nothing enqueued: the stream waits for the earlier
+        // uses, and the free waits for the stream (see above for what that covers).
+        enqueue_with_uses(raw, ctx, &[(self.alloc_ref(), Access::Write)], || Ok(()))
     }
 }

@@ -17,3 +17,7 @@ pub(crate) mod buffer;
 pub(crate) mod buffer_ops;
 
 pub(crate) mod pinned;
+
+pub(crate) mod borrowed;
+
+pub(crate) mod graph_buffer;

@@ -51,10 +51,11 @@ pub struct PinnedHostBuffer<T: DeviceCopy> {
     in_flight: Mutex<Vec<InFlight>>,
 }
 
-/// A copy enqueued on the buffer: the event recorded after it, and whether it writes the host
-/// memory.
-#[derive(Clone, Copy)]
+/// A copy enqueued on the buffer: the event recorded after it (of the copy's stream's context,
+/// which may be another than the buffer's: the memory is portable), and whether it writes the
+/// host memory.
 struct InFlight {
+    ctx: Context,
     event: ffi::CUevent,
     writes_host: bool,
 }
@@ -143,7 +144,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// notices them).
     pub fn copies_in_flight(&self) -> usize {
         let mut list = self.lock();
-        forget_completed(&self.ctx, &mut list, |_| true);
+        forget_completed(&mut list, |_| true);
         list.len()
     }
 
@@ -191,17 +192,17 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
         }
         let f = driver_fn!(cuEventSynchronize);
         for c in list.iter().filter(|c| which(c)) {
-            // SAFETY: the event is live (owned by the list) and of the buffer's context.
+            // SAFETY: the event is live (owned by the list).
             check(unsafe { f(c.event) }, "cuEventSynchronize")?;
         }
-        forget_completed(&self.ctx, &mut list, which);
+        forget_completed(&mut list, which);
         Ok(())
     }
 
     /// [`Error::Busy`] unless the copies `which` selects have completed (`cuEventQuery`).
     fn check_done(&self, which: impl Fn(&InFlight) -> bool + Copy) -> Result<()> {
         let mut list = self.lock();
-        forget_completed(&self.ctx, &mut list, which);
+        forget_completed(&mut list, which);
         if list.iter().any(which) {
             return Err(Error::Busy {
                 what: "a copy in flight on the pinned buffer",
@@ -215,41 +216,46 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// `op`, then records an event after it.
     fn copy_on(
         &self,
+        ctx: &Context,
         raw: ffi::CUstream,
         writes_host: bool,
         op: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let mut list = self.lock();
-        forget_completed(&self.ctx, &mut list, |_| true);
+        forget_completed(&mut list, |_| true);
         let wait = driver_fn!(cuStreamWaitEvent);
         for c in list.iter().filter(|c| writes_host || c.writes_host) {
             // SAFETY: both are live; an event of another context may be waited for.
             check(unsafe { wait(raw, c.event, 0) }, "cuStreamWaitEvent")?;
         }
         // The event first: once the copy is enqueued, it must be marked.
-        let event = self.ctx.plain_event()?;
+        let event = ctx.plain_event()?;
         if let Err(e) = op() {
-            self.ctx.recycle_plain_event(event);
+            ctx.recycle_plain_event(event);
             return Err(e);
         }
         let record = driver_fn!(cuEventRecord);
         // SAFETY: the event is ours and of the stream's context (checked by the caller).
         if let Err(e) = check(unsafe { record(event, raw) }, "cuEventRecord") {
-            self.ctx.recycle_plain_event(event);
+            ctx.recycle_plain_event(event);
             // The copy is enqueued and nothing marks its end: wait for the stream instead.
             let sync = driver_fn!(cuStreamSynchronize);
             // SAFETY: the stream is live (the caller's borrow).
             let _ = unsafe { sync(raw) };
             return Err(e);
         }
-        list.push(InFlight { event, writes_host });
+        list.push(InFlight {
+            ctx: ctx.clone(),
+            event,
+            writes_host,
+        });
         Ok(())
     }
 }
 
 /// Forgets the completed copies among those `which` selects, giving their events back. A copy
 /// whose query fails is kept (waited for again later), never taken as done.
-fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
+fn forget_completed(list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
     let Ok(query) = ffi::fns::cuEventQuery() else {
         return;
     };
@@ -263,7 +269,7 @@ fn forget_completed(ctx: &Context, list: &mut Vec<InFlight>, which: impl Fn(&InF
         if rc != ffi::CUresult::CUDA_SUCCESS {
             return true;
         }
-        ctx.recycle_plain_event(c.event);
+        c.ctx.recycle_plain_event(c.event);
         false
     });
 }
@@ -286,7 +292,7 @@ impl<T: DeviceCopy> Drop for PinnedHostBuffer<T> {
             return;
         }
         let list = std::mem::take(self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner()));
-        let events = list.into_iter().map(|c| c.event).collect();
+        let events = list.into_iter().map(|c| (c.ctx, c.event)).collect();
         let _ = free_when_done(&self.ctx, self.ptr as usize, events, free_host);
     }
 }
@@ -341,6 +347,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 },
             });
         }
+        self.alloc_ref().check_outside_capture()?;
         let bytes = self.byte_len();
         if bytes == 0 {
             return Ok(());
@@ -348,7 +355,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let (dev, h) = (self.device_ptr(), host.ptr);
         let access = if to_host { Access::Read } else { Access::Write };
         self.alloc_ref().uses.around(raw, access, || {
-            host.copy_on(raw, to_host, || {
+            host.copy_on(self.context(), raw, to_host, || {
                 if to_host {
                     let f = driver_fn!(cuMemcpyDtoHAsync);
                     // SAFETY: `h` holds `bytes` bytes of page-locked memory that is freed, read

@@ -258,6 +258,19 @@ impl Uses {
         }))
     }
 
+    /// No use yet, for memory of `ctx` that moves between streams from the start: every use is
+    /// marked by an event recorded right after it (a graph allocation, whose uses are all in
+    /// one capture, where a lazy mark could be asked for after a fork has joined).
+    pub(crate) fn new_eager(ctx: &Context) -> Uses {
+        Uses(Arc::new(Inner {
+            ctx: ctx.clone(),
+            state: Mutex::new(State {
+                eager: true,
+                ..State::default()
+            }),
+        }))
+    }
+
     /// Runs `op`, which enqueues work of kind `access` on `stream` (of the buffer's context,
     /// checked by the caller), after making the stream wait for the earlier uses it conflicts
     /// with; records the use once `op` has succeeded. If `op` fails nothing is recorded; if the
@@ -501,6 +514,28 @@ impl Uses {
             inner.release_use(r);
         }
         Ok(())
+    }
+
+    /// Makes `owner` wait for every recorded use on other streams (the end of a borrow: the
+    /// owner's later work comes after ours). The tracker keeps no use afterwards. All under the
+    /// tracker's lock.
+    pub(crate) fn hand_back(&self, owner: ffi::CUstream) -> Result<()> {
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let State { write, reads, .. } = &mut *state;
+        let mut first_err = None;
+        for u in write.iter_mut().chain(reads.iter_mut()) {
+            if let Err(e) = inner.wait_for(owner, u) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(w) = write.take() {
+            inner.release_use(w);
+        }
+        for r in reads.drain(..) {
+            inner.release_use(r);
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Records an event after every lazy use (on its stream) and returns the events of all

@@ -55,10 +55,11 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
     })
 }
 
-/// `CUDA_ERROR_INVALID_VALUE` for a memory range that is not inside one live allocation, with the
-/// use counted.
+/// `CUDA_ERROR_INVALID_VALUE` for a memory range that is not inside one live allocation (or a
+/// range a graph's allocation node reserved: checked again when the work runs), with the use
+/// counted.
 pub(crate) fn check_range(st: &mut State, ptr: u64, len: usize) -> Result<(), CUresult> {
-    if len == 0 || st.device.find(ptr, len).is_some() {
+    if len == 0 || st.device.find(ptr, len).is_some() || st.device.in_graph_range(ptr, len) {
         Ok(())
     } else {
         st.counters.bad_uses += 1;

@@ -4,13 +4,14 @@
 //! `model/pools.rs`.
 //!
 //! - An allocation from a pool is made at the call, in the pool's device's primary context (the
-//!   stream must be of that device), and counts as any allocation; on a capturing stream it is
-//!   `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (the mock has no allocation nodes) and invalidates
-//!   the capture.
+//!   stream must be of that device), and counts as any allocation. On a capturing stream it is
+//!   an allocation node: the range is reserved at the call and allocated by each launch that
+//!   reaches the node (a launch finding it still allocated is a bad use).
 //! - `cuMemFreeAsync` checks at the call that the address starts a live allocation with no free
 //!   queued (else `CUDA_ERROR_INVALID_VALUE`, a bad destroy), then queues the free on the stream:
 //!   work queued before it still finds the memory, work that reaches it afterwards is a bad use.
-//!   On a capturing stream it becomes a node that frees when the graph runs.
+//!   On a capturing stream it becomes a node that frees when the graph runs (a graph's reserved
+//!   range may be freed so, once).
 //! - A device whose pools are switched off (`cuda_mock_set_memory_pools`, or `pools=0` in the
 //!   configuration; a reset keeps the setting) answers 0 for `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` and
 //!   `CUDA_ERROR_NOT_SUPPORTED` for its default pool and new pools.
@@ -221,12 +222,19 @@ fn alloc_async(
             None if st.device.pools.supported(device) => st.device.pools.default_pool(device),
             None => return NOT_SUPPORTED,
         };
-        if let Some(id) = st.graphs.captures.capture_of(s.key) {
-            st.graphs.captures.invalidate(id);
-            return CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-        }
         if bytesize > MAX_ALLOCATION {
             return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if st.graphs.captures.capture_of(s.key).is_some() {
+            // An allocation node: the range is reserved now, allocated by each launch.
+            let p = st.device.reserve_for_graph(s.ctx, bytesize, h);
+            let work = DeviceWork::GraphAlloc { ptr: p };
+            let rc = on_device_work(&mut st, s, &work).expect("capturing");
+            if rc == SUCCESS {
+                // SAFETY: non-null; the caller's contract makes it writable.
+                unsafe { put(dptr, p) };
+            }
+            return rc;
         }
         let p = st.device.allocate_from(s.ctx, bytesize, Some(h));
         // SAFETY: non-null; the caller's contract makes it writable.
@@ -279,17 +287,23 @@ pub unsafe extern "C" fn cuMemAllocAsync(
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, h_stream: CUstream) -> CUresult {
     api("cuMemFreeAsync", false, |mut st| {
         let s = tri!(st.stream(h_stream));
-        if !st
-            .device
-            .allocs
-            .get(&dptr)
-            .is_some_and(|a| a.alive && !a.freeing)
-        {
+        let capturing = st.graphs.captures.capture_of(s.key).is_some();
+        // In a capture, a graph's reserved range may be freed (once): the node frees it when
+        // the launch reaches it.
+        let freeable = |a: &crate::model::device::AllocRec| {
+            (a.alive && !a.freeing) || (capturing && a.graph && !a.freeing)
+        };
+        if !st.device.allocs.get(&dptr).is_some_and(freeable) {
             st.counters.bad_destroys += 1;
             return INVALID_VALUE;
         }
         let work = DeviceWork::Free { ptr: dptr };
         if let Some(rc) = on_device_work(&mut st, s, &work) {
+            if rc == SUCCESS {
+                if let Some(a) = st.device.allocs.get_mut(&dptr).filter(|a| a.graph) {
+                    a.freeing = true;
+                }
+            }
             return rc;
         }
         tri!(st.enqueue(s, Work::Device(work)));

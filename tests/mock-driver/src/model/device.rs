@@ -66,6 +66,9 @@ pub(crate) struct AllocRec {
     pub(crate) pool: Option<usize>,
     /// A `cuMemFreeAsync` of it is queued: a second free is a bad destroy.
     pub(crate) freeing: bool,
+    /// Reserved by an allocation node of a captured graph: allocated (alive) while a launch runs
+    /// between the node and its free node.
+    pub(crate) graph: bool,
 }
 
 /// What the last successful `cuLaunchKernel` was asked to run.
@@ -98,6 +101,9 @@ pub(crate) enum DeviceWork {
     CopyDtoH { dst: usize, src: u64, bytes: usize },
     /// A queued `cuMemFreeAsync`: frees the allocation at `ptr` when it runs.
     Free { ptr: u64 },
+    /// A graph's allocation node (`cuMemAllocAsync` in a capture): allocates the reserved range
+    /// at `ptr` when it runs; one that is still allocated then is a bad use.
+    GraphAlloc { ptr: u64 },
     /// An asynchronous copy between device memory and page-locked host memory
     /// (`cuMemHostAlloc`), made when it runs: a host range no longer allocated then is a bad use.
     Pinned {
@@ -146,6 +152,7 @@ impl DeviceWork {
             | DeviceWork::CopyDtoH { .. }
             | DeviceWork::Pinned { .. } => "memcpy",
             DeviceWork::Free { .. } => "free",
+            DeviceWork::GraphAlloc { .. } => "mem alloc",
             DeviceWork::Kernel { .. } => "kernel",
         }
     }
@@ -188,6 +195,7 @@ impl DeviceState {
                 alive: true,
                 pool,
                 freeing: false,
+                graph: false,
             },
         );
         self.live_allocations += 1;
@@ -195,6 +203,42 @@ impl DeviceState {
             self.pools.allocated(p, size as u64);
         }
         at
+    }
+
+    /// A fresh range of `size` bytes for a graph's allocation node, not allocated until a launch
+    /// reaches the node (`pool`: where the launch takes it from).
+    pub(crate) fn reserve_for_graph(&mut self, ctx: usize, size: usize, pool: usize) -> u64 {
+        let at = self.next_address;
+        self.next_address += (size as u64).div_ceil(256) * 256 + GAP;
+        self.allocs.insert(
+            at,
+            AllocRec {
+                ctx,
+                size,
+                bytes: Vec::new(),
+                alive: false,
+                pool: Some(pool),
+                freeing: false,
+                graph: true,
+            },
+        );
+        at
+    }
+
+    /// Runs a graph's allocation node: the reserved range at `ptr` becomes allocated (from its
+    /// pool); false if it is not a graph's range or is allocated already.
+    fn graph_alloc(&mut self, ptr: u64) -> bool {
+        let Some(a) = self.allocs.get_mut(&ptr).filter(|a| a.graph && !a.alive) else {
+            return false;
+        };
+        a.alive = true;
+        a.bytes = vec![0xa5; a.size];
+        let (pool, size) = (a.pool, a.size as u64);
+        self.live_allocations += 1;
+        if let Some(p) = pool {
+            self.pools.allocated(p, size);
+        }
+        true
     }
 
     /// Frees the live allocation that starts at `ptr` (giving its bytes back to its pool);
@@ -219,6 +263,18 @@ impl DeviceState {
         let (&base, rec) = self.allocs.range(..=ptr).next_back()?;
         let offset = usize::try_from(ptr - base).ok()?;
         (rec.alive && offset.checked_add(len)? <= rec.size).then_some((base, offset))
+    }
+
+    /// Whether `[ptr, ptr + len)` lies in a range a graph's allocation node reserved.
+    pub(crate) fn in_graph_range(&self, ptr: u64, len: usize) -> bool {
+        let Some((&base, rec)) = self.allocs.range(..=ptr).next_back() else {
+            return false;
+        };
+        rec.graph
+            && usize::try_from(ptr - base)
+                .ok()
+                .and_then(|o| o.checked_add(len))
+                .is_some_and(|end| end <= rec.size)
     }
 
     /// The bytes `[ptr, ptr + len)` of one live allocation.
@@ -288,6 +344,7 @@ pub(crate) fn run(dev: &mut DeviceState, work: DeviceWork) -> bool {
             None => false,
         },
         DeviceWork::Free { ptr } => dev.free(ptr),
+        DeviceWork::GraphAlloc { ptr } => dev.graph_alloc(ptr),
         DeviceWork::Pinned {
             to_host,
             host,

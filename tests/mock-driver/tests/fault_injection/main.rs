@@ -59,6 +59,7 @@ mod capture_rules;
 mod destroys;
 mod devices;
 mod events;
+mod foreign_memory;
 mod graphs;
 mod harness;
 mod host_fn_errors;
@@ -108,6 +109,7 @@ fn operations() -> Vec<Op> {
         ops.extend(stream_kinds::ops(kind));
     }
     ops.extend(memory::captured_ops());
+    ops.extend(foreign_memory::ops());
     ops.extend(capture::ops());
     ops.extend(graphs::ops());
     ops.extend(capture_rules::ops());
@@ -175,6 +177,8 @@ fn every_operation_fails_cleanly_at_every_driver_call() {
                     Ok(Err(e)) if e.call() == Some(symbol) && e.driver_code() == Some(FAULT) => {}
                     Ok(Err(e)) => failures.push(format!("{case}: returned {e:?}")),
                     Ok(Ok(())) if op.swallowed.contains(&symbol) => {}
+                    // A varying call this run did not make often enough to fail.
+                    Ok(Ok(())) if !fired => {}
                     Ok(Ok(())) => failures.push(format!("{case}: returned Ok")),
                 }
                 let problems = after.problems(&expected_after(base, Some(symbol), op.frees));

@@ -151,7 +151,16 @@ pub(crate) fn expected_after(base: Live, failed: Option<&str>, frees: bool) -> V
         Some("cuEventDestroy") => e.events += 1,
         Some("cuDevicePrimaryCtxRelease") => e.retains += 1,
         Some("cuModuleUnload") => e.modules += 1,
-        Some("cuMemFree" | "cuMemFreeAsync") => e.allocations += 1,
+        Some("cuMemFree") => e.allocations += 1,
+        // A refused free leaves the allocation; a graph's free node refused in a capture leaves
+        // nothing (the capture then fails, and its allocation node never allocated).
+        Some("cuMemFreeAsync") => {
+            let left = Live {
+                allocations: base.allocations + 1,
+                ..base
+            };
+            return vec![left, base];
+        }
         Some("cuMemFreeHost") => e.host_allocations += 1,
         Some("cuMemPoolDestroy") => e.pools += 1,
         Some(

@@ -55,6 +55,7 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "cuLaunchKernel",
     "cuMemAlloc",
     "cuMemFree",
+    "cuMemGetAddressRange",
     "cuMemsetD8Async",
     "cuMemsetD16Async",
     "cuMemsetD32Async",
