@@ -80,6 +80,7 @@ def load_library():
     sigs = {
         "csi_fill_u32": [u, u64, u64, u32],
         "csi_add_u32": [u, u64, u64, u32],
+        "csi_borrowed_copy_u32": [u, u64, u64, u64],
         "csi_record_event": [u, ctypes.POINTER(u)],
         "csi_destroy_event": [u],
         "csi_wait_event": [u, u],
@@ -123,6 +124,9 @@ class Csi:
 
     def add(self, h, ptr, n, v):
         self._call("csi_add_u32", h, ptr, n, v)
+
+    def borrowed_copy(self, h, src, dst, n):
+        self._call("csi_borrowed_copy_u32", h, src, dst, n)
 
     def record_event(self, h):
         out = ctypes.c_size_t(0)
@@ -369,6 +373,25 @@ def check_same_stream(csi, label, ops, s, h, value, fill=None):
         f"{detail}; producer {producer}, write by {how}; stream still busy when Rust enqueued: {busy}",
     )
     return a
+
+
+def check_borrowed_memory(csi, label, ops, s, h, value):
+    """The framework writes a tensor on s after a long op; Rust borrows it and another tensor as
+    BorrowedBuffers and copies between them on a stream of its own, with no event by hand; the
+    framework then reads the copy on s. Right only if the copy waited for the write and s waited
+    for the copy."""
+    a = ops.alloc(N, INIT)
+    b = ops.alloc(N, INIT)
+    producer = ops.busy(s)
+    ops.fill(s, a, value)
+    csi.borrowed_copy(h, ops.ptr(a), ops.ptr(b), N)
+    busy = not ops.query(s)
+    ok, detail = ops.check(s, b, value)
+    report(
+        f"{label}: framework write -> Rust copy of borrowed tensors on its own stream -> framework read",
+        ok and busy,
+        f"{detail}; producer {producer}; returned while the stream was busy (no host wait): {busy}",
+    )
 
 
 def check_rust_event(csi, label, ops, sa, sb, ha, hb, value, native_waiter=None):
@@ -629,6 +652,7 @@ def run_torch(csi):
     guarded("torch.cuda.current_stream device", lambda: check_device(csi, "torch.cuda.current_stream", hc, ops.stream_device(cur)))
 
     guarded("torch Rust event", lambda: check_rust_event(csi, "torch", ops, sa, sb, ha, hb, 1003, None))
+    guarded("torch borrowed tensors", lambda: check_borrowed_memory(csi, "torch", ops, sa, ha, 1009))
     guarded("torch framework event", lambda: check_framework_event(csi, "torch", ops, sa, sb, hb, 1005, ops.new_event_on))
     guarded("torch usable", lambda: check_still_usable(csi, "torch.cuda.Stream", ops, sa, ha, 1006))
     guarded("torch device", lambda: check_device(csi, "torch.cuda.Stream", ha, ops.stream_device(sa)))
@@ -657,6 +681,7 @@ def run_cupy(csi):
     guarded("cupy.cuda.Stream", lambda: check_same_stream(csi, "cupy.cuda.Stream(non_blocking=True)", ops, sa, ha, 2001))
     guarded("cupy Rust event", lambda: check_rust_event(csi, "cupy", ops, sa, sb, ha, hb, 2003, (ops.new_stream(), ops.native_wait_raw)))
     guarded("cupy framework event", lambda: check_framework_event(csi, "cupy", ops, sa, sb, hb, 2005, ops.new_event_on))
+    guarded("cupy borrowed arrays", lambda: check_borrowed_memory(csi, "cupy", ops, sa, ha, 2009))
     guarded("cupy usable", lambda: check_still_usable(csi, "cupy.cuda.Stream", ops, sa, ha, 2006))
     guarded("cupy device", lambda: check_device(csi, "cupy.cuda.Stream", ha, ops.stream_device(sa)))
     guarded("cupy lent", lambda: check_rust_stream_lent(csi, "cupy", ops, ops.device, ops.wrap_external, 2008))

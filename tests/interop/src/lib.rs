@@ -8,6 +8,7 @@
 //! ```c
 //! int32_t csi_fill_u32(uintptr_t stream, uint64_t dptr, uint64_t n, uint32_t value);
 //! int32_t csi_add_u32(uintptr_t stream, uint64_t dptr, uint64_t n, uint32_t addend);
+//! int32_t csi_borrowed_copy_u32(uintptr_t owner, uint64_t src, uint64_t dst, uint64_t n);
 //! int32_t csi_record_event(uintptr_t stream, uintptr_t *event_out);
 //! int32_t csi_destroy_event(uintptr_t event);
 //! int32_t csi_wait_event(uintptr_t stream, uintptr_t event);
@@ -41,6 +42,7 @@ mod borrow;
 mod capture;
 mod error;
 mod events;
+mod memory;
 mod owned;
 mod work;
 
@@ -55,6 +57,7 @@ pub use error::{
     CSI_ERR_NOT_CAPTURING, CSI_ERR_OTHER, CSI_ERR_PANIC, CSI_ERR_UNKNOWN_HANDLE, csi_last_error,
 };
 pub use events::{csi_destroy_event, csi_record_event, csi_wait_event};
+pub use memory::csi_borrowed_copy_u32;
 pub use owned::{csi_stream_create, csi_stream_destroy, csi_stream_wait_and_check};
 pub use work::{csi_add_u32, csi_fill_u32};
 

@@ -118,6 +118,10 @@ fn a_graph_buffer_used_on_a_fork_is_ordered_by_captured_events() {
     assert_eq!(a.to_vec(&s).unwrap(), [9; 16]);
     assert_eq!(b.to_vec(&s).unwrap(), [9; 16]);
     drop((exec, graph, a, b));
+    // The graph's user objects let go of `a` and `b` on the driver's thread, which queues
+    // their frees for an ordinary thread.
+    settle(m);
+    cuda_stream::drain_deferred();
     settle(m);
     assert_eq!(m.live_allocations(), live - 2);
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
@@ -146,7 +150,7 @@ fn a_graph_buffer_is_refused_off_its_capture() {
             Ok(())
         })
         .unwrap();
-    drop(graph);
+    drop((graph, host));
     settle(m);
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
 }
@@ -206,6 +210,7 @@ fn a_borrowed_buffer_is_ordered_after_its_owner_and_before_its_owners_later_work
         [3; 32],
         "owner after us"
     );
+    drop((owned, seen));
     settle(m);
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
 }
@@ -252,6 +257,7 @@ fn bad_borrows_are_refused_and_borrowed_memory_stays_out_of_graphs() {
         Ok(())
     });
     drop(graph.unwrap());
+    drop(owned);
     settle(m);
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
 }
