@@ -64,6 +64,8 @@ ROWS = [
     ("completed_after_host_fn", "completed().await after a 5 µs host function"),
     ("completed_after_host_fn_nospin", "completed().spin_limit(ZERO).await after a 5 µs host function"),
     ("scope_2_forks", "scope with 2 forks"),
+    ("mem_alloc_free", "stream-ordered alloc + free of 1 MiB"),
+    ("mem_pipeline", "double-buffered pipeline, 64 chunks of 4 MiB up, computed, down over 3 streams"),
 ]
 # Rows only the Rust benchmark has: each framework reports them as n/a with this reason.
 COMPLETED_ROWS = [
@@ -175,6 +177,26 @@ def wait_for_host_fn(launch, query):
 # (version, gpu name).
 
 
+PIPELINE_CHUNKS, PIPELINE_WORDS = 64, 1 << 20  # 64 chunks of 4 MiB of 32-bit words, as the Rust row
+
+
+def pipeline_rows(cfg, make, run_once, check):
+    """The double-buffered pipeline row: `make()` builds the pinned chunks, the two device slots
+    and the three streams; `run_once(state)` runs the 64 chunks up, computed (a fill standing for
+    a kernel, as the Rust row's memset) and down, ordered by events, and waits for the last;
+    `check(state)` says whether every chunk came back right."""
+    state = {}
+
+    def thunk():
+        state.update(make())
+        return (lambda: run_once(state), 1)
+
+    run_row(cfg, "mem_pipeline", "64 x 4 MiB: H2D copy, fill, D2H copy over 3 streams, events by hand, pinned host memory",
+            thunk)
+    if state and not check(state):
+        emit("mem_pipeline", {"error": "a chunk came back wrong"})
+
+
 def run_torch(cfg):
     import torch
 
@@ -224,6 +246,52 @@ def run_torch(cfg):
     run_row(cfg, "scope_2_forks", "2 pre-made streams: f.wait_stream(s) x2, s.wait_stream(f) x2",
             lambda: (fork_join, cfg.medium, settle))
     settle()
+
+    def alloc_free():
+        x = torch.empty(1 << 18, dtype=torch.float32, device="cuda")
+        del x
+
+    torch.cuda.set_stream(s1)  # the allocations are ordered on s1, as the Rust row's
+    run_row(cfg, "mem_alloc_free", "torch.empty(1 MiB) + del on s (the caching allocator)",
+            lambda: (alloc_free, cfg.medium, settle))
+    torch.cuda.set_stream(torch.cuda.default_stream())
+
+    def make():
+        n, w = PIPELINE_CHUNKS, PIPELINE_WORDS
+        ins = [torch.full((w,), i, dtype=torch.int32).pin_memory() for i in range(n)]
+        outs = [torch.zeros(w, dtype=torch.int32).pin_memory() for _ in range(n)]
+        slots = [torch.empty(w, dtype=torch.int32, device="cuda") for _ in range(2)]
+        streams = [torch.cuda.Stream() for _ in range(3)]
+        events = [[torch.cuda.Event() for _ in range(2)] for _ in range(3)]
+        torch.cuda.synchronize()
+        return {"ins": ins, "outs": outs, "slots": slots, "streams": streams, "events": events}
+
+    def run_once(st):
+        up, comp, down = st["streams"]
+        h2d, done, read = st["events"]
+        for i in range(PIPELINE_CHUNKS):
+            k = i % 2
+            slot = st["slots"][k]
+            if i >= 2:
+                up.wait_event(read[k])
+            with torch.cuda.stream(up):
+                slot.copy_(st["ins"][i], non_blocking=True)
+                h2d[k].record(up)
+            comp.wait_event(h2d[k])
+            with torch.cuda.stream(comp):
+                slot.fill_(i + 1)
+                done[k].record(comp)
+            down.wait_event(done[k])
+            with torch.cuda.stream(down):
+                st["outs"][i].copy_(slot, non_blocking=True)
+                read[k].record(down)
+        down.synchronize()
+
+    def check(st):
+        return all(bool((o == i + 1).all()) for i, o in enumerate(st["outs"]))
+
+    pipeline_rows(cfg, make, run_once, check)
+    torch.cuda.synchronize()
     return torch.__version__, torch.cuda.get_device_name(0)
 
 
@@ -309,6 +377,54 @@ def run_cupy(cfg):
     na("host_throughput_boxed", PYTHON_CALLBACKS)
     settle()
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    def alloc_free():
+        x = cp.empty(1 << 18, dtype=cp.float32)
+        del x
+
+    with s1:
+        run_row(cfg, "mem_alloc_free", "cupy.empty(1 MiB) + del on s (CuPy's memory pool)",
+                lambda: (alloc_free, cfg.medium, settle))
+
+    def make():
+        import cupyx
+
+        n, w = PIPELINE_CHUNKS, PIPELINE_WORDS
+        ins = []
+        for i in range(n):
+            a = cupyx.empty_pinned((w,), dtype=cp.int32)
+            a[...] = i
+            ins.append(a)
+        outs = [cupyx.zeros_pinned((w,), dtype=cp.int32) for _ in range(n)]
+        slots = [cp.empty(w, dtype=cp.int32) for _ in range(2)]
+        streams = [S(non_blocking=True) for _ in range(3)]
+        events = [[E(disable_timing=True) for _ in range(2)] for _ in range(3)]
+        cp.cuda.Device().synchronize()
+        return {"ins": ins, "outs": outs, "slots": slots, "streams": streams, "events": events}
+
+    def run_once(st):
+        up, comp, down = st["streams"]
+        h2d, done, read = st["events"]
+        for i in range(PIPELINE_CHUNKS):
+            k = i % 2
+            slot = st["slots"][k]
+            if i >= 2:
+                up.wait_event(read[k])
+            slot.set(st["ins"][i], stream=up)
+            h2d[k].record(up)
+            comp.wait_event(h2d[k])
+            with comp:
+                slot.fill(i + 1)
+            done[k].record(comp)
+            down.wait_event(done[k])
+            slot.get(stream=down, out=st["outs"][i])
+            read[k].record(down)
+        down.synchronize()
+
+    def check(st):
+        return all(bool((o == i + 1).all()) for i, o in enumerate(st["outs"]))
+
+    pipeline_rows(cfg, make, run_once, check)
+    cp.cuda.Device().synchronize()
     return cp.__version__, name.decode() if isinstance(name, bytes) else str(name)
 
 
@@ -427,6 +543,22 @@ def run_cuda_core(cfg):
             for row in ("host_round_trip", "host_throughput"):
                 emit(row, {"error": f"{type(ex).__name__}: {ex}"})
     na("host_throughput_boxed", PYTHON_CALLBACKS)
+
+    def alloc_free_thunk():
+        mr = getattr(dev, "memory_resource", None)
+        if mr is None:
+            mr = cc.DeviceMemoryResource(dev.device_id)
+
+        def alloc_free():
+            buf = mr.allocate(1 << 20, stream=s1)
+            buf.close(s1)
+
+        return (alloc_free, cfg.medium, settle)
+
+    run_row(cfg, "mem_alloc_free", "dev.memory_resource.allocate(1 MiB, stream=s) + buf.close(s) "
+            "(DeviceMemoryResource: stream-ordered)", alloc_free_thunk)
+    na("mem_pipeline", "cuda.core has no copy between pinned host arrays and device buffers "
+       "short of raw driver bindings")
     settle()
     version = getattr(cc, "__version__", None)
     if version is None:

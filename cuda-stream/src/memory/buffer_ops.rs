@@ -110,18 +110,20 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         self.enqueue_use::<T>(stream, Access::Write, None, |raw| {
-            self.memset_bytes(raw, &[0])
+            self.memset_word(raw, (4, 0))
         })
     }
 
     /// Enqueues a memset of the whole buffer with `pattern` repeated on `raw`, a stream of the
     /// buffer's context whose ordering the caller has taken care of.
-    fn memset_bytes(&self, raw: ffi::CUstream, pattern: &[u8]) -> Result<()> {
+    fn memset_word(&self, raw: ffi::CUstream, (width, word): (usize, u32)) -> Result<()> {
         let bytes = self.byte_len();
         if bytes == 0 {
             return Ok(());
         }
-        let (width, word) = memset_word(pattern, bytes).ok_or_else(|| unfillable(pattern))?;
+        // A byte count that is no multiple of the word cannot come from `memset_word`; zeroing
+        // passes 4-byte words, which a length that is no multiple of 4 takes as bytes.
+        let width = if bytes % width == 0 { width } else { 1 };
         let count = bytes / width;
         let ptr = self.device_ptr();
         // The buffer holds `bytes` bytes at a 256-byte-aligned address and is freed only after
@@ -158,9 +160,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// the buffer's memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
     pub fn fill(&self, stream: &impl Enqueue, value: T) -> Result<()> {
         let pattern = bytes_of(&value);
-        if memset_word(pattern, size_of::<T>() * 4).is_none() {
+        // The widest word for this buffer (a length that is a multiple of 4 bytes takes 4-byte
+        // words); an empty buffer is checked as one of four values.
+        let bytes = match self.byte_len() {
+            0 => size_of::<T>() * 4,
+            b => b,
+        };
+        let Some(word) = memset_word(pattern, bytes) else {
             return Err(unfillable(pattern));
-        }
+        };
         if self.byte_len() == 0 {
             // Still checked: a stream of another context is an error whatever the length.
             if stream.enqueue_handle().1 != self.context().raw() {
@@ -169,7 +177,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         self.enqueue_use::<T>(stream, Access::Write, None, |raw| {
-            self.memset_bytes(raw, pattern)
+            self.memset_word(raw, word)
         })
     }
 

@@ -15,18 +15,34 @@ pub(super) fn bytes_of<T: DeviceCopy>(value: &T) -> &[u8] {
 }
 
 /// The widest memset (1, 2 or 4 bytes) and its word that writes `bytes` of repeated `pattern`,
-/// if the pattern repeats every 1, 2 or 4 bytes.
+/// if the pattern repeats every 1, 2 or 4 bytes. Byte comparisons only (no slice comparisons,
+/// which call `memcmp`): it runs on every fill.
+#[inline]
 pub(super) fn memset_word(pattern: &[u8], bytes: usize) -> Option<(usize, u32)> {
-    if pattern.is_empty() {
+    let n = pattern.len();
+    if n == 0 {
         // A zero-sized type: there are no bytes to set.
         return Some((1, 0));
     }
-    let period = [1usize, 2, 4]
-        .into_iter()
-        .find(|&p| pattern.len() % p == 0 && pattern.chunks(p).all(|c| c == &pattern[..p]))?;
-    let width = [4usize, 2, 1]
-        .into_iter()
-        .find(|&w| w % period == 0 && bytes % w == 0)?;
+    let repeats = |p: usize| n % p == 0 && (p..n).all(|i| pattern[i] == pattern[i - p]);
+    let period = if repeats(1) {
+        1
+    } else if repeats(2) {
+        2
+    } else if repeats(4) {
+        4
+    } else {
+        return None;
+    };
+    let width = if bytes % 4 == 0 {
+        4
+    } else if period <= 2 && bytes % 2 == 0 {
+        2
+    } else if period == 1 {
+        1
+    } else {
+        return None;
+    };
     let mut word = [0u8; 4];
     for (i, b) in word[..width].iter_mut().enumerate() {
         *b = pattern[i % period];

@@ -307,6 +307,22 @@ impl Uses {
         let inner = &self.0;
         let mut state = inner.lock();
         let s = &mut *state;
+        // The hot path of a buffer used on one stream of this crate: the use would leave the
+        // state as it is (the same stream's lazy mark, nothing to wait for), so only the work
+        // runs, under the lock.
+        let lazy_here = |u: &Use| u.stream == stream && u.mark == Mark::Lazy;
+        let unchanged = match access {
+            Access::Write => s.reads.is_empty() && s.write.as_ref().is_some_and(lazy_here),
+            Access::Read => {
+                s.write
+                    .as_ref()
+                    .is_none_or(|w| w.stream == stream || w.mark == Mark::Done)
+                    && s.reads.iter().any(lazy_here)
+            }
+        };
+        if unchanged {
+            return op();
+        }
         if !s.eager {
             let elsewhere = |u: &Use| u.stream != stream && u.mark != Mark::Done;
             s.eager = s.write.iter().any(elsewhere)

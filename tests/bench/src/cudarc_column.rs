@@ -48,6 +48,8 @@ fn probe(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaStream>, Arc<CudaStream>, Cu
     let fork = s1.fork().map_err(e("CudaStream::fork"))?;
     s1.join(&fork).map_err(e("CudaStream::join"))?;
     drop(fork);
+    // SAFETY: the slice is never read, and dropped at once.
+    drop(unsafe { s1.alloc::<u8>(1 << 20) }.map_err(e("CudaStream::alloc"))?);
     s1.synchronize().map_err(e("CudaStream::synchronize"))?;
     s2.synchronize().map_err(e("CudaStream::synchronize"))?;
     Ok((s1, s2, event))

@@ -32,6 +32,7 @@ mod compare;
 mod completion;
 mod graphs;
 mod host_fns;
+mod memory;
 mod scopes;
 mod stream_create;
 
@@ -108,6 +109,19 @@ const CASES: &[(&str, &str)] = &[
          instantiated and replayed REPLAYS times, printing each step",
     ),
     ("is-capturing", "cuStreamIsCapturing alone"),
+    (
+        "alloc-free-raw",
+        "cuStreamIsCapturing + cuMemAllocFromPoolAsync + cuMemFreeAsync of 1 MiB",
+    ),
+    ("alloc-free-safe", "DeviceBuffer::alloc_on of 1 MiB + drop"),
+    (
+        "fill-raw",
+        "cuStreamIsCapturing + cuMemsetD32Async of one word",
+    ),
+    (
+        "fill-safe",
+        "DeviceBuffer::fill of a buffer used on one stream",
+    ),
     (
         "graph-user-objects:K",
         "GPU: a graph of one kernel holding K user objects (CaptureStream::keep_alive): enqueue \
@@ -267,7 +281,8 @@ impl Fixture {
             || self.host_fns(&c)
             || self.completion(&c)
             || self.scopes(&c)
-            || self.graphs(&c);
+            || self.graphs(&c)
+            || self.memory(&c);
         if !known {
             panic!("unknown case {name:?} (see --list)");
         }

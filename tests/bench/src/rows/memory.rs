@@ -8,7 +8,7 @@ use cuda_stream::{DeviceBuffer, Error, PinnedHostBuffer};
 use cuda_sys as sys;
 
 use super::Fixture;
-use crate::fail::{must, ok};
+use crate::fail::{must, must_cudarc, ok};
 use crate::kernel::SpinKernel;
 use crate::method::case;
 use crate::report::{Rows, Target};
@@ -79,6 +79,19 @@ fn safe_alloc_free(ctx: &cuda_stream::Context, s: &cuda_stream::OwnedStream) {
     drop(black_box(b));
 }
 
+/// cudarc's side of the alloc + free rows: `CudaStream::alloc` of 1 MiB on its stream 1
+/// (`cuMemAllocAsync`, and a read and a write event per slice while its event tracking is on),
+/// dropped (`cuMemFreeAsync` after those events).
+#[inline(never)]
+fn cudarc_alloc_free(c: &crate::cudarc_column::Cudarc) {
+    // SAFETY: the slice is never read; it is dropped at once.
+    let b = must_cudarc(
+        unsafe { c.s1.alloc::<u8>(black_box(MIB)) },
+        "CudaStream::alloc",
+    );
+    drop(black_box(b));
+}
+
 pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     let cfg = fx.cfg;
     let ctx = fx.ctx;
@@ -102,7 +115,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             || raw.alloc_free(MIB, black_box(r1)),
             || safe_alloc_free(ctx, s1),
         )
-        .no_peer(NO_PEER)
+        .peer(fx.cudarc().map(|c| move || cudarc_alloc_free(c)))
         .settle(settle)
         .run(cfg),
     );
@@ -127,7 +140,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
             || safe_alloc_free(ctx, s1),
         )
-        .no_peer(NO_PEER)
+        .peer(fx.cudarc().map(|c| move || cudarc_alloc_free(c)))
         .settle(settle)
         .run(cfg),
     );

@@ -1,0 +1,67 @@
+//! Memory cases: a stream-ordered alloc + free of 1 MiB and a fill of a buffer used on one
+//! stream, through `DeviceBuffer` and through the same driver calls by hand.
+
+use std::hint::black_box;
+
+use cuda_stream::DeviceBuffer;
+use cuda_sys as sys;
+
+use crate::{Case, Fixture, ok};
+
+impl Fixture {
+    /// Runs a memory case `c`; false if `c` is not one.
+    #[inline(always)]
+    pub(crate) fn memory(&self, c: &Case<'_>) -> bool {
+        let Case { name, iters, s, .. } = *c;
+        let is_capturing = sys::fns::cuStreamIsCapturing().expect("cuStreamIsCapturing");
+        let capturing = |s| {
+            let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: a live stream and a valid out-pointer.
+            ok(unsafe { is_capturing(s, &mut st) });
+            black_box(st);
+        };
+        match name {
+            "alloc-free-raw" => {
+                let alloc = sys::fns::cuMemAllocFromPoolAsync().expect("cuMemAllocFromPoolAsync");
+                let free = sys::fns::cuMemFreeAsync().expect("cuMemFreeAsync");
+                let pool_of = sys::fns::cuDeviceGetDefaultMemPool().expect("a default pool");
+                let mut pool = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer and the fixture's device.
+                ok(unsafe { pool_of(&mut pool, self.ctx.device().raw()) });
+                for _ in 0..iters {
+                    capturing(s);
+                    let mut p = 0;
+                    // SAFETY: a valid out-pointer, a live pool and stream; freed at once.
+                    ok(unsafe { alloc(&mut p, black_box(1 << 20), pool, s) });
+                    // SAFETY: as above.
+                    ok(unsafe { free(p, s) });
+                }
+            }
+            "alloc-free-safe" => {
+                for _ in 0..iters {
+                    let b =
+                        DeviceBuffer::<u8>::alloc_on(&self.ctx, &self.stream, black_box(1 << 20))
+                            .expect("alloc_on");
+                    drop(black_box(b));
+                }
+            }
+            "fill-raw" | "fill-safe" => {
+                let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.stream, 1).expect("zeroed");
+                let memset = sys::fns::cuMemsetD32Async().expect("cuMemsetD32Async");
+                let p = buf.device_ptr();
+                for _ in 0..iters {
+                    if name == "fill-raw" {
+                        capturing(s);
+                        // SAFETY: `p` holds one u32 and outlives the work (synchronised below).
+                        ok(unsafe { memset(p, 7, 1, s) });
+                    } else {
+                        buf.fill(&self.stream, black_box(7)).expect("fill");
+                    }
+                }
+                self.stream.synchronize().expect("synchronize");
+            }
+            _ => return false,
+        }
+        true
+    }
+}
