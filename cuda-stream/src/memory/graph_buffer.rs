@@ -31,12 +31,12 @@ use crate::memory::buffer::{BufferUse, DeviceBuffer, byte_size};
 /// and a replay must have freed its memory before the next (the free node does that).
 ///
 /// ```no_run
-/// use cuda_stream::{Context, DeviceBuffer, GraphBuffer};
+/// use cuda_stream::{CaptureMode, Context, DeviceBuffer, GraphBuffer};
 ///
 /// let ctx = Context::primary(0)?;
-/// let stream = ctx.new_stream()?;
+/// let mut stream = ctx.new_stream()?;
 /// let out = DeviceBuffer::<f32>::zeroed(&ctx, &stream, 1024)?;
-/// let graph = stream.capture(|cap| {
+/// let graph = stream.capture(CaptureMode::ThreadLocal, |cap| {
 ///     let scratch = GraphBuffer::<f32>::alloc(&ctx, cap, 1024)?; // an allocation node
 ///     scratch.fill(&cap, 2.0)?;
 ///     out.copy_from(&cap, &scratch)?;
