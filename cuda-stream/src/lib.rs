@@ -197,7 +197,8 @@ mod kernel;
 
 pub use base::capture_mode::{CaptureMode, CaptureStatus};
 pub use base::error::{DriverCode, Error, JitLog, Result};
-pub use base::plain_data::DeviceCopy;
+pub use base::params::{ArgMismatch, ParamInfo, ParamKind};
+pub use base::plain_data::{ArgKind, DeviceCopy};
 pub use base::priority::PriorityRange;
 pub use driver::context::{Context, ContextBinding, current_context_raw};
 pub use driver::deferred_destroy::{
@@ -208,8 +209,11 @@ pub use driver::event::{Event, EventOptions, IpcEventHandle};
 pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
 pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
 pub use graph::replay::{Graph, GraphExec, InstantiateOptions};
-pub use kernel::launch::{AsKernelArg, Dim3, KernelArg, LaunchConfig};
+pub use kernel::config::{Dim3, LaunchAttributes, LaunchConfig};
+pub use kernel::launch::{AsKernelArg, KernelArg};
 pub use kernel::module::{Function, JitOptions, Module};
+pub use kernel::occupancy::BlockSize;
+pub use kernel::typed::{KernelParam, KernelSignature, TypedKernel};
 pub use memory::buffer::{BufferUse, DeviceBuffer, pending_frees, poll_pending_frees};
 pub use memory::pinned::PinnedHostBuffer;
 pub use memory::pool::{MemPool, PoolUsage};
