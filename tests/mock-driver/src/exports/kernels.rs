@@ -237,7 +237,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 }
 
 /// A function of a loaded module: (module, entry index), or a counted bad use.
-fn live_function(st: &mut State, f: CUfunction) -> Result<(usize, usize), CUresult> {
+pub(super) fn live_function(st: &mut State, f: CUfunction) -> Result<(usize, usize), CUresult> {
     match st.device.functions.get(&(f as usize)) {
         Some(r) if st.device.module_alive(r.module) => Ok((r.module, r.entry)),
         _ => {
@@ -349,13 +349,55 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     api("cuLaunchKernel", false, |mut st| {
-        let (module, entry) = tri!(live_function(&mut st, f));
+        let launch = Launch {
+            f,
+            grid: [grid_dim_x, grid_dim_y, grid_dim_z],
+            block: [block_dim_x, block_dim_y, block_dim_z],
+            shared: shared_mem_bytes,
+            stream: h_stream,
+            attrs: Vec::new(),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { launch_kernel(&mut st, launch, kernel_params, extra) }
+    })
+}
+
+/// A launch as `cuLaunchKernel` and `cuLaunchKernelEx` describe it: each attribute as its id
+/// and up to three values.
+pub(super) struct Launch {
+    pub(super) f: CUfunction,
+    pub(super) grid: [u32; 3],
+    pub(super) block: [u32; 3],
+    pub(super) shared: u32,
+    pub(super) stream: CUstream,
+    pub(super) attrs: Vec<[u32; 4]>,
+}
+
+/// The body of `cuLaunchKernel` (see there), shared with `cuLaunchKernelEx`.
+///
+/// # Safety
+///
+/// As `cuLaunchKernel`.
+pub(super) unsafe fn launch_kernel(
+    st: &mut State,
+    launch: Launch,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let Launch {
+        f,
+        grid,
+        block,
+        shared: shared_mem_bytes,
+        stream: h_stream,
+        attrs,
+    } = launch;
+    {
+        let (module, entry) = tri!(live_function(st, f));
         let s = tri!(st.stream(h_stream));
         if s.ctx != st.device.modules[&module].ctx {
             return INVALID_HANDLE;
         }
-        let grid = [grid_dim_x, grid_dim_y, grid_dim_z];
-        let block = [block_dim_x, block_dim_y, block_dim_z];
         let threads: u64 = block.iter().map(|&d| u64::from(d)).product();
         let e = &st.device.modules[&module].entries[entry];
         let max_threads = u64::from(e.max_threads.unwrap_or(1024));
@@ -393,7 +435,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
             params: params.clone(),
         };
-        if let Some(rc) = crate::state::capture::on_device_work(&mut st, s, &work) {
+        if let Some(rc) = crate::state::capture::on_device_work(st, s, &work) {
             if rc != SUCCESS {
                 return rc;
             }
@@ -405,10 +447,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
             block,
             shared: shared_mem_bytes,
             params,
+            attrs,
         });
         SUCCESS
-    })
+    }
 }
+
 
 // ---------------------------------------------------------------------------------------------
 // Control
