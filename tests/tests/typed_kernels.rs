@@ -82,7 +82,7 @@ fn typed_launches_on_streams_and_in_captures() {
     let graph = s
         .capture(CaptureMode::ThreadLocal, |cap| {
             // SAFETY: as above.
-            unsafe { saxpy.launch(cap, config, (n as u32, 0.5, &x, &mut y)) }
+            unsafe { saxpy.launch(&cap, config, (n as u32, 0.5, &x, &mut y)) }
         })
         .unwrap();
     let exec = graph.instantiate().unwrap();

@@ -330,6 +330,8 @@ impl Function<'_> {
 
     /// Refuses attributes the driver (by its version) or the device lacks.
     fn check_attributes(&self, a: &LaunchAttributes) -> Result<()> {
+        // A driver without `cuLaunchKernelEx` takes no attribute at all: say that first.
+        let _ = driver_fn!(cuLaunchKernelEx);
         let driver = ffi::Driver::global_if_loaded().and_then(|d| d.driver_version());
         let wanted = [
             (a.cluster.is_some(), Feature::Cluster),

@@ -247,7 +247,7 @@ fn typed_launches_take_values_and_record_buffer_uses() {
     let graph = s
         .capture(CaptureMode::ThreadLocal, |cap| {
             // SAFETY: as above.
-            unsafe { saxpy.launch(cap, config, (256, 2.0, &x, &mut y)) }
+            unsafe { saxpy.launch(&cap, config, (256, 2.0, &x, &mut y)) }
         })
         .unwrap();
     let exec = graph.instantiate().unwrap();

@@ -196,17 +196,23 @@ pub(crate) fn ops(kind: Kind) -> Vec<Op> {
                 unsafe { scale.launch(&s, config, &kernel_args![x, n]) }
             })
         }),
-        op(name("TypedKernel::launch"), SWALLOW_DROP, move |fx| {
-            on_stream(fx, k, |s| {
-                let scale = fx
-                    .module
-                    .function("scale")?
-                    .typed::<(&DeviceBuffer<u8>, u32)>()?;
-                let config = LaunchConfig::for_elements(16, 32);
-                // SAFETY: the mock runs no device code.
-                unsafe { scale.launch(&s, config, (&fx.bytes, 16)) }
-            })
-        }),
+        op_frees(
+            name("DeviceBuffer::zeroed + TypedKernel::launch + free"),
+            SWALLOW_DROP,
+            move |fx| {
+                on_stream(fx, k, |s| {
+                    let scale = fx
+                        .module
+                        .function("scale")?
+                        .typed::<(&mut DeviceBuffer<u8>, u32)>()?;
+                    let mut b = DeviceBuffer::<u8>::zeroed(&fx.ctx, &s, 16)?;
+                    let config = LaunchConfig::for_elements(16, 32);
+                    // SAFETY: the mock runs no device code.
+                    unsafe { scale.launch(&s, config, (&mut b, 16)) }?;
+                    b.free()
+                })
+            },
+        ),
         op_frees(
             name("DeviceBuffer::zeroed + fill + copy_from + free"),
             SWALLOW_DROP,
