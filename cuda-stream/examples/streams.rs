@@ -29,7 +29,15 @@ use cuda_stream::{
 /// whole buffers, whose uses the launch orders and records, and over raw device addresses.
 #[derive(Clone, Copy)]
 struct Saxpy<'m> {
-    buffers: TypedKernel<'m, (u32, f32, &'static DeviceBuffer<f32>, &'static mut DeviceBuffer<f32>)>,
+    buffers: TypedKernel<
+        'm,
+        (
+            u32,
+            f32,
+            &'static DeviceBuffer<f32>,
+            &'static mut DeviceBuffer<f32>,
+        ),
+    >,
     addresses: TypedKernel<'m, (u32, f32, u64, u64)>,
 }
 

@@ -106,7 +106,9 @@ fn mismatched_arguments_are_refused_with_the_real_driver() {
     let _turn = alongside_others();
     let module = load(&ctx, SAXPY_PTX);
     let f = module.function("saxpy").unwrap();
-    let params = f.params().expect("PTX or cuFuncGetParamInfo knows saxpy's parameters");
+    let params = f
+        .params()
+        .expect("PTX or cuFuncGetParamInfo knows saxpy's parameters");
     let sizes: Vec<u32> = params.iter().map(|p| p.size).collect();
     assert_eq!(sizes, [4, 4, 8, 8]);
     assert_eq!(params[1].kind, ParamKind::Float);
@@ -122,9 +124,10 @@ fn mismatched_arguments_are_refused_with_the_real_driver() {
         other => panic!("not a mismatch: {other:?}"),
     };
     let (n, a) = (256u32, 3.0f32);
-    // SAFETY (each): refused before the driver.
+    // SAFETY: refused before the driver (so for each launch below).
     let e = mismatch(unsafe { f.launch(&stream, c, &kernel_args![n, a, x.read()]) });
     assert_eq!(e, ArgMismatch::Count { params: 4, args: 3 });
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let r = unsafe { f.launch(&stream, c, &kernel_args![256u64, a, x.read(), y.write()]) };
     println!("a u64 for saxpy's n: {}", r.as_ref().unwrap_err());
     assert_eq!(
@@ -135,6 +138,7 @@ fn mismatched_arguments_are_refused_with_the_real_driver() {
             arg: 8
         }
     );
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let e = mismatch(unsafe { f.launch(&stream, c, &kernel_args![a, n, x.read(), y.write()]) });
     assert_eq!(
         e,
@@ -171,7 +175,9 @@ fn a_cluster_launch_runs_blocks_in_clusters() {
     let _turn = alongside_others();
     let major = ctx
         .device()
-        .attribute(cuda_stream::ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .attribute(
+            cuda_stream::ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        )
         .unwrap();
     let module = match Module::from_ptx(&ctx, CLUSTER_PTX) {
         Ok(m) => m,
@@ -208,6 +214,7 @@ fn a_cluster_launch_runs_blocks_in_clusters() {
     let got = out.to_vec(&stream).unwrap();
     assert!(got.chunks(2).all(|c| c == [0, 1]), "{got:?}");
     // A grid that is no multiple of the cluster is refused before the driver.
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let e = unsafe { k.launch(&stream, LaunchConfig::new(6, 32).cluster(4), (&mut out,)) };
     assert!(matches!(e, Err(Error::InvalidLaunch { .. })), "{e:?}");
     println!("cluster launch: {blocks} blocks in clusters of 4, ranks checked");
@@ -235,7 +242,10 @@ fn cooperative_priority_and_programmatic_launches() {
         ("cooperative", base.cooperative(true)),
         ("priority (greatest)", base.priority(highest)),
         ("priority (least)", base.priority(lowest)),
-        ("programmatic serialization", base.programmatic_serialization(true)),
+        (
+            "programmatic serialization",
+            base.programmatic_serialization(true),
+        ),
     ];
     let mut ran = 0.0;
     for (what, config) in configs {
@@ -247,7 +257,10 @@ fn cooperative_priority_and_programmatic_launches() {
         }
     }
     assert_eq!(y.to_vec(&stream).unwrap(), vec![ran; n as usize]);
-    assert!(ran >= 3.0, "an H100 with a current driver supports these ({ran} ran)");
+    assert!(
+        ran >= 3.0,
+        "an H100 with a current driver supports these ({ran} ran)"
+    );
 
     // A cooperative grid larger than the device can hold at once.
     let sms = ctx
@@ -283,7 +296,11 @@ fn occupancy_picks_a_block_size_that_runs() {
     );
     assert!(size.block % 32 == 0 && size.block <= f.max_threads_per_block());
     assert!(size.min_grid > 0);
-    assert!(f.max_active_blocks_per_multiprocessor(size.block, 0).unwrap() >= 1);
+    assert!(
+        f.max_active_blocks_per_multiprocessor(size.block, 0)
+            .unwrap()
+            >= 1
+    );
     let n = 100_000u32;
     let config = LaunchConfig::for_elements_auto(f, n).unwrap();
     assert_eq!(config.block.x, size.block);

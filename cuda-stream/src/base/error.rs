@@ -361,8 +361,7 @@ impl Error {
         matches!(
             self,
             Error::Unsupported { .. } | Error::UnsupportedAttribute { .. }
-        )
-            || self.driver_code() == Some(ffi::CUresult::CUDA_ERROR_NOT_SUPPORTED)
+        ) || self.driver_code() == Some(ffi::CUresult::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     #[cold]

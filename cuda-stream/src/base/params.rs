@@ -23,11 +23,11 @@ pub enum ParamKind {
 impl ParamKind {
     /// Whether an argument of `arg` fits: only floats and non-floats are told apart.
     pub(crate) fn accepts(self, arg: ArgKind) -> bool {
-        match (self, arg) {
-            (ParamKind::Float, ArgKind::Integer | ArgKind::Pointer) => false,
-            (ParamKind::Integer | ParamKind::Pointer, ArgKind::Float) => false,
-            _ => true,
-        }
+        !matches!(
+            (self, arg),
+            (ParamKind::Float, ArgKind::Integer | ArgKind::Pointer)
+                | (ParamKind::Integer | ParamKind::Pointer, ArgKind::Float)
+        )
     }
 }
 
@@ -82,10 +82,9 @@ impl fmt::Display for ArgMismatch {
                 f,
                 "parameter {index} is {param} bytes, the argument is {arg} bytes"
             ),
-            ArgMismatch::Kind { index, param, arg } => write!(
-                f,
-                "parameter {index} is {param:?}, the argument is {arg:?}"
-            ),
+            ArgMismatch::Kind { index, param, arg } => {
+                write!(f, "parameter {index} is {param:?}, the argument is {arg:?}")
+            }
         }
     }
 }

@@ -5,8 +5,8 @@
 use std::sync::{Mutex, OnceLock};
 
 use crate::base::error::{Error, Result};
-use crate::driver::device::Device;
 use crate::base::params::{ParamInfo, ParamKind};
+use crate::driver::device::Device;
 use crate::ffi;
 
 /// The most parameters a kernel can have (4 KiB of parameters before CUDA 12.1, 32 KiB after,
@@ -82,7 +82,11 @@ impl KernelInfo {
         }
         use ffi::CUdevice_attribute as A;
         let yes = match feature {
-            Feature::Cluster => self.device.attribute(A::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)? != 0,
+            Feature::Cluster => {
+                self.device
+                    .attribute(A::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)?
+                    != 0
+            }
             Feature::Cooperative => {
                 self.device
                     .attribute(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)?
@@ -102,6 +106,8 @@ impl KernelInfo {
 /// The kernels a module has handed out, each boxed once and never moved or removed while the
 /// module lives, so that `Function<'m>` can hold a `&'m KernelInfo`.
 #[derive(Debug, Default)]
+// Boxed so that an entry stays put when the list grows.
+#[allow(clippy::vec_box)]
 pub(crate) struct KernelInfos(Mutex<Vec<Box<KernelInfo>>>);
 
 impl KernelInfos {
@@ -165,8 +171,8 @@ pub(crate) fn driver_params(
         }
     }
     if let Some(ptx) = ptx {
-        let same_sizes = ptx.len() == params.len()
-            && ptx.iter().zip(&params).all(|(a, b)| a.size == b.size);
+        let same_sizes =
+            ptx.len() == params.len() && ptx.iter().zip(&params).all(|(a, b)| a.size == b.size);
         if same_sizes {
             params.copy_from_slice(ptx);
         }

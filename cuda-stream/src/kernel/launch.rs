@@ -110,7 +110,10 @@ impl<'a> KernelArg<'a> {
 /// parameter (over 4 GiB) does not compile.
 const fn size_u32<T>() -> u32 {
     let size = size_of::<T>();
-    assert!(size <= u32::MAX as usize, "too large for a kernel parameter");
+    assert!(
+        size <= u32::MAX as usize,
+        "too large for a kernel parameter"
+    );
     size as u32
 }
 
@@ -253,12 +256,14 @@ impl Function<'_> {
     /// Checks `args` against the kernel's parameters, where they are known.
     pub(crate) fn check_args(&self, args: &[KernelArg<'_>]) -> Result<()> {
         match self.params() {
-            Some(params) => check_args(params, args.iter().map(|a| (a.size, a.kind))).map_err(
-                |mismatch| Error::ArgumentMismatch {
-                    kernel: self.name().to_string(),
-                    mismatch,
-                },
-            ),
+            Some(params) => {
+                check_args(params, args.iter().map(|a| (a.size, a.kind))).map_err(|mismatch| {
+                    Error::ArgumentMismatch {
+                        kernel: self.name().to_string(),
+                        mismatch,
+                    }
+                })
+            }
             None => Ok(()),
         }
     }

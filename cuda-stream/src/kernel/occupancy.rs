@@ -61,7 +61,14 @@ impl Function<'_> {
         let _bound = bind(self.context_raw())?;
         let mut blocks = 0;
         // SAFETY: a valid out-pointer; the function's module is loaded.
-        let rc = unsafe { f(&mut blocks, self.raw(), block, dynamic_shared_memory as usize) };
+        let rc = unsafe {
+            f(
+                &mut blocks,
+                self.raw(),
+                block,
+                dynamic_shared_memory as usize,
+            )
+        };
         check(rc, "cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         Ok(u32::try_from(blocks).unwrap_or(0))
     }

@@ -19,7 +19,9 @@ fn without_comments(text: &str) -> String {
             }
             (_, Some(b)) => {
                 out.push_str(&rest[..b]);
-                rest = rest[b + 2..].find("*/").map_or("", |e| &rest[b + 2 + e + 2..]);
+                rest = rest[b + 2..]
+                    .find("*/")
+                    .map_or("", |e| &rest[b + 2 + e + 2..]);
                 out.push(' ');
             }
             _ => {

@@ -78,7 +78,10 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
 
 const fn size_of_param<T>() -> u32 {
     let size = size_of::<T>();
-    assert!(size <= u32::MAX as usize, "too large for a kernel parameter");
+    assert!(
+        size <= u32::MAX as usize,
+        "too large for a kernel parameter"
+    );
     size as u32
 }
 

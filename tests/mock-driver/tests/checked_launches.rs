@@ -110,7 +110,12 @@ fn parameters_are_read_once_from_the_driver_or_the_ptx() {
             kind: ParamKind::Any
         }]
     );
-    let pointed = module.function("pointed").unwrap().params().unwrap().to_vec();
+    let pointed = module
+        .function("pointed")
+        .unwrap()
+        .params()
+        .unwrap()
+        .to_vec();
     assert_eq!(pointed[0].kind, ParamKind::Pointer);
     assert_eq!(module.function("nothing").unwrap().params().unwrap(), []);
 
@@ -134,12 +139,13 @@ fn mismatched_arguments_are_errors_before_the_driver() {
     let launches = m.calls("cuLaunchKernel");
     let (n, a, n64) = (64u32, 2.0f32, 64u64);
 
-    // SAFETY (each launch below): refused before the driver is called.
+    // SAFETY: refused before the driver is called (so for each launch below).
     let count = unsafe { saxpy.launch(&stream, config, &kernel_args![n, a, x.read()]) };
     let (kernel, count) = mismatch(count.unwrap_err());
     assert_eq!(kernel, "saxpy");
     assert_eq!(count, ArgMismatch::Count { params: 4, args: 3 });
 
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let size = unsafe { saxpy.launch(&stream, config, &kernel_args![n64, a, x.read(), y.write()]) };
     let size = size.unwrap_err();
     assert_eq!(
@@ -156,6 +162,7 @@ fn mismatched_arguments_are_errors_before_the_driver() {
     );
 
     // The first two swapped: same sizes, but a float where the PTX says `.u32`.
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let order = unsafe { saxpy.launch(&stream, config, &kernel_args![a, n, x.read(), y.write()]) };
     assert_eq!(
         mismatch(order.unwrap_err()).1,
@@ -166,6 +173,7 @@ fn mismatched_arguments_are_errors_before_the_driver() {
         }
     );
     // A buffer first: 8 bytes for a 4-byte parameter.
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let order = unsafe { saxpy.launch(&stream, config, &kernel_args![x.read(), n, a, y.write()]) };
     assert_eq!(
         mismatch(order.unwrap_err()).1,
@@ -178,22 +186,33 @@ fn mismatched_arguments_are_errors_before_the_driver() {
     // A float for a `.ptr` parameter; a raw pointer of a known size, checked by size.
     let pointed = module.function("pointed").unwrap();
     let v = 1.0f64;
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let e = unsafe { pointed.launch(&stream, config, &kernel_args![v, v]) }.unwrap_err();
     assert!(matches!(mismatch(e).1, ArgMismatch::Kind { index: 0, .. }));
     let raw = KernelArg::from_ptr_sized((&v as *const f64).cast(), 4);
+    // SAFETY: refused before the driver is called: the arguments do not match.
     let e = unsafe { pointed.launch(&stream, config, &[KernelArg::new(&n64), raw]) }.unwrap_err();
     assert!(matches!(mismatch(e).1, ArgMismatch::Size { index: 1, .. }));
-    assert_eq!(m.calls("cuLaunchKernel"), launches, "no launch reached the driver");
+    assert_eq!(
+        m.calls("cuLaunchKernel"),
+        launches,
+        "no launch reached the driver"
+    );
 
     // Typed kernels are checked once, when typed.
-    let e = saxpy
-        .typed::<(u32, f32, &DeviceBuffer<f32>)>()
-        .unwrap_err();
+    let e = saxpy.typed::<(u32, f32, &DeviceBuffer<f32>)>().unwrap_err();
     assert_eq!(mismatch(e).1, ArgMismatch::Count { params: 4, args: 3 });
     let e = saxpy
         .typed::<(u64, f32, &DeviceBuffer<f32>, &mut DeviceBuffer<f32>)>()
         .unwrap_err();
-    assert!(matches!(mismatch(e).1, ArgMismatch::Size { index: 0, param: 4, arg: 8 }));
+    assert!(matches!(
+        mismatch(e).1,
+        ArgMismatch::Size {
+            index: 0,
+            param: 4,
+            arg: 8
+        }
+    ));
     let e = saxpy
         .typed::<(f32, u32, &DeviceBuffer<f32>, &mut DeviceBuffer<f32>)>()
         .unwrap_err();
@@ -201,7 +220,14 @@ fn mismatched_arguments_are_errors_before_the_driver() {
     let e = saxpy
         .typed::<(u32, f32, u16, &mut DeviceBuffer<f32>)>()
         .unwrap_err();
-    assert!(matches!(mismatch(e).1, ArgMismatch::Size { index: 2, param: 8, arg: 2 }));
+    assert!(matches!(
+        mismatch(e).1,
+        ArgMismatch::Size {
+            index: 2,
+            param: 8,
+            arg: 2
+        }
+    ));
     assert_eq!(m.calls("cuLaunchKernel"), launches);
 
     // What matches is launched.
@@ -266,14 +292,20 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
     let module = Module::from_ptx(&ctx, PTX).unwrap();
     let nothing = module.function("nothing").unwrap();
     let stream = ctx.new_stream().unwrap();
-    // SAFETY (every launch): no parameters, no code.
+    // SAFETY: no parameters, no code.
     let launch = |c: LaunchConfig| unsafe { nothing.launch(&stream, c, &[]) };
     let plain = m.calls("cuLaunchKernel");
     let cluster = LaunchConfig::new((4, 2), 64).cluster((2, 2));
     if !flavour().has_abi("cuLaunchKernelEx") {
         let e = launch(cluster).unwrap_err();
         assert!(
-            matches!(e, Error::Unsupported { call: "cuLaunchKernelEx", .. }),
+            matches!(
+                e,
+                Error::Unsupported {
+                    call: "cuLaunchKernelEx",
+                    ..
+                }
+            ),
             "{e:?}"
         );
         return;
@@ -286,12 +318,22 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
         last.attributes,
         [[Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION.0, 2, 2, 1]]
     );
-    launch(LaunchConfig::new(8, 32).cooperative(true).programmatic_serialization(true)).unwrap();
+    launch(
+        LaunchConfig::new(8, 32)
+            .cooperative(true)
+            .programmatic_serialization(true),
+    )
+    .unwrap();
     assert_eq!(
         m.last_launch().unwrap().attributes,
         [
             [Id::CU_LAUNCH_ATTRIBUTE_COOPERATIVE.0, 1, 0, 0],
-            [Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.0, 1, 0, 0],
+            [
+                Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.0,
+                1,
+                0,
+                0
+            ],
         ]
     );
     launch(LaunchConfig::new(1, 32).priority(-1)).unwrap();
@@ -299,7 +341,11 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
         m.last_launch().unwrap().attributes,
         [[Id::CU_LAUNCH_ATTRIBUTE_PRIORITY.0, u32::MAX, 0, 0]]
     );
-    assert_eq!(m.calls("cuLaunchKernel"), plain, "all through cuLaunchKernelEx");
+    assert_eq!(
+        m.calls("cuLaunchKernel"),
+        plain,
+        "all through cuLaunchKernelEx"
+    );
     // Without attributes: cuLaunchKernel.
     launch(LaunchConfig::new(1, 32)).unwrap();
     assert_eq!(m.calls("cuLaunchKernel"), plain + 1);
@@ -309,7 +355,8 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
     let ex = m.calls("cuLaunchKernelEx");
     let e = launch(LaunchConfig::new(3, 32).cluster(2)).unwrap_err();
     assert!(
-        matches!(&e, Error::InvalidLaunch { reason } if reason.contains("not a multiple of the cluster (2, 1, 1)")),
+        matches!(&e, Error::InvalidLaunch { reason }
+            if reason.contains("not a multiple of the cluster (2, 1, 1)")),
         "{e}"
     );
     assert_eq!(m.calls("cuLaunchKernelEx"), ex);
@@ -331,8 +378,14 @@ fn occupancy_picks_a_block_size() {
     assert_eq!((size.block, size.min_grid), (1024, 264));
     let small = module.function("small").unwrap();
     assert_eq!(small.max_potential_block_size(0).unwrap().block, 128);
-    assert_eq!(saxpy.max_active_blocks_per_multiprocessor(256, 0).unwrap(), 8);
-    assert_eq!(small.max_active_blocks_per_multiprocessor(256, 0).unwrap(), 0);
+    assert_eq!(
+        saxpy.max_active_blocks_per_multiprocessor(256, 0).unwrap(),
+        8
+    );
+    assert_eq!(
+        small.max_active_blocks_per_multiprocessor(256, 0).unwrap(),
+        0
+    );
     let c = LaunchConfig::for_elements_auto(small, 1000).unwrap();
     assert_eq!((c.grid.x, c.block.x), (8, 128));
 }

@@ -15,7 +15,8 @@ use crate::fail::{must, ok};
 use crate::method::case;
 use crate::report::{Rows, Target};
 
-const ARGS_PTX: &str = ".visible .entry csb_args(.param .u64 csb_args_p, .param .u32 csb_args_n)\n{\n\tret;\n}\n";
+const ARGS_PTX: &str =
+    ".visible .entry csb_args(.param .u64 csb_args_p, .param .u32 csb_args_n)\n{\n\tret;\n}\n";
 const PTX_HEADERS: [&str; 3] = [
     ".version 7.0\n.target sm_50\n.address_size 64\n",
     ".version 7.0\n.target sm_75\n.address_size 64\n",
@@ -65,7 +66,19 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         // SAFETY: a loaded kernel of the current context taking (u64, u32); a live stream of it;
         // the kernel reads nothing.
         let rc = unsafe {
-            launch(raw_f, 2, 1, 1, 32, 1, 1, 0, r1, params.as_mut_ptr(), ptr::null_mut())
+            launch(
+                raw_f,
+                2,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                r1,
+                params.as_mut_ptr(),
+                ptr::null_mut(),
+            )
         };
         ok(rc, "cuLaunchKernel");
     };
@@ -76,7 +89,10 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         Target::Ratio(1.05),
         case(cfg.medium, raw_launch, || {
             // SAFETY: the kernel does nothing.
-            must(unsafe { typed.launch(s1, config, (p, n)) }, "TypedKernel::launch")
+            must(
+                unsafe { typed.launch(s1, config, (p, n)) },
+                "TypedKernel::launch",
+            )
         })
         .no_peer("no peer checks arguments against the kernel")
         .settle(|| fx.settle())
@@ -117,7 +133,8 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
             ..Default::default()
         };
-        attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: 2, y: 1, z: 1 };
+        attr.value.clusterDim =
+            sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: 2, y: 1, z: 1 };
         let c = sys::CUlaunchConfig {
             gridDimX: 2,
             gridDimY: 1,

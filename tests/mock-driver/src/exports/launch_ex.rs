@@ -112,27 +112,34 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
 /// # Safety
 ///
 /// `num_blocks` is null or valid for a write.
-#[cfg_attr(exported = "cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe(no_mangle))]
+#[cfg_attr(
+    exported = "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    unsafe(no_mangle)
+)]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     num_blocks: *mut c_int,
     func: CUfunction,
     block_size: c_int,
     _dynamic_smem: usize,
 ) -> CUresult {
-    api("cuOccupancyMaxActiveBlocksPerMultiprocessor", false, |mut st| {
-        if num_blocks.is_null() || block_size <= 0 {
-            return INVALID_VALUE;
-        }
-        let (max, _) = tri!(kernel(&mut st, func));
-        let n = if block_size as u32 > max {
-            0
-        } else {
-            blocks_per_multiprocessor(block_size as u32)
-        };
-        // SAFETY: non-null; the caller's contract makes it writable.
-        unsafe { put(num_blocks, n as c_int) };
-        SUCCESS
-    })
+    api(
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        false,
+        |mut st| {
+            if num_blocks.is_null() || block_size <= 0 {
+                return INVALID_VALUE;
+            }
+            let (max, _) = tri!(kernel(&mut st, func));
+            let n = if block_size as u32 > max {
+                0
+            } else {
+                blocks_per_multiprocessor(block_size as u32)
+            };
+            // SAFETY: non-null; the caller's contract makes it writable.
+            unsafe { put(num_blocks, n as c_int) };
+            SUCCESS
+        },
+    )
 }
 
 /// `cuLaunchKernelEx`: `cuLaunchKernel` with attributes, of which it takes cluster dimensions
