@@ -214,7 +214,7 @@ fn a_cluster_launch_runs_blocks_in_clusters() {
     let got = out.to_vec(&stream).unwrap();
     assert!(got.chunks(2).all(|c| c == [0, 1]), "{got:?}");
     // A grid that is no multiple of the cluster is refused before the driver.
-    // SAFETY: refused before the driver is called: the arguments do not match.
+    // SAFETY: refused before the driver: the grid is no multiple of the cluster.
     let e = unsafe { k.launch(&stream, LaunchConfig::new(6, 32).cluster(4), (&mut out,)) };
     assert!(matches!(e, Err(Error::InvalidLaunch { .. })), "{e:?}");
     println!("cluster launch: {blocks} blocks in clusters of 4, ranks checked");
