@@ -167,6 +167,8 @@ pub(crate) fn driver_params(
             }),
             // Past the last parameter.
             ffi::CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            // A driver that cannot say for this kernel: the PTX (or nothing) answers instead.
+            ffi::CUresult::CUDA_ERROR_NOT_SUPPORTED if index == 0 => return Ok(None),
             rc => return Err(Error::driver("cuFuncGetParamInfo", rc)),
         }
     }

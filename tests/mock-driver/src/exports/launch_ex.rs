@@ -112,10 +112,8 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
 /// # Safety
 ///
 /// `num_blocks` is null or valid for a write.
-#[cfg_attr(
-    exported = "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-    unsafe(no_mangle)
-)]
+#[rustfmt::skip] // the attribute stays on one line (`driver_exports_follow_the_convention`)
+#[cfg_attr(exported = "cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     num_blocks: *mut c_int,
     func: CUfunction,
