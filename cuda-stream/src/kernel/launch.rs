@@ -191,9 +191,9 @@ impl Function<'_> {
     /// Refused before the driver is called: a stream or a buffer of another context than the
     /// module's ([`Error::ContextMismatch`]), an empty grid or block, a block of more threads
     /// than [`max_threads_per_block`](Function::max_threads_per_block), or a grid that is not a
-    /// multiple of its clusters ([`Error::InvalidLaunch`]). A kernel that faults while it runs (an illegal address, a
-    /// trap) is reported by a later synchronisation, as a driver error that leaves the context
-    /// unusable, as in every CUDA API.
+    /// multiple of its clusters ([`Error::InvalidLaunch`]). A kernel that faults while it runs
+    /// (an illegal address, a trap) is reported by a later synchronisation, as a driver error
+    /// that leaves the context unusable, as in every CUDA API.
     ///
     /// ```no_run
     /// # fn demo(module: &cuda_stream::Module, stream: &cuda_stream::OwnedStream,

@@ -454,7 +454,8 @@ impl Drop for Module {
 }
 
 /// A kernel of a [`Module`], borrowed from it: `Copy`, `Send + Sync`, valid as long as the
-/// module. Launch it with [`Function::launch`].
+/// module. Launch it with [`Function::launch`], or declare its arguments with
+/// [`Function::typed`].
 #[derive(Clone, Copy)]
 pub struct Function<'m> {
     raw: ffi::CUfunction,
