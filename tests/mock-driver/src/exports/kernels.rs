@@ -392,65 +392,63 @@ pub(super) unsafe fn launch_kernel(
         stream: h_stream,
         attrs,
     } = launch;
-    {
-        let (module, entry) = tri!(live_function(st, f));
-        let s = tri!(st.stream(h_stream));
-        if s.ctx != st.device.modules[&module].ctx {
-            return INVALID_HANDLE;
-        }
-        let threads: u64 = block.iter().map(|&d| u64::from(d)).product();
-        let e = &st.device.modules[&module].entries[entry];
-        let max_threads = u64::from(e.max_threads.unwrap_or(1024));
-        let max_shared = st.device.functions[&(f as usize)].max_dynamic_shared;
-        if grid.contains(&0)
-            || block.contains(&0)
-            || grid[0] > i32::MAX as u32
-            || grid[1] > 65535
-            || grid[2] > 65535
-            || block[0] > 1024
-            || block[1] > 1024
-            || block[2] > 64
-            || threads > max_threads
-            || i64::from(shared_mem_bytes) > i64::from(max_shared)
-            || !extra.is_null()
-        {
-            return INVALID_VALUE;
-        }
-        if !e.params.is_empty() && kernel_params.is_null() {
-            return INVALID_VALUE;
-        }
-        let mut params = Vec::with_capacity(e.params.len());
-        for (i, &size) in e.params.iter().enumerate() {
-            // SAFETY: the caller passes one pointer per parameter.
-            let p = unsafe { *kernel_params.add(i) };
-            if p.is_null() {
-                return INVALID_VALUE;
-            }
-            // SAFETY: the caller promises each pointer is readable for the parameter's size.
-            params.push(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), size) }.to_vec());
-        }
-        let work = DeviceWork::Kernel {
-            module,
-            name: e.name.clone(),
-            threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
-            params: params.clone(),
-        };
-        if let Some(rc) = crate::state::capture::on_device_work(st, s, &work) {
-            if rc != SUCCESS {
-                return rc;
-            }
-        } else {
-            tri!(st.enqueue(s, Work::Device(work)));
-        }
-        st.device.last_launch = Some(LaunchRec {
-            grid,
-            block,
-            shared: shared_mem_bytes,
-            params,
-            attrs,
-        });
-        SUCCESS
+    let (module, entry) = tri!(live_function(st, f));
+    let s = tri!(st.stream(h_stream));
+    if s.ctx != st.device.modules[&module].ctx {
+        return INVALID_HANDLE;
     }
+    let threads: u64 = block.iter().map(|&d| u64::from(d)).product();
+    let e = &st.device.modules[&module].entries[entry];
+    let max_threads = u64::from(e.max_threads.unwrap_or(1024));
+    let max_shared = st.device.functions[&(f as usize)].max_dynamic_shared;
+    if grid.contains(&0)
+        || block.contains(&0)
+        || grid[0] > i32::MAX as u32
+        || grid[1] > 65535
+        || grid[2] > 65535
+        || block[0] > 1024
+        || block[1] > 1024
+        || block[2] > 64
+        || threads > max_threads
+        || i64::from(shared_mem_bytes) > i64::from(max_shared)
+        || !extra.is_null()
+    {
+        return INVALID_VALUE;
+    }
+    if !e.params.is_empty() && kernel_params.is_null() {
+        return INVALID_VALUE;
+    }
+    let mut params = Vec::with_capacity(e.params.len());
+    for (i, &size) in e.params.iter().enumerate() {
+        // SAFETY: the caller passes one pointer per parameter.
+        let p = unsafe { *kernel_params.add(i) };
+        if p.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: the caller promises each pointer is readable for the parameter's size.
+        params.push(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), size) }.to_vec());
+    }
+    let work = DeviceWork::Kernel {
+        module,
+        name: e.name.clone(),
+        threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
+        params: params.clone(),
+    };
+    if let Some(rc) = crate::state::capture::on_device_work(st, s, &work) {
+        if rc != SUCCESS {
+            return rc;
+        }
+    } else {
+        tri!(st.enqueue(s, Work::Device(work)));
+    }
+    st.device.last_launch = Some(LaunchRec {
+        grid,
+        block,
+        shared: shared_mem_bytes,
+        params,
+        attrs,
+    });
+    SUCCESS
 }
 
 // ---------------------------------------------------------------------------------------------
