@@ -216,7 +216,7 @@ pub use kernel::config::{Dim3, LaunchAttributes, LaunchConfig};
 pub use kernel::launch::{AsKernelArg, KernelArg};
 pub use kernel::module::{Function, JitOptions, Module};
 pub use kernel::occupancy::BlockSize;
-pub use kernel::typed::{KernelParam, KernelSignature, TypedKernel};
+pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, TypedKernel};
 pub use memory::buffer::{BufferUse, DeviceBuffer, pending_frees, poll_pending_frees};
 pub use memory::pinned::PinnedHostBuffer;
 pub use memory::pool::{MemPool, PoolUsage};

@@ -14,66 +14,40 @@ use crate::kernel::module::Function;
 use crate::memory::buffer::{BufferUse, DeviceBuffer};
 use crate::stream::view::Enqueue;
 
-/// One parameter type of a typed kernel's signature: what a launch takes for it
-/// ([`Arg`](KernelParam::Arg)), and how that reaches the kernel. Implemented for every
-/// [`DeviceCopy`] value (passed by value), `&DeviceBuffer<T>` (the kernel reads it: passed as
-/// [`read()`](DeviceBuffer::read)) and `&mut DeviceBuffer<T>` (the kernel writes it: passed as
-/// [`write()`](DeviceBuffer::write)); a buffer type of another crate implements it the same way.
+/// One parameter type of a typed kernel's signature: its size and kind, which
+/// [`Function::typed`] checks against the kernel's parameter. Implemented for every
+/// [`DeviceCopy`] value (passed by value), `&DeviceBuffer<T>` (a buffer the kernel reads) and
+/// `&mut DeviceBuffer<T>` (a buffer the kernel writes). What a launch takes for it is any
+/// [`KernelArgFor`] it.
 ///
 /// # Safety
 ///
-/// [`SIZE`](KernelParam::SIZE) is the size of the value [`hold`](KernelParam::hold)'s result
-/// hands the kernel through [`AsKernelArg`], and [`KIND`](KernelParam::KIND) what it is: a launch
-/// trusts them once they were checked against the kernel's parameters. A buffer's
-/// [`Held`](KernelParam::Held) is a [`BufferUse`] (or records its use as one does), so the launch
-/// orders and records it.
+/// [`SIZE`](KernelParam::SIZE) and [`KIND`](KernelParam::KIND) describe what every
+/// [`KernelArgFor`] this parameter hands the kernel: a launch trusts them once they were checked
+/// against the kernel's parameters.
 pub unsafe trait KernelParam {
-    /// What a launch takes for this parameter, borrowed for `'a`.
-    type Arg<'a>;
-    /// What the launch holds while it is made: the value the kernel receives.
-    type Held<'a>: AsKernelArg;
     /// The size of the value the kernel receives, in bytes.
     const SIZE: u32;
     /// What the value is.
     const KIND: ArgKind;
-    /// The value for the launch.
-    fn hold<'a>(arg: Self::Arg<'a>) -> Self::Held<'a>;
 }
 
 // SAFETY: the value itself is passed: `SIZE` and `KIND` are its type's.
 unsafe impl<T: DeviceCopy> KernelParam for T {
-    type Arg<'a> = T;
-    type Held<'a> = T;
     const SIZE: u32 = size_of_param::<T>();
     const KIND: ArgKind = T::KIND;
-    #[inline(always)]
-    fn hold<'a>(arg: Self::Arg<'a>) -> Self::Held<'a> {
-        arg
-    }
 }
 
-// SAFETY: a `BufferUse` passes a `CUdeviceptr` (a pointer) and records a read.
+// SAFETY: a buffer is passed as its `CUdeviceptr` (a pointer).
 unsafe impl<T: DeviceCopy> KernelParam for &DeviceBuffer<T> {
-    type Arg<'a> = &'a DeviceBuffer<T>;
-    type Held<'a> = BufferUse<'a>;
     const SIZE: u32 = size_of_param::<crate::ffi::CUdeviceptr>();
     const KIND: ArgKind = ArgKind::Pointer;
-    #[inline(always)]
-    fn hold<'a>(arg: Self::Arg<'a>) -> Self::Held<'a> {
-        arg.read()
-    }
 }
 
-// SAFETY: a `BufferUse` passes a `CUdeviceptr` (a pointer) and records a write.
+// SAFETY: a buffer is passed as its `CUdeviceptr` (a pointer).
 unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
-    type Arg<'a> = &'a mut DeviceBuffer<T>;
-    type Held<'a> = BufferUse<'a>;
     const SIZE: u32 = size_of_param::<crate::ffi::CUdeviceptr>();
     const KIND: ArgKind = ArgKind::Pointer;
-    #[inline(always)]
-    fn hold<'a>(arg: Self::Arg<'a>) -> Self::Held<'a> {
-        arg.write()
-    }
 }
 
 const fn size_of_param<T>() -> u32 {
@@ -85,38 +59,105 @@ const fn size_of_param<T>() -> u32 {
     size as u32
 }
 
-/// A kernel's argument tuple, `(P0, P1, ...)` of up to 16 [`KernelParam`]s: what
-/// [`Function::typed`] takes. `&DeviceBuffer<T>` and `&mut DeviceBuffer<T>` may be written with
-/// any lifetime (`typed::<(u32, &DeviceBuffer<f32>)>()` infers one): a launch borrows the buffers
-/// for its call only, whatever the signature says.
+/// A value a launch takes for a parameter declared as `P`: a [`DeviceCopy`] value for itself,
+/// `&DeviceBuffer<T>` for `&DeviceBuffer<T>` (recorded as a read) and `&mut DeviceBuffer<T>` for
+/// `&mut DeviceBuffer<T>` (recorded as a write), each with a lifetime of its own. Another buffer
+/// type (one that borrows another library's memory, say) implements it for the same parameter
+/// types, so that a kernel declared once takes either.
 ///
 /// # Safety
 ///
-/// [`layout`](KernelSignature::layout) lists each element's `SIZE` and `KIND`, in order, and
-/// [`with_args`](KernelSignature::with_args) hands `f` one argument per element, in the same
-/// order, each from the element's [`KernelParam::hold`].
+/// [`hold`](KernelArgFor::hold)'s result hands the kernel a value of `P`'s
+/// [`SIZE`](KernelParam::SIZE) and [`KIND`](KernelParam::KIND) through [`AsKernelArg`]; for a
+/// buffer, a [`BufferUse`] whose access is at least what `P` says (a write for `&mut`), so the
+/// launch orders and records the use.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be passed for a kernel parameter declared as `{P}`",
+    label = "not an argument for `{P}`",
+    note = "a typed kernel takes a `DeviceCopy` value for itself, `&DeviceBuffer<T>` for a buffer it reads and `&mut DeviceBuffer<T>` for one it writes"
+)]
+pub unsafe trait KernelArgFor<P: KernelParam> {
+    /// What the launch holds while it is made: the value the kernel receives.
+    type Held: AsKernelArg;
+    /// The value for the launch.
+    fn hold(self) -> Self::Held;
+}
+
+// SAFETY: the value itself, of the parameter's type.
+unsafe impl<T: DeviceCopy> KernelArgFor<T> for T {
+    type Held = T;
+    #[inline(always)]
+    fn hold(self) -> T {
+        self
+    }
+}
+
+// SAFETY: the buffer's address, recorded as a read.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&DeviceBuffer<T>> for &'a DeviceBuffer<T> {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.read()
+    }
+}
+
+// SAFETY: the buffer's address, recorded as a write.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&mut DeviceBuffer<T>> for &'a mut DeviceBuffer<T> {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.write()
+    }
+}
+
+/// A kernel's argument tuple, `(P0, P1, ...)` of up to 16 [`KernelParam`]s: what
+/// [`Function::typed`] takes. `&DeviceBuffer<T>` and `&mut DeviceBuffer<T>` may be written with
+/// any lifetime (`typed::<(u32, &DeviceBuffer<f32>)>()` infers one, a struct field may say
+/// `'static`): a launch's buffers have lifetimes of their own.
+///
+/// # Safety
+///
+/// [`layout`](KernelSignature::layout) lists each element's `SIZE` and `KIND`, in order.
 pub unsafe trait KernelSignature {
-    /// The values a launch takes: the tuple of each parameter's [`KernelParam::Arg`].
-    type Values<'a>;
     /// Each parameter's size and kind, in order.
     fn layout() -> Vec<(u32, ArgKind)>;
-    /// Calls `f` with the kernel arguments of `values`.
-    fn with_args<R>(values: Self::Values<'_>, f: impl FnOnce(&[KernelArg<'_>]) -> R) -> R;
+}
+
+/// The values a launch of a kernel declared as `S` takes: a tuple of one [`KernelArgFor`] each
+/// parameter, in order.
+///
+/// # Safety
+///
+/// [`with_args`](KernelArgs::with_args) hands `f` one argument per element of `S`, in order,
+/// each from the element's [`KernelArgFor::hold`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an argument tuple for a kernel declared as `{S}`",
+    label = "not the kernel's arguments",
+    note = "pass one value per parameter, in order: a `DeviceCopy` value for itself, `&DeviceBuffer<T>` for a buffer the kernel reads, `&mut DeviceBuffer<T>` for one it writes"
+)]
+pub unsafe trait KernelArgs<S: KernelSignature> {
+    /// Calls `f` with the kernel arguments of `self`.
+    fn with_args<R>(self, f: impl FnOnce(&[KernelArg<'_>]) -> R) -> R;
 }
 
 macro_rules! signature {
-    ($($P:ident $v:ident),*) => {
-        // SAFETY: one argument per element, in order, from its `hold`; `layout` alike.
+    ($($P:ident $V:ident $v:ident),*) => {
+        // SAFETY: `layout` lists each element's size and kind, in order.
         unsafe impl<$($P: KernelParam),*> KernelSignature for ($($P,)*) {
-            type Values<'a> = ($($P::Arg<'a>,)*);
             fn layout() -> Vec<(u32, ArgKind)> {
                 vec![$(($P::SIZE, $P::KIND)),*]
             }
+        }
+
+        // SAFETY: one argument per element, in order, from its `hold`.
+        unsafe impl<$($P: KernelParam, $V: KernelArgFor<$P>),*> KernelArgs<($($P,)*)>
+            for ($($V,)*)
+        {
             #[inline(always)]
             #[allow(clippy::unused_unit)]
-            fn with_args<R>(values: Self::Values<'_>, f: impl FnOnce(&[KernelArg<'_>]) -> R) -> R {
-                let ($($v,)*) = values;
-                $(let $v = $P::hold($v);)*
+            fn with_args<R>(self, f: impl FnOnce(&[KernelArg<'_>]) -> R) -> R {
+                let ($($v,)*) = self;
+                $(let $v = $v.hold();)*
                 f(&[$($v.as_kernel_arg()),*])
             }
         }
@@ -124,22 +165,39 @@ macro_rules! signature {
 }
 
 signature!();
-signature!(A a);
-signature!(A a, B b);
-signature!(A a, B b, C c);
-signature!(A a, B b, C c, D d);
-signature!(A a, B b, C c, D d, E e);
-signature!(A a, B b, C c, D d, E e, F f);
-signature!(A a, B b, C c, D d, E e, F f, G g);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o);
-signature!(A a, B b, C c, D d, E e, F f, G g, H h, I i, J j, K k, L l, M m, N n, O o, P p);
+signature!(A VA a);
+signature!(A VA a, B VB b);
+signature!(A VA a, B VB b, C VC c);
+signature!(A VA a, B VB b, C VC c, D VD d);
+signature!(A VA a, B VB b, C VC c, D VD d, E VE e);
+signature!(A VA a, B VB b, C VC c, D VD d, E VE e, F VF f);
+signature!(A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g);
+signature!(A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h);
+signature!(A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i);
+signature!(A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j);
+signature!(
+    A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j, K VK k
+);
+signature!(
+    A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j, K VK k,
+    L VL l
+);
+signature!(
+    A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j, K VK k,
+    L VL l, M VM m
+);
+signature!(
+    A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j, K VK k,
+    L VL l, M VM m, N VN n
+);
+signature!(
+    A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j, K VK k,
+    L VL l, M VM m, N VN n, O VO o
+);
+signature!(
+    A VA a, B VB b, C VC c, D VD d, E VE e, F VF f, G VG g, H VH h, I VI i, J VJ j, K VK k,
+    L VL l, M VM m, N VN n, O VO o, P VP p
+);
 
 /// A kernel with its argument tuple declared and checked: made by [`Function::typed`], `Copy`,
 /// valid as long as the module. Its [`launch`](TypedKernel::launch) takes the values themselves.
@@ -212,7 +270,8 @@ impl<'m, A: KernelSignature> TypedKernel<'m, A> {
         self.function
     }
 
-    /// Enqueues the kernel on `stream` with `args`, as [`Function::launch`] does: each
+    /// Enqueues the kernel on `stream` with `args` (one value per parameter, see
+    /// [`KernelArgFor`]), as [`Function::launch`] does: each
     /// `&DeviceBuffer` is a read and each `&mut DeviceBuffer` a write that the launch orders
     /// after the buffer's conflicting uses on other streams and records (or, in a capture, ties
     /// to the graph); the configuration and the launch attributes are checked as there. The
@@ -232,9 +291,9 @@ impl<'m, A: KernelSignature> TypedKernel<'m, A> {
         &self,
         stream: &impl Enqueue,
         config: LaunchConfig,
-        args: A::Values<'_>,
+        args: impl KernelArgs<A>,
     ) -> Result<()> {
-        A::with_args(args, |args| {
+        args.with_args(|args| {
             // SAFETY: the arguments were checked against the parameters when the kernel was
             // typed (`KernelSignature` lays them out as declared); the caller promises the rest.
             unsafe { self.function.launch_checked(stream, config, args) }
