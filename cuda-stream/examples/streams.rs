@@ -20,10 +20,26 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cuda_stream::{
-    AsStream, CaptureMode, Device, DeviceBuffer, Enqueue, Error, EventOptions, Function,
-    LaunchConfig, Module, OwnedStream, PinnedHostBuffer, StreamOptions, StreamPool, current_stream,
-    kernel_args, memset_d32_async,
+    AsStream, CaptureMode, Device, DeviceBuffer, Enqueue, Error, EventOptions, LaunchConfig,
+    Module, OwnedStream, PinnedHostBuffer, StreamOptions, StreamPool, TypedKernel, current_stream,
+    memset_d32_async,
 };
+
+/// `saxpy` with its arguments declared (and checked against its PTX parameters once): over
+/// whole buffers, whose uses the launch orders and records, and over raw device addresses.
+#[derive(Clone, Copy)]
+struct Saxpy<'m> {
+    buffers: TypedKernel<
+        'm,
+        (
+            u32,
+            f32,
+            &'static DeviceBuffer<f32>,
+            &'static mut DeviceBuffer<f32>,
+        ),
+    >,
+    addresses: TypedKernel<'m, (u32, f32, u64, u64)>,
+}
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`, one thread per element.
 const SAXPY_PTX: &str = r#"
@@ -142,7 +158,7 @@ fn main() -> ExitCode {
 /// (the last write of `x`, every use of `y`) and records its own, so no event is written here.
 fn saxpy(
     stream: &impl Enqueue,
-    kernel: &Function<'_>,
+    kernel: &Saxpy<'_>,
     a: f32,
     x: &DeviceBuffer<f32>,
     y: &mut DeviceBuffer<f32>,
@@ -150,9 +166,8 @@ fn saxpy(
     let n = u32::try_from(y.len()).expect("fewer than 2^32 elements");
     assert_eq!(x.len(), y.len());
     let config = LaunchConfig::for_elements(n, 256);
-    // SAFETY: `saxpy` takes (u32, f32, const float *, float *), reads x[..n] and writes
-    // y[..n] only, and both buffers hold `n` floats.
-    unsafe { kernel.launch(stream, config, &kernel_args![n, a, x.read(), y.write()]) }
+    // SAFETY: `saxpy` reads x[..n] and writes y[..n] only, and both buffers hold `n` floats.
+    unsafe { kernel.buffers.launch(stream, config, (n, a, x, y)) }
 }
 
 /// Enqueues `y[..n] = a * x[..n] + y[..n]` on `stream` from raw device addresses: for parts of
@@ -166,7 +181,7 @@ fn saxpy(
 /// nothing else writes them meanwhile.
 unsafe fn saxpy_raw(
     stream: &impl Enqueue,
-    kernel: &Function<'_>,
+    kernel: &Saxpy<'_>,
     n: usize,
     a: f32,
     x: u64,
@@ -174,9 +189,8 @@ unsafe fn saxpy_raw(
 ) -> cuda_stream::Result<()> {
     let n = u32::try_from(n).expect("fewer than 2^32 elements");
     let config = LaunchConfig::for_elements(n, 256);
-    // SAFETY: `saxpy` takes (u32, f32, pointer, pointer) and touches x[..n] and y[..n], which
-    // the caller keeps allocated.
-    unsafe { kernel.launch(stream, config, &kernel_args![n, a, x, y]) }
+    // SAFETY: `saxpy` touches x[..n] and y[..n], which the caller keeps allocated.
+    unsafe { kernel.addresses.launch(stream, config, (n, a, x, y)) }
 }
 
 /// The device memory's peak bandwidth in GB/s, from its clock and bus width (double data rate),
@@ -212,7 +226,7 @@ fn wrong_results(what: &str, got: &[f32], expected: impl Fn(usize) -> f32) -> us
 fn direct_iteration(
     high: &OwnedStream,
     low: &OwnedStream,
-    kernel: &Function<'_>,
+    kernel: &Saxpy<'_>,
     x: &DeviceBuffer<f32>,
     y: &mut DeviceBuffer<f32>,
 ) -> cuda_stream::Result<()> {
@@ -249,7 +263,7 @@ fn direct_then_graph(
     args: &Args,
     high: &OwnedStream,
     low: &mut OwnedStream,
-    kernel: &Function<'_>,
+    kernel: &Saxpy<'_>,
     host_x: &[f32],
     x: &DeviceBuffer<f32>,
     y: &mut DeviceBuffer<f32>,
@@ -347,13 +361,17 @@ fn run(args: &Args) -> cuda_stream::Result<bool> {
     );
 
     let module = Module::from_ptx(&ctx, SAXPY_PTX)?;
-    let kernel = module.function("saxpy")?;
+    let function = module.function("saxpy")?;
     println!(
         "saxpy JIT-compiled from PTX for sm_{}: {} registers, up to {} threads a block",
-        kernel.binary_version()?,
-        kernel.registers()?,
-        kernel.max_threads_per_block()
+        function.binary_version()?,
+        function.registers()?,
+        function.max_threads_per_block()
     );
+    let kernel = Saxpy {
+        buffers: function.typed()?,
+        addresses: function.typed()?,
+    };
 
     // `low` uploads x from pinned memory and sets y to 1; `high` computes y = 2x + y; `low`
     // computes y = -x + y. The buffers order their uses across the streams themselves; the

@@ -29,9 +29,12 @@
 //!
 //! A [`Module`] is loaded from PTX text (JIT-compiled by the driver, no toolkit needed) or a
 //! cubin/fatbin, with the compiler's log in the error when it fails; its kernels are
-//! [`Function`]s, launched with the `unsafe` [`Function::launch`] (the driver cannot check
-//! arguments against parameters) on anything that implements [`Enqueue`]: every stream, and a
-//! graph capture.
+//! [`Function`]s, launched with the `unsafe` [`Function::launch`] on anything that implements
+//! [`Enqueue`]: every stream, and a graph capture. Arguments are checked against the kernel's
+//! parameters (their number, sizes, and floats against integers), read once per kernel from the
+//! driver or the PTX; a [`TypedKernel`] ([`Function::typed`]) declares its argument tuple once and
+//! takes the values themselves, buffers included. [`LaunchConfig`] carries launch attributes
+//! (clusters, cooperative launches, ...) and picks block sizes by occupancy.
 //!
 //! [`DeviceBuffer`] is memory on streams: allocated from the device's memory pool (or a
 //! [`MemPool`]) on a stream, its every safe use (fill, copies, a launch that takes
@@ -171,7 +174,7 @@
 //! | `stream` | streams: panics caught in host functions (`host_panics`), the streams a current-stream guard names (`guarded_streams`), the per-thread event behind `wait_stream` (`wait_event_cache`), the view [`Stream`] (`view`), [`OwnedStream`], [`StreamPool`], then the conveniences that each add an `impl Stream` block: host functions (`host_fn`), the current stream, [`Completion`], fork/join ([`Scope`]) |
 //! | `graph` | host nodes and values kept alive by driver user objects (`user_objects`), [`Graph`] and [`GraphExec`] (`replay`), the capture view [`CaptureStream`] (`capture_view`), capture itself, the capture-mode guard |
 //! | `memory` | the raw memset/memcpy functions, [`DeviceBuffer`] |
-//! | `kernel` | [`Module`], [`Function`], kernel launches |
+//! | `kernel` | the PTX's parameter lists (`ptx_params`), what a module records of each kernel (`kernel_info`), [`LaunchConfig`] and its attributes (`config`), [`Module`], [`Function`], checked launches, occupancy, [`TypedKernel`] |
 //!
 #![doc = ""]
 #![doc = include_str!("../doc/driver-versions.md")]
@@ -197,7 +200,8 @@ mod kernel;
 
 pub use base::capture_mode::{CaptureMode, CaptureStatus};
 pub use base::error::{DriverCode, Error, JitLog, Result};
-pub use base::plain_data::DeviceCopy;
+pub use base::params::{ArgMismatch, ParamInfo, ParamKind};
+pub use base::plain_data::{ArgKind, DeviceCopy};
 pub use base::priority::PriorityRange;
 pub use driver::context::{Context, ContextBinding, current_context_raw};
 pub use driver::deferred_destroy::{
@@ -208,8 +212,11 @@ pub use driver::event::{Event, EventOptions, IpcEventHandle};
 pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
 pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
 pub use graph::replay::{Graph, GraphExec, InstantiateOptions};
-pub use kernel::launch::{AsKernelArg, Dim3, KernelArg, LaunchConfig};
+pub use kernel::config::{Dim3, LaunchAttributes, LaunchConfig};
+pub use kernel::launch::{AsKernelArg, KernelArg};
 pub use kernel::module::{Function, JitOptions, Module};
+pub use kernel::occupancy::BlockSize;
+pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, TypedKernel};
 pub use memory::borrowed::BorrowedBuffer;
 pub use memory::buffer::{BufferUse, DeviceBuffer, pending_frees, poll_pending_frees};
 pub use memory::graph_buffer::GraphBuffer;

@@ -53,14 +53,11 @@ fn graph_memory_is_written_and_read_across_forks_on_every_replay() {
     let graph = s
         .capture(CaptureMode::ThreadLocal, |cap| {
             let mut scratch = GraphBuffer::<u32>::zeroed(&ctx, cap, 1)?;
+            let store = k
+                .f("store_after_spin")
+                .typed::<(&mut DeviceBuffer<u32>, u32, u64)>()?;
             // SAFETY: store_after_spin(u32 *p, u32 value, u64 ns) writes p[0] only.
-            unsafe {
-                k.f("store_after_spin").launch(
-                    &cap,
-                    one(),
-                    &kernel_args![scratch.write(), 42u32, delay],
-                )
-            }?;
+            unsafe { store.launch(&cap, one(), (&mut scratch, 42u32, delay)) }?;
             cap.scope(|sc| {
                 let (f1, f2) = (sc.fork()?, sc.fork()?);
                 // SAFETY: copy_u32(u32 *dst, const u32 *src) reads src[0], writes dst[0].
@@ -112,6 +109,10 @@ fn borrowed_memory_is_ordered_against_its_owners_stream() {
     let ours = ctx.new_stream().unwrap();
     let mut copy = DeviceBuffer::<u32>::zeroed(&ctx, &ours, 1).unwrap();
     let delay = ns(Duration::from_micros(300));
+    let copy_typed = k
+        .f("copy_u32")
+        .typed::<(&mut DeviceBuffer<u32>, &DeviceBuffer<u32>)>()
+        .unwrap();
     let (mut stale_in, mut stale_out) = (0, 0);
     let n = rounds(200) as u32;
     for round in 1..=n {
@@ -127,12 +128,9 @@ fn borrowed_memory_is_ordered_against_its_owners_stream() {
             // `owner`; the borrow is released below.
             let mut x =
                 unsafe { BorrowedBuffer::<u32>::from_raw(&ctx, p, 1, owner, &theirs) }.unwrap();
+            // A typed launch takes the borrowed buffer like an owned one.
             // SAFETY: copy_u32 reads src[0] and writes dst[0].
-            unsafe {
-                k.f("copy_u32")
-                    .launch(&ours, one(), &kernel_args![copy.write(), x.read()])
-            }
-            .unwrap();
+            unsafe { copy_typed.launch(&ours, one(), (&mut copy, &x)) }.unwrap();
             // Our write behind a spin on our stream; then the borrow ends.
             // SAFETY: store_after_spin writes p[0] only.
             unsafe {

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::base::capture_mode::CaptureStatus;
+use crate::base::params::ArgMismatch;
 use crate::base::priority::PriorityRange;
 use crate::ffi;
 
@@ -142,6 +143,23 @@ pub enum Error {
     #[error("invalid launch configuration: {reason}")]
     InvalidLaunch {
         /// Why.
+        reason: String,
+    },
+    /// A launch's arguments do not match the kernel's parameters (their number, a size, or a
+    /// float for an integer), refused before the driver is called.
+    #[error("kernel `{kernel}` {mismatch}")]
+    ArgumentMismatch {
+        /// The kernel's name.
+        kernel: String,
+        /// How the arguments differ.
+        mismatch: ArgMismatch,
+    },
+    /// A launch attribute the driver or the device does not have, refused before the launch.
+    #[error("launch attribute {attribute} is not supported: {reason}")]
+    UnsupportedAttribute {
+        /// The attribute, as the header names it (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`).
+        attribute: &'static str,
+        /// Why (the driver's version, or what the device lacks).
         reason: String,
     },
     /// Host and device sides of a copy (or two buffers) of different lengths.
@@ -340,8 +358,10 @@ impl Error {
 
     /// Whether this is `Unsupported` or a driver error saying the call is not supported here.
     pub fn is_unsupported(&self) -> bool {
-        matches!(self, Error::Unsupported { .. })
-            || self.driver_code() == Some(ffi::CUresult::CUDA_ERROR_NOT_SUPPORTED)
+        matches!(
+            self,
+            Error::Unsupported { .. } | Error::UnsupportedAttribute { .. }
+        ) || self.driver_code() == Some(ffi::CUresult::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     #[cold]

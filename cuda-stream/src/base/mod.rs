@@ -9,6 +9,8 @@ pub(crate) mod capture_mode;
 
 pub(crate) mod plain_data;
 
+pub(crate) mod params;
+
 pub(crate) mod newest_abi;
 
 pub(crate) mod error;

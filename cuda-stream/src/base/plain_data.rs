@@ -32,20 +32,42 @@
     label = "not `DeviceCopy`",
     note = "kernel arguments and buffer values are integers, floats, arrays of them, or `#[repr(C)]` structs that implement `DeviceCopy`; pass a buffer to a kernel as `buf.read()` or `buf.write()`"
 )]
-pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {}
+pub unsafe trait DeviceCopy: Copy + Send + Sync + 'static {
+    /// What a launch checks this type against a kernel parameter's type as (besides its size):
+    /// [`ArgKind::Integer`] for the integer primitives, [`ArgKind::Float`] for `f32` and `f64`,
+    /// and [`ArgKind::Bytes`] (checked by size only) for everything else, the default.
+    const KIND: ArgKind = ArgKind::Bytes;
+}
+
+/// What a kernel argument holds, as a launch checks it against the kernel's parameter (the PTX
+/// says `.u32`, `.f32`, `.u64 .ptr`, `.b8 x[16]`, ...): a float argument for an integer or
+/// pointer parameter, or the other way round, is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ArgKind {
+    /// An integer.
+    Integer,
+    /// A floating-point number.
+    Float,
+    /// A device address (a buffer passed as `read()` / `write()`).
+    Pointer,
+    /// Bytes of unknown meaning (a struct, an array, a raw pointer to a value): checked by size.
+    Bytes,
+}
 
 macro_rules! impl_device_copy {
-    ($($t:ty),* $(,)?) => {
+    ($kind:ident: $($t:ty),* $(,)?) => {
         $(
             // SAFETY: a primitive integer or float: no padding, every bit pattern is a value.
-            unsafe impl DeviceCopy for $t {}
+            unsafe impl DeviceCopy for $t {
+                const KIND: ArgKind = ArgKind::$kind;
+            }
         )*
     };
 }
 
-impl_device_copy!(
-    u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize, f32, f64
-);
+impl_device_copy!(Integer: u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize);
+impl_device_copy!(Float: f32, f64);
 
 // SAFETY: an array has no padding between or around elements that have none, and its bit
 // patterns are those of its elements.

@@ -1,125 +1,21 @@
-//! Kernel launches: a [`LaunchConfig`], arguments that borrow their values ([`KernelArg`],
-//! [`kernel_args!`](crate::kernel_args)), and [`Function::launch`] on anything work can be
-//! enqueued on.
+//! Kernel launches: arguments that borrow their values ([`KernelArg`],
+//! [`kernel_args!`](crate::kernel_args)), checked against the kernel's parameters, and
+//! [`Function::launch`] on anything work can be enqueued on.
 
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr;
 
 use crate::base::error::{Error, Result, check, driver_fn};
-use crate::base::plain_data::DeviceCopy;
+use crate::base::params::check_args;
+use crate::base::plain_data::{ArgKind, DeviceCopy};
 use crate::ffi;
+use crate::kernel::config::{LaunchAttributes, LaunchConfig};
+use crate::kernel::kernel_info::Feature;
 use crate::kernel::module::Function;
 use crate::memory::buffer::BufferUse;
 use crate::memory::buffer_ops::enqueue_with_uses;
 use crate::stream::view::{Enqueue, bind_if_special};
-
-/// Three dimensions of a grid or a block; `From` a `u32` (`x`), a pair or a triple.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Dim3 {
-    /// Along x.
-    pub x: u32,
-    /// Along y.
-    pub y: u32,
-    /// Along z.
-    pub z: u32,
-}
-
-impl Dim3 {
-    /// `x * y * z`, without overflow.
-    pub fn volume(self) -> u64 {
-        u64::from(self.x) * u64::from(self.y) * u64::from(self.z)
-    }
-}
-
-impl From<u32> for Dim3 {
-    fn from(x: u32) -> Dim3 {
-        Dim3 { x, y: 1, z: 1 }
-    }
-}
-
-impl From<(u32, u32)> for Dim3 {
-    fn from((x, y): (u32, u32)) -> Dim3 {
-        Dim3 { x, y, z: 1 }
-    }
-}
-
-impl From<(u32, u32, u32)> for Dim3 {
-    fn from((x, y, z): (u32, u32, u32)) -> Dim3 {
-        Dim3 { x, y, z }
-    }
-}
-
-impl fmt::Display for Dim3 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "({}, {}, {})", self.x, self.y, self.z)
-    }
-}
-
-/// The shape of a launch: the grid of blocks, the threads of a block, and the dynamic shared
-/// memory of a block.
-///
-/// ```
-/// use cuda_stream::LaunchConfig;
-///
-/// let c = LaunchConfig::for_elements(1_000_000, 256);
-/// assert_eq!((c.grid.x, c.block.x), (3907, 256));
-/// let tiled = LaunchConfig::new((64, 64), (16, 16)).shared_memory(4096);
-/// assert_eq!(tiled.block.volume(), 256);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LaunchConfig {
-    /// Blocks in the grid.
-    pub grid: Dim3,
-    /// Threads in a block.
-    pub block: Dim3,
-    /// Dynamic shared memory per block, in bytes (`extern __shared__` arrays).
-    pub shared_memory_bytes: u32,
-}
-
-impl LaunchConfig {
-    /// `grid` blocks of `block` threads, no dynamic shared memory.
-    pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> LaunchConfig {
-        LaunchConfig {
-            grid: grid.into(),
-            block: block.into(),
-            shared_memory_bytes: 0,
-        }
-    }
-
-    /// One thread per element for `n` elements, in blocks of `block_size` threads: the grid is
-    /// `n / block_size` rounded up (so the kernel checks its index against `n`). For `n == 0`
-    /// the grid is empty, which a launch refuses.
-    pub fn for_elements(n: u32, block_size: u32) -> LaunchConfig {
-        LaunchConfig::new(n.div_ceil(block_size.max(1)), block_size)
-    }
-
-    /// With `bytes` of dynamic shared memory per block.
-    pub fn shared_memory(mut self, bytes: u32) -> LaunchConfig {
-        self.shared_memory_bytes = bytes;
-        self
-    }
-
-    /// Refuses what no kernel can run: an empty grid or block, or a block of more threads than
-    /// `max_threads` (0: unknown, not checked).
-    fn check(&self, max_threads: u32) -> Result<()> {
-        let bad = |reason: String| Err(Error::InvalidLaunch { reason });
-        if self.grid.volume() == 0 {
-            return bad(format!("empty grid {}", self.grid));
-        }
-        if self.block.volume() == 0 {
-            return bad(format!("empty block {}", self.block));
-        }
-        if max_threads != 0 && self.block.volume() > u64::from(max_threads) {
-            return bad(format!(
-                "a block {} of {} threads, more than the kernel's maximum of {max_threads}",
-                self.block,
-                self.block.volume()
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// One kernel argument: a pointer to a value that the driver copies when the kernel is
 /// launched, borrowed for `'a` so the value outlives the launch call, and, for a buffer passed
@@ -130,12 +26,15 @@ impl LaunchConfig {
 pub struct KernelArg<'a> {
     ptr: *mut c_void,
     buffer: Option<BufferUse<'a>>,
+    /// The value's size in bytes; 0 for unknown (not checked).
+    size: u32,
+    kind: ArgKind,
 }
 
 impl fmt::Debug for KernelArg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut t = f.debug_tuple("KernelArg");
-        t.field(&self.ptr);
+        t.field(&self.ptr).field(&self.size).field(&self.kind);
         if let Some(b) = &self.buffer {
             t.field(b);
         }
@@ -149,28 +48,43 @@ impl<'a> KernelArg<'a> {
     /// a struct). Passing a buffer itself does not compile (buffers are not [`DeviceCopy`]):
     /// pass [`buf.read()`](crate::DeviceBuffer::read) or
     /// [`buf.write()`](crate::DeviceBuffer::write).
+    #[inline(always)]
     pub fn new<T: DeviceCopy>(value: &'a T) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr::from_ref(value).cast_mut().cast(),
             buffer: None,
+            size: const { size_u32::<T>() },
+            kind: T::KIND,
         }
     }
 
     /// A buffer argument: the kernel receives its device address, and the launch orders and
     /// records the use (see [`Function::launch`]).
+    #[inline(always)]
     pub fn buffer(buffer: &'a BufferUse<'a>) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr::from_ref(buffer.ptr_ref()).cast_mut().cast(),
             buffer: Some(*buffer),
+            size: const { size_u32::<ffi::CUdeviceptr>() },
+            kind: ArgKind::Pointer,
         }
     }
 
     /// An argument from a raw pointer to its value, for values whose type is not `DeviceCopy`.
-    /// Creating one is safe; [`Function::launch`]'s contract covers what it points to.
+    /// Creating one is safe; [`Function::launch`]'s contract covers what it points to. Its size
+    /// is unknown, so a launch checks only that it is there (see [`KernelArg::from_ptr_sized`]).
     pub fn from_ptr(ptr: *const c_void) -> KernelArg<'a> {
+        KernelArg::from_ptr_sized(ptr, 0)
+    }
+
+    /// [`KernelArg::from_ptr`] for a value of `size` bytes, which a launch checks against the
+    /// parameter's size (0: not checked).
+    pub fn from_ptr_sized(ptr: *const c_void, size: u32) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr.cast_mut(),
             buffer: None,
+            size,
+            kind: ArgKind::Bytes,
         }
     }
 
@@ -178,6 +92,27 @@ impl<'a> KernelArg<'a> {
     pub fn as_ptr(self) -> *const c_void {
         self.ptr
     }
+
+    /// The value's size in bytes, as a launch checks it (0: unknown).
+    pub fn size(self) -> u32 {
+        self.size
+    }
+
+    /// What the value is, as a launch checks it.
+    pub fn kind(self) -> ArgKind {
+        self.kind
+    }
+}
+
+/// `size_of::<T>()` as the `u32` a kernel parameter's size is; a type too large for a kernel
+/// parameter (over 4 GiB) does not compile.
+const fn size_u32<T>() -> u32 {
+    let size = size_of::<T>();
+    assert!(
+        size <= u32::MAX as usize,
+        "too large for a kernel parameter"
+    );
+    size as u32
 }
 
 /// What [`kernel_args!`](crate::kernel_args) accepts: a [`DeviceCopy`] value, or a buffer's
@@ -240,12 +175,23 @@ impl Function<'_> {
     /// is recorded as a use (so later uses elsewhere wait for it, and the buffer's free waits
     /// for it), and inside a capture the graph keeps the buffer allocated for its replays.
     ///
+    /// The arguments are checked against the kernel's parameters ([`Function::params`], read
+    /// once when the function was looked up): their number, each one's size, and a float for an
+    /// integer or pointer parameter or the other way round where the PTX says
+    /// ([`Error::ArgumentMismatch`], naming the kernel, the parameter and both sizes). A kernel
+    /// whose parameters are unknown (a cubin's, on a driver before CUDA 12.4) is not checked.
+    /// [`Function::typed`] checks once, when it is made, and takes the values themselves.
+    ///
+    /// With [launch attributes](crate::LaunchAttributes) set the launch goes through
+    /// `cuLaunchKernelEx`; an attribute the driver or the device lacks is
+    /// [`Error::UnsupportedAttribute`] (or [`Error::Unsupported`] for `cuLaunchKernelEx` itself).
+    ///
     /// Refused before the driver is called: a stream or a buffer of another context than the
-    /// module's ([`Error::ContextMismatch`]), an empty grid or block, or a block of more threads
-    /// than [`max_threads_per_block`](Function::max_threads_per_block)
-    /// ([`Error::InvalidLaunch`]). A kernel that faults while it runs (an illegal address, a
-    /// trap) is reported by a later synchronisation, as a driver error that leaves the context
-    /// unusable, as in every CUDA API.
+    /// module's ([`Error::ContextMismatch`]), an empty grid or block, a block of more threads
+    /// than [`max_threads_per_block`](Function::max_threads_per_block), or a grid that is not a
+    /// multiple of its clusters ([`Error::InvalidLaunch`]). A kernel that faults while it runs
+    /// (an illegal address, a trap) is reported by a later synchronisation, as a driver error
+    /// that leaves the context unusable, as in every CUDA API.
     ///
     /// ```no_run
     /// # fn demo(module: &cuda_stream::Module, stream: &cuda_stream::OwnedStream,
@@ -270,12 +216,13 @@ impl Function<'_> {
     ///
     /// # Safety
     ///
-    /// The driver cannot check arguments against the kernel's parameters, nor what the kernel
-    /// does with them. The caller promises that:
+    /// The arguments' number and sizes are checked where the kernel's parameters are known, but
+    /// not their meaning, nor what the kernel does with them. The caller promises that:
     ///
     /// - `args` has exactly one entry per kernel parameter, in order, each pointing to a value of
     ///   exactly the parameter's size and layout (a `u32` for `.param .u32`, a buffer or a 64-bit
-    ///   device address for a pointer, a `#[repr(C)]` struct of the same layout for a struct);
+    ///   device address for a pointer, a `#[repr(C)]` struct of the same layout for a struct;
+    ///   checked by size where [`Function::params`] is known);
     /// - the kernel accesses a buffer passed as `read()` / `write()` only within its length, and
     ///   writes only those passed as `write()`;
     /// - any other memory the kernel reads or writes (a raw
@@ -299,6 +246,38 @@ impl Function<'_> {
         config: LaunchConfig,
         args: &[KernelArg<'_>],
     ) -> Result<()> {
+        self.check_args(args)?;
+        // SAFETY: the caller's contract; the arguments were checked.
+        unsafe { self.launch_checked(stream, config, args) }
+    }
+
+    /// Checks `args` against the kernel's parameters, where they are known.
+    pub(crate) fn check_args(&self, args: &[KernelArg<'_>]) -> Result<()> {
+        match self.params() {
+            Some(params) => {
+                check_args(params, args.iter().map(|a| (a.size, a.kind))).map_err(|mismatch| {
+                    Error::ArgumentMismatch {
+                        kernel: self.name().to_string(),
+                        mismatch,
+                    }
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// [`launch`](Function::launch) after the arguments were checked.
+    ///
+    /// # Safety
+    ///
+    /// [`launch`](Function::launch)'s contract.
+    #[inline]
+    pub(crate) unsafe fn launch_checked(
+        &self,
+        stream: &impl Enqueue,
+        config: LaunchConfig,
+        args: &[KernelArg<'_>],
+    ) -> Result<()> {
         let (raw, ctx) = stream.enqueue_handle();
         if ctx != self.context_raw() {
             return Err(Error::ContextMismatch {
@@ -306,6 +285,9 @@ impl Function<'_> {
             });
         }
         config.check(self.max_threads_per_block())?;
+        if !config.attributes.is_empty() {
+            self.check_attributes(&config.attributes)?;
+        }
         let _bound = bind_if_special(raw, ctx)?;
         let mut stack = [ptr::null_mut::<c_void>(); STACK_PARAMS];
         let mut heap = Vec::new();
@@ -342,8 +324,41 @@ impl Function<'_> {
         enqueue_with_uses(raw, ctx, &list, launch)
     }
 
-    /// `cuLaunchKernel` with `params` (one pointer per parameter) on `raw`, a stream of the
-    /// module's context, after the configuration was checked.
+    /// Refuses attributes the driver (by its version) or the device lacks.
+    fn check_attributes(&self, a: &LaunchAttributes) -> Result<()> {
+        // A driver without `cuLaunchKernelEx` takes no attribute at all: say that first.
+        let _ = driver_fn!(cuLaunchKernelEx);
+        let driver = ffi::Driver::global_if_loaded().and_then(|d| d.driver_version());
+        let wanted = [
+            (a.cluster.is_some(), Feature::Cluster),
+            (a.cooperative, Feature::Cooperative),
+            (a.programmatic_serialization, Feature::Programmatic),
+            (a.priority.is_some(), Feature::Priority),
+        ];
+        for (_, feature) in wanted.into_iter().filter(|(on, _)| *on) {
+            let unsupported = |reason: String| {
+                Err(Error::UnsupportedAttribute {
+                    attribute: feature.attribute(),
+                    reason,
+                })
+            };
+            if let Some(v) = driver.filter(|&v| v < feature.since()) {
+                return unsupported(format!(
+                    "it needs CUDA {}, the driver is CUDA {}",
+                    ffi::format_version(feature.since()),
+                    ffi::format_version(v)
+                ));
+            }
+            if !self.info().supports(feature)? {
+                return unsupported(format!("the device lacks {}", feature.device_needs()));
+            }
+        }
+        Ok(())
+    }
+
+    /// `cuLaunchKernel` (or `cuLaunchKernelEx` with attributes) with `params` (one pointer per
+    /// parameter) on `raw`, a stream of the module's context, after the configuration was
+    /// checked.
     ///
     /// # Safety
     ///
@@ -354,11 +369,11 @@ impl Function<'_> {
         config: LaunchConfig,
         params: &[*mut c_void],
     ) -> Result<()> {
-        let f = driver_fn!(cuLaunchKernel);
         let LaunchConfig {
             grid,
             block,
             shared_memory_bytes,
+            attributes,
         } = config;
         let params = if params.is_empty() {
             ptr::null_mut()
@@ -366,6 +381,11 @@ impl Function<'_> {
             // The driver only reads the array.
             params.as_ptr().cast_mut()
         };
+        if !attributes.is_empty() {
+            // SAFETY: as below.
+            return unsafe { self.launch_ex(raw, &config, params) };
+        }
+        let f = driver_fn!(cuLaunchKernel);
         // SAFETY: the function belongs to the stream's context (checked by the caller) and its
         // module is loaded; the caller promises that the parameters match the kernel's, each
         // pointing to a live value (borrowed for the call: the driver copies them at launch),
@@ -386,5 +406,67 @@ impl Function<'_> {
             )
         };
         check(rc, "cuLaunchKernel")
+    }
+
+    /// `cuLaunchKernelEx` with `config`'s attributes.
+    ///
+    /// # Safety
+    ///
+    /// As [`launch_params`](Function::launch_params); `params` is null or one pointer per
+    /// parameter.
+    #[cold]
+    unsafe fn launch_ex(
+        &self,
+        raw: ffi::CUstream,
+        config: &LaunchConfig,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        let f = driver_fn!(cuLaunchKernelEx);
+        use ffi::CUlaunchAttributeID as Id;
+        let a = &config.attributes;
+        let mut attrs = [ffi::CUlaunchAttribute::default(); 4];
+        let mut n = 0;
+        let mut push = |id: Id, set: &dyn Fn(&mut ffi::CUlaunchAttributeValue)| {
+            attrs[n].id = id;
+            set(&mut attrs[n].value);
+            n += 1;
+        };
+        if let Some(c) = a.cluster {
+            push(Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &|v| {
+                v.clusterDim = ffi::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                    x: c.x,
+                    y: c.y,
+                    z: c.z,
+                }
+            });
+        }
+        if a.cooperative {
+            push(Id::CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &|v| v.cooperative = 1);
+        }
+        if a.programmatic_serialization {
+            push(
+                Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                &|v| v.programmaticStreamSerializationAllowed = 1,
+            );
+        }
+        if let Some(p) = a.priority {
+            push(Id::CU_LAUNCH_ATTRIBUTE_PRIORITY, &|v| v.priority = p);
+        }
+        let c = ffi::CUlaunchConfig {
+            gridDimX: config.grid.x,
+            gridDimY: config.grid.y,
+            gridDimZ: config.grid.z,
+            blockDimX: config.block.x,
+            blockDimY: config.block.y,
+            blockDimZ: config.block.z,
+            sharedMemBytes: config.shared_memory_bytes,
+            hStream: raw,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
+        };
+        // SAFETY: as in `launch_params`; `c` points to `n` initialised attributes that outlive
+        // the call; `extra` is null.
+        let rc = unsafe { f(&c, self.raw(), params, ptr::null_mut()) };
+        check(rc, "cuLaunchKernelEx")
     }
 }

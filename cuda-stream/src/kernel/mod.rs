@@ -2,6 +2,16 @@
 //! `Enqueue`. The top layer: imports every layer below.
 
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
+pub(crate) mod ptx_params;
+
+pub(crate) mod kernel_info;
+
+pub(crate) mod config;
+
 pub(crate) mod module;
 
 pub(crate) mod launch;
+
+pub(crate) mod occupancy;
+
+pub(crate) mod typed;

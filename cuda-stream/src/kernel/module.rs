@@ -3,13 +3,15 @@
 
 use std::ffi::{CString, c_void};
 use std::fmt;
-use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr;
 
 use crate::base::error::{Error, JitLog, Result, check, driver_fn};
+use crate::base::params::ParamInfo;
 use crate::driver::context::{Context, bind, destroy_after_work};
 use crate::ffi;
+use crate::kernel::kernel_info::{KernelInfo, KernelInfos, driver_params};
+use crate::kernel::ptx_params;
 
 /// How big each JIT log buffer is: the driver truncates longer logs.
 const LOG_BYTES: usize = 16 * 1024;
@@ -110,6 +112,10 @@ pub struct Module {
     raw: ffi::CUmodule,
     ctx: Context,
     info_log: String,
+    /// The `.entry` parameter lists of the PTX it was loaded from (empty for a cubin).
+    ptx_entries: Vec<(String, Vec<ParamInfo>)>,
+    /// The kernels handed out, with their parameters.
+    kernels: KernelInfos,
 }
 
 // SAFETY: a module handle is a driver object that any thread may use; it is unloaded once.
@@ -132,6 +138,9 @@ fn log_text(buf: &[u8]) -> String {
     String::from_utf8_lossy(&buf[..end]).trim_end().to_string()
 }
 
+/// The first bytes of a fatbin.
+const FATBIN_MAGIC: [u8; 4] = 0xBA55_ED50u32.to_le_bytes();
+
 /// Where the magic numbers of the images `cuModuleLoadDataEx` accepts are checked: an ELF cubin
 /// must hold its section and program header tables, a fatbin its declared size.
 fn check_image(image: &[u8]) -> Result<()> {
@@ -144,11 +153,6 @@ fn check_image(image: &[u8]) -> Result<()> {
         image
             .get(i..i + 2)
             .map(|b| u16::from_le_bytes([b[0], b[1]]))
-    };
-    let u32_at = |i: usize| {
-        image
-            .get(i..i + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     };
     let u64_at = |i: usize| {
         image.get(i..i + 8).map(|b| {
@@ -183,7 +187,7 @@ fn check_image(image: &[u8]) -> Result<()> {
         }
         return Ok(());
     }
-    if u32_at(0) == Some(0xBA55_ED50) {
+    if image.starts_with(&FATBIN_MAGIC) {
         let (Some(header), Some(size)) = (u16_at(6), u64_at(8)) else {
             return bad("truncated fatbin header");
         };
@@ -223,7 +227,7 @@ impl Module {
         })?;
         // SAFETY: a NUL-terminated string that is no ELF file is read by the driver as PTX
         // text, up to its NUL (fatbin magic numbers cannot start a `str`).
-        unsafe { Module::load(ctx, text.as_ptr().cast(), options) }
+        unsafe { Module::load(ctx, text.as_ptr().cast(), options, Some(ptx)) }
     }
 
     /// Loads a compiled image: a cubin or fatbin (as `nvcc`, `ptxas`, `nvJitLink` or NVRTC
@@ -245,13 +249,26 @@ impl Module {
         unsafe {
             ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast(), image.len())
         };
+        // PTX text (neither ELF nor fatbin) has its parameter lists read, as for `from_ptx`.
+        let ptx = match image.split(|&b| b == 0).next() {
+            Some(t) if !image.starts_with(b"\x7fELF") && !image.starts_with(&FATBIN_MAGIC) => {
+                std::str::from_utf8(t).ok()
+            }
+            _ => None,
+        };
         // SAFETY: the caller promises a well-formed image; the copy holds all of its bytes.
-        unsafe { Module::load(ctx, aligned.as_ptr().cast(), JitOptions::new()) }
+        unsafe { Module::load(ctx, aligned.as_ptr().cast(), JitOptions::new(), ptx) }
     }
 
     /// # Safety
-    /// `image` is a complete image the driver can read to its end.
-    unsafe fn load(ctx: &Context, image: *const c_void, options: JitOptions) -> Result<Module> {
+    /// `image` is a complete image the driver can read to its end; `ptx` is its text, if it is
+    /// PTX.
+    unsafe fn load(
+        ctx: &Context,
+        image: *const c_void,
+        options: JitOptions,
+        ptx: Option<&str>,
+    ) -> Result<Module> {
         crate::driver::deferred_destroy::drain_if_pending();
         let f = driver_fn!(cuModuleLoadDataEx);
         let mut info = vec![0u8; LOG_BYTES];
@@ -317,12 +334,21 @@ impl Module {
             raw,
             ctx: ctx.clone(),
             info_log: log_text(&info),
+            ptx_entries: ptx.map(ptx_params::entries).unwrap_or_default(),
+            kernels: KernelInfos::default(),
         })
     }
 
     /// The kernel `name` (`cuModuleGetFunction`), borrowed from the module. A name the module
     /// does not define is [`Error::FunctionNotFound`]. (C++ kernels go by their mangled names
     /// unless declared `extern "C"`.)
+    ///
+    /// The first time a name is asked for, its parameters are read, for launches to check their
+    /// arguments against: from the driver (`cuFuncGetParamInfo`, CUDA 12.4: their sizes), with
+    /// their kinds (integer, float, pointer) from the PTX text where the module was loaded from
+    /// PTX; on older drivers from the PTX text alone. A kernel of a cubin or fatbin on a driver
+    /// before 12.4 has no known parameters ([`Function::params`] is `None`), and its launches
+    /// are not checked.
     pub fn function(&self, name: &str) -> Result<Function<'_>> {
         let c_name = CString::new(name).map_err(|_| Error::InvalidArgument {
             reason: format!("kernel name {name:?} has a NUL byte"),
@@ -344,11 +370,23 @@ impl Module {
         if raw.is_null() {
             return Err(Error::NullHandle { what: "function" });
         }
+        let info = self.kernels.get_or_try_insert(name, || {
+            let ptx = self
+                .ptx_entries
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, p)| p.as_slice());
+            let params = match driver_params(raw, ptx)? {
+                Some(p) => Some(p),
+                None => ptx.map(<[ParamInfo]>::to_vec),
+            };
+            Ok(KernelInfo::new(name, params, self.ctx.device()))
+        })?;
         let mut function = Function {
             raw,
             ctx: self.ctx.raw(),
             max_threads: 0,
-            _module: PhantomData,
+            info,
         };
         // Asked once, so that every launch checks its block size for free.
         let max = function
@@ -382,8 +420,15 @@ impl Module {
     pub fn close(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the fields are read once each.
-        let (ctx, info) = unsafe { (ptr::read(&this.ctx), ptr::read(&this.info_log)) };
-        drop(info);
+        let (ctx, info, entries, kernels) = unsafe {
+            (
+                ptr::read(&this.ctx),
+                ptr::read(&this.info_log),
+                ptr::read(&this.ptx_entries),
+                ptr::read(&this.kernels),
+            )
+        };
+        drop((info, entries, kernels));
         unload(this.raw, &ctx)
     }
 }
@@ -409,13 +454,15 @@ impl Drop for Module {
 }
 
 /// A kernel of a [`Module`], borrowed from it: `Copy`, `Send + Sync`, valid as long as the
-/// module. Launch it with [`Function::launch`].
+/// module. Launch it with [`Function::launch`], or declare its arguments with
+/// [`Function::typed`].
 #[derive(Clone, Copy)]
 pub struct Function<'m> {
     raw: ffi::CUfunction,
     ctx: ffi::CUcontext,
     max_threads: u32,
-    _module: PhantomData<&'m Module>,
+    /// The module's record of the kernel (its name and parameters).
+    info: &'m KernelInfo,
 }
 
 // SAFETY: a function handle is a driver object that any thread may use; it is never destroyed
@@ -429,6 +476,7 @@ impl fmt::Debug for Function<'_> {
         f.debug_struct("Function")
             .field("raw", &self.raw)
             .field("ctx", &self.ctx)
+            .field("name", &self.info.name)
             .field("max_threads_per_block", &self.max_threads)
             .finish()
     }
@@ -445,6 +493,23 @@ impl<'m> Function<'m> {
     /// The raw handle.
     pub fn raw(self) -> ffi::CUfunction {
         self.raw
+    }
+
+    /// The module's record of the kernel.
+    pub(crate) fn info(self) -> &'m KernelInfo {
+        self.info
+    }
+
+    /// The kernel's name, as it was looked up.
+    pub fn name(self) -> &'m str {
+        &self.info.name
+    }
+
+    /// The kernel's parameters, as launches check their arguments against them (see
+    /// [`Module::function`]): `None` where they are unknown (a cubin's kernel on a driver before
+    /// CUDA 12.4), and launches are not checked.
+    pub fn params(self) -> Option<&'m [ParamInfo]> {
+        self.info.params.as_deref()
     }
 
     /// The raw handle of the module's context: launches go on streams of this context only.

@@ -17,6 +17,9 @@ pub struct MockLaunch {
     pub shared_memory_bytes: u32,
     /// Each parameter's bytes, as the driver read them at the call (sizes from the PTX).
     pub params: Vec<Vec<u8>>,
+    /// `cuLaunchKernelEx`'s attributes: each `CUlaunchAttributeID` with up to three values
+    /// (cluster dimensions; 1 for cooperative and programmatic serialisation; the priority).
+    pub attributes: Vec<[u32; 4]>,
 }
 
 impl MockDriver {
@@ -69,11 +72,21 @@ impl MockDriver {
                 buf
             })
             .collect();
+        let attribute = self.control::<unsafe extern "C" fn(u32, *mut u32) -> c_int>(
+            b"cuda_mock_last_launch_attribute\0",
+        );
+        let mut attributes = Vec::new();
+        let mut a = [0u32; 4];
+        // SAFETY: 4 writable values.
+        while unsafe { attribute(attributes.len() as u32, a.as_mut_ptr()) } == 0 {
+            attributes.push(a);
+        }
         Some(MockLaunch {
             grid: [v[0], v[1], v[2]],
             block: [v[3], v[4], v[5]],
             shared_memory_bytes: v[6],
             params,
+            attributes,
         })
     }
 

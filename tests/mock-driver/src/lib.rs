@@ -127,6 +127,7 @@
 //! uint64_t cuda_mock_kernels_run(void);                   // never reset
 //! int      cuda_mock_last_launch(uint32_t out[8]);        // grid, block, shared bytes, #params
 //! int64_t  cuda_mock_last_launch_param(uint32_t i, uint8_t *out, size_t cap); // its size, or -1
+//! int      cuda_mock_last_launch_attribute(uint32_t i, uint32_t out[4]); // id, values; or -1
 //! int      cuda_mock_read_memory(uint64_t ptr, uint8_t *out, size_t len);     // 0, or -1
 //! int64_t  cuda_mock_event_flags(void *handle);           // an event's creation flags, -1 if not one
 //! ```

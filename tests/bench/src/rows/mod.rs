@@ -22,6 +22,7 @@ mod create;
 mod graphs;
 mod host_fn;
 mod hot_path;
+mod launches;
 mod memory;
 mod pool_async_scope;
 
@@ -102,5 +103,6 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
     pool_async_scope::rows(&fx, &mut rows)?;
     graphs::rows(&fx, &mut rows)?;
     memory::rows(&fx, &mut rows)?;
+    launches::rows(&fx, &mut rows)?;
     Ok((rows, status))
 }

@@ -237,7 +237,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 }
 
 /// A function of a loaded module: (module, entry index), or a counted bad use.
-fn live_function(st: &mut State, f: CUfunction) -> Result<(usize, usize), CUresult> {
+pub(super) fn live_function(st: &mut State, f: CUfunction) -> Result<(usize, usize), CUresult> {
     match st.device.functions.get(&(f as usize)) {
         Some(r) if st.device.module_alive(r.module) => Ok((r.module, r.entry)),
         _ => {
@@ -349,65 +349,106 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     api("cuLaunchKernel", false, |mut st| {
-        let (module, entry) = tri!(live_function(&mut st, f));
-        let s = tri!(st.stream(h_stream));
-        if s.ctx != st.device.modules[&module].ctx {
-            return INVALID_HANDLE;
-        }
-        let grid = [grid_dim_x, grid_dim_y, grid_dim_z];
-        let block = [block_dim_x, block_dim_y, block_dim_z];
-        let threads: u64 = block.iter().map(|&d| u64::from(d)).product();
-        let e = &st.device.modules[&module].entries[entry];
-        let max_threads = u64::from(e.max_threads.unwrap_or(1024));
-        let max_shared = st.device.functions[&(f as usize)].max_dynamic_shared;
-        if grid.contains(&0)
-            || block.contains(&0)
-            || grid[0] > i32::MAX as u32
-            || grid[1] > 65535
-            || grid[2] > 65535
-            || block[0] > 1024
-            || block[1] > 1024
-            || block[2] > 64
-            || threads > max_threads
-            || i64::from(shared_mem_bytes) > i64::from(max_shared)
-            || !extra.is_null()
-        {
-            return INVALID_VALUE;
-        }
-        if !e.params.is_empty() && kernel_params.is_null() {
-            return INVALID_VALUE;
-        }
-        let mut params = Vec::with_capacity(e.params.len());
-        for (i, &size) in e.params.iter().enumerate() {
-            // SAFETY: the caller passes one pointer per parameter.
-            let p = unsafe { *kernel_params.add(i) };
-            if p.is_null() {
-                return INVALID_VALUE;
-            }
-            // SAFETY: the caller promises each pointer is readable for the parameter's size.
-            params.push(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), size) }.to_vec());
-        }
-        let work = DeviceWork::Kernel {
-            module,
-            name: e.name.clone(),
-            threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
-            params: params.clone(),
-        };
-        if let Some(rc) = crate::state::capture::on_device_work(&mut st, s, &work) {
-            if rc != SUCCESS {
-                return rc;
-            }
-        } else {
-            tri!(st.enqueue(s, Work::Device(work)));
-        }
-        st.device.last_launch = Some(LaunchRec {
-            grid,
-            block,
+        let launch = Launch {
+            f,
+            grid: [grid_dim_x, grid_dim_y, grid_dim_z],
+            block: [block_dim_x, block_dim_y, block_dim_z],
             shared: shared_mem_bytes,
-            params,
-        });
-        SUCCESS
+            stream: h_stream,
+            attrs: Vec::new(),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { launch_kernel(&mut st, launch, kernel_params, extra) }
     })
+}
+
+/// A launch as `cuLaunchKernel` and `cuLaunchKernelEx` describe it: each attribute as its id
+/// and up to three values.
+pub(super) struct Launch {
+    pub(super) f: CUfunction,
+    pub(super) grid: [u32; 3],
+    pub(super) block: [u32; 3],
+    pub(super) shared: u32,
+    pub(super) stream: CUstream,
+    pub(super) attrs: Vec<[u32; 4]>,
+}
+
+/// The body of `cuLaunchKernel` (see there), shared with `cuLaunchKernelEx`.
+///
+/// # Safety
+///
+/// As `cuLaunchKernel`.
+pub(super) unsafe fn launch_kernel(
+    st: &mut State,
+    launch: Launch,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let Launch {
+        f,
+        grid,
+        block,
+        shared: shared_mem_bytes,
+        stream: h_stream,
+        attrs,
+    } = launch;
+    let (module, entry) = tri!(live_function(st, f));
+    let s = tri!(st.stream(h_stream));
+    if s.ctx != st.device.modules[&module].ctx {
+        return INVALID_HANDLE;
+    }
+    let threads: u64 = block.iter().map(|&d| u64::from(d)).product();
+    let e = &st.device.modules[&module].entries[entry];
+    let max_threads = u64::from(e.max_threads.unwrap_or(1024));
+    let max_shared = st.device.functions[&(f as usize)].max_dynamic_shared;
+    if grid.contains(&0)
+        || block.contains(&0)
+        || grid[0] > i32::MAX as u32
+        || grid[1] > 65535
+        || grid[2] > 65535
+        || block[0] > 1024
+        || block[1] > 1024
+        || block[2] > 64
+        || threads > max_threads
+        || i64::from(shared_mem_bytes) > i64::from(max_shared)
+        || !extra.is_null()
+    {
+        return INVALID_VALUE;
+    }
+    if !e.params.is_empty() && kernel_params.is_null() {
+        return INVALID_VALUE;
+    }
+    let mut params = Vec::with_capacity(e.params.len());
+    for (i, &size) in e.params.iter().enumerate() {
+        // SAFETY: the caller passes one pointer per parameter.
+        let p = unsafe { *kernel_params.add(i) };
+        if p.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: the caller promises each pointer is readable for the parameter's size.
+        params.push(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), size) }.to_vec());
+    }
+    let work = DeviceWork::Kernel {
+        module,
+        name: e.name.clone(),
+        threads: grid.iter().chain(&block).map(|&d| u64::from(d)).product(),
+        params: params.clone(),
+    };
+    if let Some(rc) = crate::state::capture::on_device_work(st, s, &work) {
+        if rc != SUCCESS {
+            return rc;
+        }
+    } else {
+        tri!(st.enqueue(s, Work::Device(work)));
+    }
+    st.device.last_launch = Some(LaunchRec {
+        grid,
+        block,
+        shared: shared_mem_bytes,
+        params,
+        attrs,
+    });
+    SUCCESS
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ mod pools;
 
 mod kernels;
 
+mod launch_ex;
+
 mod graphs;
 
 mod user_objects;
@@ -85,6 +87,7 @@ mod tests {
             include_str!("memory.rs"),
             include_str!("pools.rs"),
             include_str!("kernels.rs"),
+            include_str!("launch_ex.rs"),
             include_str!("graphs.rs"),
             include_str!("user_objects.rs"),
             include_str!("capture.rs"),

@@ -14,6 +14,7 @@ use super::events::*;
 use super::graphs::*;
 use super::init::*;
 use super::kernels::*;
+use super::launch_ex::*;
 use super::memory::*;
 use super::pools::*;
 use super::streams::*;

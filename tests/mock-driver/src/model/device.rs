@@ -79,6 +79,8 @@ pub(crate) struct LaunchRec {
     pub(crate) shared: u32,
     /// Each parameter's bytes, read through `kernelParams` at the call.
     pub(crate) params: Vec<Vec<u8>>,
+    /// `cuLaunchKernelEx`'s attributes: the id and up to three values each.
+    pub(crate) attrs: Vec<[u32; 4]>,
 }
 
 /// A queued device operation.

@@ -1,9 +1,10 @@
 //! Fault cases of modules and kernels: loading PTX and images, looking kernels up, their
 //! attributes, unloading. (Launches are stream operations: `stream_kinds.rs`.)
 
-use cuda_stream::{JitOptions, Module};
+use cuda_stream::{JitOptions, LaunchConfig, Module};
 
 use crate::harness::fixture::{Op, PTX, op, op_frees};
+use crate::harness::flavour;
 use crate::harness::swallowed::{SWALLOW_DROP, SWALLOW_FREE_DROP};
 
 /// Modules and their kernels.
@@ -36,5 +37,39 @@ pub(crate) fn ops() -> Vec<Op> {
         op("Module::function (fixture's module)", SWALLOW_DROP, |fx| {
             fx.module.function("scale").map(drop)
         }),
+        op_frees(
+            "Module::from_ptx + launch attributes' device support + close",
+            SWALLOW_DROP,
+            |fx| {
+                // A fresh module: the device's support is asked once per kernel.
+                let module = Module::from_ptx(&fx.ctx, PTX)?;
+                let f = module.function("scale")?;
+                let config = LaunchConfig::new(2, 32)
+                    .cluster(2)
+                    .cooperative(true)
+                    .programmatic_serialization(true);
+                let (x, n) = (fx.bytes.device_ptr(), 16u32);
+                // SAFETY: `scale` takes a pointer and a u32; the mock runs no device code.
+                let r = unsafe { f.launch(&fx.owned, config, &cuda_stream::kernel_args![x, n]) };
+                match r {
+                    // No cuLaunchKernelEx, nor the attributes (CUDA 11.4).
+                    Err(e) if e.is_unsupported() && !flavour().has_abi("cuLaunchKernelEx") => {}
+                    r => r?,
+                }
+                module.close()
+            },
+        ),
+        op(
+            "Function::max_potential_block_size + max_active_blocks_per_multiprocessor + LaunchConfig::for_elements_auto",
+            SWALLOW_DROP,
+            |fx| {
+                let f = fx.module.function("scale")?;
+                let size = f.max_potential_block_size(0)?;
+                assert!(f.max_active_blocks_per_multiprocessor(size.block, 0)? > 0);
+                let c = LaunchConfig::for_elements_auto(f, 4096)?;
+                assert_eq!(c.block.x, size.block);
+                Ok(())
+            },
+        ),
     ]
 }

@@ -197,6 +197,23 @@ pub(crate) fn ops(kind: Kind) -> Vec<Op> {
             })
         }),
         op_frees(
+            name("DeviceBuffer::zeroed + TypedKernel::launch + free"),
+            SWALLOW_DROP,
+            move |fx| {
+                on_stream(fx, k, |s| {
+                    let scale = fx
+                        .module
+                        .function("scale")?
+                        .typed::<(&mut DeviceBuffer<u8>, u32)>()?;
+                    let mut b = DeviceBuffer::<u8>::zeroed(&fx.ctx, &s, 16)?;
+                    let config = LaunchConfig::for_elements(16, 32);
+                    // SAFETY: the mock runs no device code.
+                    unsafe { scale.launch(&s, config, (&mut b, 16)) }?;
+                    b.free()
+                })
+            },
+        ),
+        op_frees(
             name("DeviceBuffer::zeroed + fill + copy_from + free"),
             SWALLOW_DROP,
             move |fx| {
@@ -264,6 +281,27 @@ pub(crate) fn ops(kind: Kind) -> Vec<Op> {
             })
         }),
     ];
+    // Launch attributes need cuLaunchKernelEx (CUDA 11.6); before, `Unsupported`
+    // (`checked_launches.rs` checks that).
+    if flavour().has_abi("cuLaunchKernelEx") {
+        ops.push(op(
+            name("Function::launch with attributes"),
+            SWALLOW_DROP,
+            move |fx| {
+                on_stream(fx, k, |s| {
+                    let scale = fx.module.function("scale")?;
+                    let (x, n) = (fx.bytes.device_ptr(), 16u32);
+                    let config = LaunchConfig::new(4, 32)
+                        .cluster(2)
+                        .cooperative(true)
+                        .programmatic_serialization(true)
+                        .priority(0);
+                    // SAFETY: `scale` takes a pointer and a u32; the mock runs no device code.
+                    unsafe { scale.launch(&s, config, &kernel_args![x, n]) }
+                })
+            },
+        ));
+    }
     // Stream ids need CUDA 12.0; before, `id` is `Unsupported` without a driver call
     // (`old_driver.rs` checks that).
     if flavour().has_abi("cuStreamGetId") {

@@ -39,6 +39,7 @@ fn a_launch_passes_its_arguments_and_shape() {
                     x.to_ne_bytes().to_vec(),
                     y.to_ne_bytes().to_vec(),
                 ],
+                attributes: vec![],
             }
         );
         stream.synchronize().unwrap();
