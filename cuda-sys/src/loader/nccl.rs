@@ -16,7 +16,7 @@ use crate::generated::nccl::{NCCL_SYMBOL_COUNT, NCCL_SYMBOLS, ncclResult_t};
 pub const NCCL_PATH_VAR: &str = "CUDA_SYS_LIBNCCL";
 
 /// A slot's mark for a symbol looked up and not found.
-const MISSING: *mut c_void = 1 as *mut c_void;
+const MISSING: *mut c_void = ptr::dangling_mut::<c_void>();
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> ncclResult_t;
 
