@@ -15,6 +15,7 @@ use super::graphs::*;
 use super::init::*;
 use super::kernels::*;
 use super::memory::*;
+use super::peers::*;
 use super::pools::*;
 use super::streams::*;
 use super::user_objects::*;
