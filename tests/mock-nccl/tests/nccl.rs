@@ -373,11 +373,19 @@ fn every_nccl_call_of_each_operation_fails_cleanly() {
                     ),
                 }
                 assert_eq!(n.group_depth(), 0, "{name}, {call} {k}/{count}");
-                assert_eq!(m.bad_uses(), 0, "{name}, {call} {k}/{count}: a dead handle used");
+                assert_eq!(
+                    m.bad_uses(),
+                    0,
+                    "{name}, {call} {k}/{count}: a dead handle used"
+                );
                 // A communicator whose destroy failed stays alive, once.
                 let failed_destroy = matches!(call, "ncclCommDestroy" | "ncclCommAbort");
                 let expected = alive + u64::from(failed_destroy);
-                assert_eq!(n.live_comms(), expected, "{name}, {call} {k}/{count}: leaked");
+                assert_eq!(
+                    n.live_comms(),
+                    expected,
+                    "{name}, {call} {k}/{count}: leaked"
+                );
                 alive = expected;
             }
         }
@@ -496,5 +504,3 @@ fn an_nccl_missing_a_function_is_an_error_value() {
         }
     }
 }
-
-
