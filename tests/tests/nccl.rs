@@ -170,7 +170,7 @@ fn an_id_passed_as_bytes_makes_a_one_rank_communicator() {
     let Some(ctx) = nccl_gpu() else { return };
     let _turn = alongside_others();
     let id = NcclId::new().unwrap();
-    let bytes: Vec<u8> = id.as_bytes().iter().copied().collect(); // as a file or pipe gives them
+    let bytes: Vec<u8> = id.as_bytes().to_vec(); // as a file or pipe gives them
     let again = NcclId::from_bytes(&bytes).unwrap();
     let comm = Communicator::init_rank(&ctx, 1, &again, 0)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
