@@ -59,7 +59,7 @@ cargo build --release -p cuda-stream-tests --example probe
 cp target/release/examples/probe "$out/bin/probe"
 cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
-    cargo build --release -p cuda-stream-interop
+    cargo build --release -p cuda-stream-interop --features nccl
     cp target/release/libcuda_stream_interop.so "$out/lib/"
     cp tests/interop/*.py "$out/lib/"
 fi

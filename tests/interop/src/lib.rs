@@ -20,6 +20,7 @@
 //! uint64_t csi_host_fn_runs(void);
 //! uint64_t csi_host_fns_alive(void);
 //! const char *csi_last_error(void);
+//! int32_t csi_nccl_all_reduce_u32(uintptr_t stream, uint64_t dptr, uint64_t n, uint32_t value); // feature nccl
 //! ```
 //!
 //! The capture entry points serve a framework's graph capture (`with torch.cuda.graph(g):`):
@@ -41,6 +42,8 @@ mod borrow;
 mod capture;
 mod error;
 mod events;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod owned;
 mod work;
 
@@ -55,6 +58,8 @@ pub use error::{
     CSI_ERR_NOT_CAPTURING, CSI_ERR_OTHER, CSI_ERR_PANIC, CSI_ERR_UNKNOWN_HANDLE, csi_last_error,
 };
 pub use events::{csi_destroy_event, csi_record_event, csi_wait_event};
+#[cfg(feature = "nccl")]
+pub use nccl::csi_nccl_all_reduce_u32;
 pub use owned::{csi_stream_create, csi_stream_destroy, csi_stream_wait_and_check};
 pub use work::{csi_add_u32, csi_fill_u32};
 
