@@ -258,13 +258,6 @@ impl Uses {
         }))
     }
 
-    /// The tracker's address: the order in which nested [`around`](Uses::around) calls over
-    /// several trackers lock them (as [`around_all`](Uses::around_all) does), so that two threads
-    /// cannot deadlock.
-    pub(crate) fn key(&self) -> usize {
-        Arc::as_ptr(&self.0) as usize
-    }
-
     /// Runs `op`, which enqueues work of kind `access` on `stream` (of the buffer's context,
     /// checked by the caller), after making the stream wait for the earlier uses it conflicts
     /// with; records the use once `op` has succeeded. If `op` fails nothing is recorded; if the
@@ -559,6 +552,13 @@ impl Uses {
         for ev in events {
             self.0.release(ev);
         }
+    }
+
+    /// The tracker's address: the order in which nested [`around`](Uses::around) calls over
+    /// several trackers lock them (as [`around_all`](Uses::around_all) does), so that two threads
+    /// cannot deadlock.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
     }
 }
 
