@@ -9,11 +9,10 @@ use crate::driver::capture_query::is_capturing;
 use crate::ffi;
 use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::Allocation;
-use crate::memory::buffer_ops::capture_graph;
 use crate::memory::use_tracking::Access;
 use crate::nccl::call::{nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
-use crate::peer::tracked::{TrackedUse, around_streams};
+use crate::peer::tracked::{TrackedUse, around_streams, capture_graph_of};
 use crate::stream::view::bind_if_special;
 
 /// The NCCL call of a plan, given the raw stream.
@@ -65,7 +64,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         let ctx = p.comm.context().raw();
         let _bound = bind_if_special(p.stream, ctx)?;
         if is_capturing(p.stream)? {
-            let graph = capture_graph(p.stream)?;
+            let graph = capture_graph_of(p.stream)?;
             for (a, access) in &p.buffers {
                 a.uses.settle_for_capture(p.stream, *access)?;
             }

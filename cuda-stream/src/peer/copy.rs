@@ -8,9 +8,8 @@ use crate::driver::context::Context;
 use crate::ffi;
 use crate::graph::user_objects::keep_alive;
 use crate::memory::buffer::DeviceBuffer;
-use crate::memory::buffer_ops::capture_graph;
 use crate::memory::use_tracking::Access;
-use crate::peer::tracked::{TrackedUse, around_streams};
+use crate::peer::tracked::{TrackedUse, around_streams, capture_graph_of};
 use crate::stream::view::{Enqueue, bind_if_special};
 
 impl<T: DeviceCopy> DeviceBuffer<T> {
@@ -95,13 +94,13 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let capturing = is_capturing(raw)?;
         if bytes == 0 {
             if capturing {
-                capture_graph(raw)?;
+                capture_graph_of(raw)?;
             }
             return Ok(());
         }
         let (dst, src_alloc) = (self.alloc_ref(), src.alloc_ref());
         if capturing {
-            let graph = capture_graph(raw)?;
+            let graph = capture_graph_of(raw)?;
             dst.uses.settle_for_capture(raw, Access::Write)?;
             src_alloc.uses.settle_for_capture(raw, Access::Read)?;
             keep_alive(stream_ctx, graph, (dst.clone(), src_alloc.clone()))?;
