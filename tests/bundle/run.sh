@@ -130,8 +130,8 @@ if [ $multi -eq 1 ]; then
         done
         if [ -x "$here/bin/cuda-stream-bench" ]; then
             echo "== multi-GPU benchmark rows (cuda-stream vs raw NCCL and cuMemcpyPeerAsync)"
-            timeout -k 10 "$bench_s" "$here/bin/cuda-stream-bench" --multi-gpu \
-                --json "$log_dir/bench-multi.json" 2>&1 | tee "$log_dir/bench-multi.log"
+            timeout -k 10 "$bench_s" "$here/bin/cuda-stream-bench" --multi-gpu "${bench_quick[@]}" \
+                2>&1 | tee "$log_dir/bench-multi.log"
             record "multi-gpu benchmark" "${PIPESTATUS[0]}"
         fi
         if [ -f "$here/bench/peers.py" ]; then
