@@ -156,29 +156,29 @@ impl Communicator {
 
     /// Destroys the communicator (`ncclCommDestroy`, after its work), returning NCCL's answer.
     pub fn close(self) -> Result<()> {
-        let _bound = bind(self.ctx.raw());
-        let raw = self.take();
+        // No CUDA call inside a host function (NCCL's destroy makes some): queued.
         if in_host_fn() {
-            defer([Deferred::new(raw as usize, destroy_deferred)]);
+            defer([Deferred::new(self.take() as usize, destroy_deferred)]);
             return Err(Error::InHostFunction {
                 call: "ncclCommDestroy",
             });
         }
-        destroy(raw, false)
+        let _bound = bind(self.ctx.raw());
+        destroy(self.take(), false)
     }
 
     /// Aborts the communicator (`ncclCommAbort`): its work in flight is stopped, and the other
     /// ranks' calls fail. For a rank that gives up after an error.
     pub fn abort(self) -> Result<()> {
-        let _bound = bind(self.ctx.raw());
-        let raw = self.take();
+        // No CUDA call inside a host function (NCCL's destroy makes some): queued.
         if in_host_fn() {
-            defer([Deferred::new(raw as usize, abort_deferred)]);
+            defer([Deferred::new(self.take() as usize, abort_deferred)]);
             return Err(Error::InHostFunction {
                 call: "ncclCommAbort",
             });
         }
-        destroy(raw, true)
+        let _bound = bind(self.ctx.raw());
+        destroy(self.take(), true)
     }
 
     /// The handle, leaving a value whose drop does nothing.

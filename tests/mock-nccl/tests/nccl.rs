@@ -395,6 +395,50 @@ fn every_nccl_call_of_each_operation_fails_cleanly() {
     println!("NCCL fault cases: {cases}");
 }
 
+#[test]
+fn a_communicator_dropped_or_closed_in_a_host_function_is_destroyed_later() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let alive = n.live_comms();
+    let mut comms = Communicator::init_all(&[Device::new(0).unwrap(), Device::new(1).unwrap()])
+        .unwrap()
+        .into_iter();
+    let (a, b) = (comms.next().unwrap(), comms.next().unwrap());
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    s.launch_host_func(move || {
+        drop(a);
+        let closed = b.close().map_err(|e| e.to_string());
+        // Nothing destroyed here: both queued for an ordinary thread.
+        let _ = tx.send((closed, n.live_comms()));
+    })
+    .unwrap();
+    s.synchronize().unwrap(); // an ordinary thread: drains the queued destroys
+    let (closed, live_inside) = rx.recv().unwrap();
+    assert_eq!(
+        closed,
+        Err(
+            "ncclCommDestroy cannot be made inside a host function; the destroy was deferred"
+                .into()
+        )
+    );
+    assert_eq!(
+        live_inside,
+        alive + 2,
+        "nothing destroyed inside the host function"
+    );
+    assert_eq!(
+        m.host_fn_api_calls(),
+        0,
+        "no CUDA call from the host function"
+    );
+    drain_deferred();
+    assert_eq!(n.live_comms(), alive, "both destroyed afterwards");
+}
+
 /// Runs `test` again in a child process with `CUDA_SYS_LIBNCCL=nccl` (and the child flag).
 fn in_child_with(test: &str, nccl: &std::path::Path) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
