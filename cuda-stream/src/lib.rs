@@ -172,8 +172,11 @@
 //! | `graph` | host nodes and values kept alive by driver user objects (`user_objects`), [`Graph`] and [`GraphExec`] (`replay`), the capture view [`CaptureStream`] (`capture_view`), capture itself, the capture-mode guard |
 //! | `memory` | the raw memset/memcpy functions, [`DeviceBuffer`] |
 //! | `kernel` | [`Module`], [`Function`], kernel launches |
-//! | `peer` | several devices: [`Device::can_access_peer`], [`Context::enable_peer_access`], [`DeviceBuffer::copy_from_peer`], use tracking over several streams (`tracked`) |
-//! | `nccl` | NCCL collectives on streams (feature `nccl`): `Communicator`, `Group`, `NcclId` |
+//!
+//! Above them, several devices: `peer` ([`Device::can_access_peer`],
+//! [`Context::enable_peer_access`], [`DeviceBuffer::copy_from_peer`], and use tracking over
+//! several streams, `tracked`), then `nccl` (feature `nccl`: NCCL collectives on streams,
+//! `Communicator`, `Group`, `NcclId`).
 //!
 #![doc = ""]
 #![doc = include_str!("../doc/driver-versions.md")]
