@@ -1,7 +1,7 @@
 //! Several devices against the mock: peer queries, idempotent peer access, peer copies both ways
 //! with their results, and what a peer copy refuses.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::CUresult;
@@ -9,10 +9,20 @@ use cuda_stream::{Context, DeviceBuffer, Error};
 
 static LOCK: Mutex<()> = Mutex::new(());
 
+/// Serialises the tests and resets the mock. Both primary contexts stay retained for the whole
+/// process, as the fault suite's fixture keeps them: the mock frees a context's memory when its
+/// last retain goes, even under work still queued, which a later test would count.
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
-    m.set_memory_pools(1, false);
+    static KEEP: OnceLock<(Context, Context)> = OnceLock::new();
+    KEEP.get_or_init(|| {
+        m.set_memory_pools(1, false);
+        (Context::primary(0).unwrap(), Context::primary(1).unwrap())
+    });
+    for c in KEEP.get().into_iter().flat_map(|(a, b)| [a, b]) {
+        c.synchronize().unwrap();
+    }
     m.reset();
     (guard, m)
 }

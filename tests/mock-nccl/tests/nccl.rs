@@ -32,6 +32,12 @@ fn fake() -> (
         Nccl::install_global(nccl).expect("nothing loaded NCCL before");
         MockNccl::open(&path).expect("its control functions resolve")
     });
+    // Both primary contexts stay retained for the whole process (the mock frees a context's
+    // memory when its last retain goes, even under queued work), and are idle before a test.
+    static KEEP: OnceLock<(Context, Context)> = OnceLock::new();
+    let keep = KEEP.get_or_init(|| (Context::primary(0).unwrap(), Context::primary(1).unwrap()));
+    keep.0.synchronize().unwrap();
+    keep.1.synchronize().unwrap();
     m.reset();
     n.reset();
     (guard, n, m)
@@ -339,9 +345,6 @@ fn every_nccl_call_of_each_operation_fails_cleanly() {
         "ncclCommAbort",
     ];
     let mut cases = 0;
-    // The contexts stay retained across the runs, as the fault suite's fixture keeps them: the
-    // mock frees a context's memory when its last retain goes, even with work still queued.
-    let _keep = (Context::primary(0).unwrap(), Context::primary(1).unwrap());
     // Communicators whose destroy failed stay alive (and are never destroyed twice).
     let mut alive = n.live_comms();
     for (name, op) in ops {
