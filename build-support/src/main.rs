@@ -10,6 +10,10 @@
 //! way the header itself must match [`HEADER_SHA256`](header::HEADER_SHA256): the committed
 //! bindings name it.
 //!
+//! The NCCL bindings (`nccl.rs`, behind cuda-sys's `nccl` feature) come the same way from the
+//! pinned `nccl.h` of the `nvidia-nccl-cu13` wheel (`--nccl-include` or `NCCL_INCLUDE_DIR` to
+//! use another copy of the same header).
+//!
 //! `check` regenerates into a temporary folder and fails on any difference with what is
 //! committed, so the bindings cannot drift from the generator.
 //!
@@ -28,6 +32,7 @@ mod bindgen_run;
 mod emit;
 mod generate;
 mod header;
+mod nccl;
 mod output;
 mod sha256;
 
@@ -50,9 +55,13 @@ fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_default();
     let mut include = std::env::var_os("CUDA_INCLUDE_DIR").map(PathBuf::from);
+    let mut nccl_include = std::env::var_os("NCCL_INCLUDE_DIR").map(PathBuf::from);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--include" => include = Some(args.next().ok_or("--include needs a folder")?.into()),
+            "--nccl-include" => {
+                nccl_include = Some(args.next().ok_or("--nccl-include needs a folder")?.into())
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -61,11 +70,17 @@ fn run() -> Result<()> {
         Some(dir) => dir,
         None => header::fetch_wheel(&root)?,
     };
+    let nccl_include = match nccl_include {
+        Some(dir) => dir,
+        None => header::fetch_nccl_wheel(&root)?,
+    };
     let out_dir = root.join("cuda-sys/src/generated");
     match mode.as_str() {
-        "generate" => output::write(&include, &out_dir),
-        "check" => output::check(&include, &out_dir),
-        _ => Err("usage: build-support (generate|check) [--include DIR]".into()),
+        "generate" => output::write(&include, &nccl_include, &out_dir),
+        "check" => output::check(&include, &nccl_include, &out_dir),
+        _ => {
+            Err("usage: build-support (generate|check) [--include DIR] [--nccl-include DIR]".into())
+        }
     }
 }
 

@@ -7,10 +7,12 @@ use std::process::Command;
 use crate::Result;
 use crate::generate::generate;
 use crate::header::REGENERATE;
+use crate::nccl::generate_nccl;
 
 /// Generates the bindings and writes them over the committed ones.
-pub(crate) fn write(include: &Path, out_dir: &Path) -> Result<()> {
-    let (files, report) = generate(include)?;
+pub(crate) fn write(include: &Path, nccl_include: &Path, out_dir: &Path) -> Result<()> {
+    let (mut files, report) = generate(include)?;
+    files.extend(generate_nccl(nccl_include)?);
     for line in &report.lines {
         println!("{line}");
     }
@@ -23,8 +25,9 @@ pub(crate) fn write(include: &Path, out_dir: &Path) -> Result<()> {
 
 /// Generates the bindings into a temporary folder and fails, showing a diff, if any file differs
 /// from the committed one.
-pub(crate) fn check(include: &Path, out_dir: &Path) -> Result<()> {
-    let (files, _) = generate(include)?;
+pub(crate) fn check(include: &Path, nccl_include: &Path, out_dir: &Path) -> Result<()> {
+    let (mut files, _) = generate(include)?;
+    files.extend(generate_nccl(nccl_include)?);
     let tmp = std::env::temp_dir().join(format!("cuda-sys-check-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
     let mut stale = Vec::new();

@@ -176,6 +176,11 @@
 //! | `memory` | the raw memset/memcpy functions, [`DeviceBuffer`] |
 //! | `kernel` | the PTX's parameter lists (`ptx_params`), what a module records of each kernel (`kernel_info`), [`LaunchConfig`] and its attributes (`config`), [`Module`], [`Function`], checked launches, occupancy, [`TypedKernel`] |
 //!
+//! Above them, several devices: `peer` ([`Device::can_access_peer`],
+//! [`Context::enable_peer_access`], [`DeviceBuffer::copy_from_peer`], and use tracking over
+//! several streams, `tracked`), then `nccl` (feature `nccl`: NCCL collectives on streams,
+//! `Communicator`, `Group`, `NcclId`).
+//!
 #![doc = ""]
 #![doc = include_str!("../doc/driver-versions.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -197,6 +202,11 @@ mod graph;
 mod memory;
 
 mod kernel;
+
+mod peer;
+
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 pub use base::capture_mode::{CaptureMode, CaptureStatus};
 pub use base::error::{DriverCode, Error, JitLog, Result};

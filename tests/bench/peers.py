@@ -14,6 +14,12 @@ that is not installed is reported as missing, never as a failure.
 
 Usage:
     python3 tests/bench/peers.py [--quick] [--json FILE] [--only torch,cupy,cuda.core]
+    python3 tests/bench/peers.py --nccl [--quick]
+
+`--nccl` (for a machine with two GPUs) times `torch.distributed.all_reduce` (NCCL backend, two
+processes, one GPU each, sum of f32 in place) at 1 MiB, 64 MiB and 1 GiB and prints NCCL's bus
+bandwidth, for the benchmark's multi-GPU all-reduce rows; it sets NCCL_NVLS_ENABLE=0 in both
+processes, and skips (exit 0, saying why) without PyTorch or with fewer than two GPUs.
 
 Prints a Markdown table of ns per operation; `--json FILE` writes the results for
 `combine.py`, which prints them beside the raw, cuda-stream and cudarc columns. Exits 0 when
@@ -671,7 +677,102 @@ def print_table(results, frameworks):
                 print(f"  - {row_id}: {cell['error']}")
 
 
+NCCL_SIZES = [(1 << 20, "1 MiB", 200), (64 << 20, "64 MiB", 40), (1 << 30, "1 GiB", 8)]
+
+
+def nccl_rank(rank, world, port, quick):
+    """One rank of the torch.distributed all-reduce rows; rank 0 prints them as JSON."""
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    import torch
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    rows = []
+    reps = 2 if quick else 8
+    for nbytes, label, iters in NCCL_SIZES:
+        iters = max(2, iters // 10) if quick else iters
+        x = torch.zeros(nbytes // 4, dtype=torch.float32, device=f"cuda:{rank}")
+        for _ in range(3):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            dist.barrier()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(x)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / iters)
+        t = sorted(times)[len(times) // 2]
+        busbw = nbytes / t / 1e9 * 2 * (world - 1) / world
+        rows.append({"size": label, "bytes": nbytes, "s": t, "busbw_gbps": busbw})
+        del x
+    if rank == 0:
+        print("NCCL_ROWS " + json.dumps({"torch": torch.__version__,
+                                         "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                                         "rows": rows}), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+def nccl_main(argv):
+    quick = "--quick" in argv
+    probe = subprocess.run([sys.executable, "-c",
+                            "import torch; print(torch.cuda.device_count())"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        print("torch.distributed all_reduce: skipped (PyTorch is not installed)")
+        return 0
+    ngpu = int(probe.stdout.strip() or 0)
+    if ngpu < 2:
+        print(f"torch.distributed all_reduce: skipped (needs 2 GPUs, PyTorch sees {ngpu})")
+        return 0
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    args = ["--quick"] if quick else []
+    procs = [subprocess.Popen([sys.executable, __file__, "--nccl-rank", str(r), "2", str(port)]
+                              + args, env=env, stdout=subprocess.PIPE, text=True)
+             for r in range(2)]
+    timeout = int(os.environ.get("PEERS_TIMEOUT_S", "600"))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            print("torch.distributed all_reduce: timed out")
+            return 1
+    if any(p.returncode != 0 for p in procs):
+        print(f"torch.distributed all_reduce: failed (exit {[p.returncode for p in procs]})")
+        return 1
+    line = next((l for l in outs[0].splitlines() if l.startswith("NCCL_ROWS ")), None)
+    if line is None:
+        print("torch.distributed all_reduce: rank 0 printed no rows")
+        return 1
+    doc = json.loads(line[len("NCCL_ROWS "):])
+    print(f"torch.distributed.all_reduce, NCCL backend, 2 processes (PyTorch {doc['torch']}, "
+          f"NCCL {doc['nccl']}; sum of f32 in place; median of repetitions"
+          + ("; --quick: smoke test" if quick else "") + "):")
+    print()
+    print("| size | time per all-reduce | bus bandwidth |")
+    print("| --- | --- | --- |")
+    for r in doc["rows"]:
+        print(f"| {r['size']} | {r['s'] * 1e6:.1f} us | {r['busbw_gbps']:.1f} GB/s |")
+    return 0
+
+
 def main(argv):
+    if "--nccl-rank" in argv:
+        i = argv.index("--nccl-rank")
+        return nccl_rank(int(argv[i + 1]), int(argv[i + 2]), int(argv[i + 3]), "--quick" in argv)
+    if "--nccl" in argv:
+        return nccl_main(argv)
     quick = "--quick" in argv
     cfg = Config(quick)
     if "--child" in argv:

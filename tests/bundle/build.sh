@@ -14,7 +14,7 @@ mkdir -p "$out/tests" "$out/bin" "$out/lib" "$out/bench"
 
 echo "== building test binaries (release)"
 cargo test --release --workspace --exclude ui-tests --exclude build-support \
-    --exclude 'cuda-mock-driver*' --no-run \
+    --exclude 'cuda-mock-driver*' --exclude 'cuda-mock-nccl*' --features cuda-stream-tests/nccl --no-run \
     --message-format=json 2>/dev/null >"$out/.cargo-tests.json"
 python3 - "$out" <<'PY'
 import json, os, shutil, sys
@@ -51,7 +51,7 @@ rm -f "$out/.cargo-tests.json"
 echo "== building the example, the benchmark and the interop library"
 cargo build --release -p cuda-stream --example streams
 cp target/release/examples/streams "$out/bin/streams"
-cargo build --release -p cuda-stream-bench
+cargo build --release -p cuda-stream-bench --features nccl
 cp target/release/cuda-stream-bench "$out/bin/"
 cp tests/bench/peers.py tests/bench/combine.py "$out/bench/"
 # The experiments behind the benchmark's analysis (tests/perf/gpu-experiments.sh).
@@ -59,7 +59,7 @@ cargo build --release -p cuda-stream-tests --example probe
 cp target/release/examples/probe "$out/bin/probe"
 cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
-    cargo build --release -p cuda-stream-interop
+    cargo build --release -p cuda-stream-interop --features nccl
     cp target/release/libcuda_stream_interop.so "$out/lib/"
     cp tests/interop/*.py "$out/lib/"
 fi

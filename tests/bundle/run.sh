@@ -17,6 +17,13 @@
 # version and cuda-stream takes its fallbacks on the real driver (`elapsed_since` through the
 # original cuEventElapsedTime, ...); it prints its own PASS/FAIL lines and libtest counts,
 # prefixed `abi 12000`. `--abi-only 12000` runs just that pass.
+# `--multi-gpu` runs only the work for a machine with several GPUs: the NCCL, peer and
+# multi-GPU test binaries (two GPUs in one process, two processes with one rank each, peer copies
+# both ways) and the benchmark's multi-GPU rows (all-reduce bus bandwidth at 1 MiB, 64 MiB and
+# 1 GiB, peer copy bandwidth, and torch.distributed's all-reduce from bench/peers.py --nccl); it
+# skips, saying why, where fewer than 2 GPUs are visible. NCCL is found through Python (the
+# nvidia-nccl-cu13 wheel: `import nvidia.nccl`) unless CUDA_SYS_LIBNCCL names it; NVLink
+# multicast stays off: NCCL_NVLS_ENABLE=0 is exported for every process this script starts.
 # Every plain run is bounded too, so a hang fails (exit 124, reported as a timeout) instead of
 # stalling: PER_BINARY_S for each test binary (default 300), the example and the Python interop
 # test (120 s each), each benchmark run (BENCH_S, default 300). The benchmark's measuring thread
@@ -24,6 +31,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=0
+multi=0
 bench_quick=()
 sanitize=1
 tests=1
@@ -38,6 +46,7 @@ for a in "$@"; do
         --bench-only) bench=1; tests=0; sanitize=0 ;;
         --bench-quick) bench=1; bench_quick=(--quick) ;;
         --quick) sanitize=0 ;;
+        --multi-gpu) multi=1; tests=0; sanitize=0 ;;
         --sanitize-only) tests=0 ;;
         *) echo "unknown option $a" >&2; exit 2 ;;
     esac
@@ -55,6 +64,17 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 echo "GPU: ${gpu:-unknown (no nvidia-smi)}"
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 echo "GPUs visible: $ngpu"
+
+# NVLink multicast stays off in every process started here (never cuMulticastCreate).
+export NCCL_NVLS_ENABLE=0
+# NCCL: the nvidia-nccl-cu13 wheel beside PyTorch, found through Python.
+if [ -z "${CUDA_SYS_LIBNCCL:-}" ]; then
+    nccl_lib=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+    if [ -n "$nccl_lib" ] && [ -f "$nccl_lib" ]; then
+        export CUDA_SYS_LIBNCCL=$nccl_lib
+    fi
+fi
+echo "NCCL: ${CUDA_SYS_LIBNCCL:-not found through Python, libnccl.so.2 from the library path if any}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 
 pass=0
 fail=0
@@ -88,6 +108,40 @@ for t in "$here"/tests/*; do
     record "$name" $st
     if [ $st -ne 0 ]; then tail -n 40 "$log_dir/$name.log"; fi
 done
+
+if [ $multi -eq 1 ]; then
+    if [ "$ngpu" -lt 2 ]; then
+        echo "skipped: --multi-gpu needs 2 GPUs, $ngpu visible"
+    else
+        echo "== multi-GPU: NCCL, peers and two-GPU tests (every one required to run, none skipped)"
+        for name in cuda-stream-tests--nccl cuda-stream-tests--peers cuda-stream-tests--multi_gpu; do
+            t="$here/tests/$name"
+            [ -x "$t" ] || { record "$name (missing)" 1; continue; }
+            CUDA_STREAM_TESTS_REQUIRE_GPU=1 CUDA_STREAM_TESTS_REQUIRE_NCCL=1 \
+                timeout -k 10 "$plain_per_binary" "$t" --test-threads=1 --nocapture \
+                >"$log_dir/multi-$name.log" 2>&1
+            st=$?
+            while read -r p f; do
+                tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
+            done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/multi-$name.log")
+            grep -h "skipped\|^NCCL \|peer access\|rank 1:" "$log_dir/multi-$name.log" | sort | uniq -c | head -8
+            record "multi-gpu $name" $st
+            if [ $st -ne 0 ]; then tail -n 40 "$log_dir/multi-$name.log"; fi
+        done
+        if [ -x "$here/bin/cuda-stream-bench" ]; then
+            echo "== multi-GPU benchmark rows (cuda-stream vs raw NCCL and cuMemcpyPeerAsync)"
+            timeout -k 10 "$bench_s" "$here/bin/cuda-stream-bench" --multi-gpu "${bench_quick[@]}" \
+                2>&1 | tee "$log_dir/bench-multi.log"
+            record "multi-gpu benchmark" "${PIPESTATUS[0]}"
+        fi
+        if [ -f "$here/bench/peers.py" ]; then
+            echo "== torch.distributed all_reduce (NCCL backend, 2 processes)"
+            PYTHONUNBUFFERED=1 timeout -k 10 600 python3 "$here/bench/peers.py" --nccl \
+                2>&1 | tee "$log_dir/peers-nccl.log"
+            record "python torch.distributed all_reduce" "${PIPESTATUS[0]}"
+        fi
+    fi
+fi
 
 abi_passed=0
 abi_failed=0
@@ -168,7 +222,8 @@ if [ $sanitize -eq 1 ]; then
         for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
             for t in "$here"/tests/cuda-stream-tests--*; do
                 name=$(basename "$t")
-                case "$name" in *stress*|*lib|*leak*) continue ;; esac
+                # NCCL's own kernels and proxy threads are not this crate's to sanitise.
+                case "$name" in *stress*|*lib|*leak*|*nccl*) continue ;; esac
                 if [ -n "$only" ] && ! echo " $only " | grep -q " ${name#cuda-stream-tests--} "; then
                     continue
                 fi

@@ -91,6 +91,8 @@ def load_library():
         "csi_capture_status": [u, ctypes.POINTER(i32), ctypes.POINTER(u64)],
         "csi_capture_add_and_count": [u, u64, u64, u32],
     }
+    if hasattr(lib, "csi_nccl_all_reduce_u32"):  # built with the nccl feature
+        sigs["csi_nccl_all_reduce_u32"] = [u, u64, u64, u32]
     for name, args in sigs.items():
         fn = getattr(lib, name)
         fn.argtypes = args
@@ -462,6 +464,26 @@ def check_still_usable(csi, label, ops, s, h, value):
     report(f"{label}: csi_fill_u32 on the borrowed stream, framework reads after", ok, f"{detail}; after {producer}")
 
 
+def check_nccl_all_reduce(csi, label, ops, s, h, value):
+    """An NCCL all-reduce (one rank) on the borrowed framework stream, after the framework's
+    long op there; the framework reads the result on its stream."""
+    name = f"{label}: NCCL all-reduce on the borrowed stream, framework reads after"
+    if not hasattr(csi.lib, "csi_nccl_all_reduce_u32"):
+        skip(name, "the interop library was built without the nccl feature")
+        return
+    a = ops.alloc(N, INIT)
+    producer = ops.busy(s)
+    try:
+        csi._call("csi_nccl_all_reduce_u32", h, ops.ptr(a), N, value)
+    except CsiError as e:
+        if "no usable NCCL" in str(e):
+            skip(name, str(e))
+            return
+        raise
+    ok, detail = ops.check(s, a, value)
+    report(name, ok, f"{detail}; after {producer}")
+
+
 def check_device(csi, label, h, expected):
     got = csi.stream_device(h)
     report(f"{label}: csi_stream_device matches the framework's device", got == expected, f"rust {got}, framework {expected}")
@@ -655,6 +677,7 @@ def run_torch(csi):
     guarded("torch borrowed tensors", lambda: check_borrowed_memory(csi, "torch", ops, sa, ha, 1009))
     guarded("torch framework event", lambda: check_framework_event(csi, "torch", ops, sa, sb, hb, 1005, ops.new_event_on))
     guarded("torch usable", lambda: check_still_usable(csi, "torch.cuda.Stream", ops, sa, ha, 1006))
+    guarded("torch nccl", lambda: check_nccl_all_reduce(csi, "torch.cuda.Stream", ops, sa, ha, 1010))
     guarded("torch device", lambda: check_device(csi, "torch.cuda.Stream", ha, ops.stream_device(sa)))
     guarded("torch lent", lambda: check_rust_stream_lent(csi, "torch", ops, ops.device, ops.wrap_external, 1008))
     for mode in ("default", "thread_local"):

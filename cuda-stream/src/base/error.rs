@@ -230,6 +230,26 @@ pub enum Error {
         #[source]
         code: DriverCode,
     },
+    /// An NCCL call returned an error (feature `nccl`), or a communicator reported an
+    /// asynchronous error (`call` is then `ncclCommGetAsyncError`).
+    #[cfg(feature = "nccl")]
+    #[error("{call}: {}", ffi::nccl::nccl_result_name(*code))]
+    Nccl {
+        /// The NCCL function, as C code names it (`ncclCommInitRank`).
+        call: &'static str,
+        /// What NCCL returned (or reported asynchronously).
+        code: ffi::nccl::ncclResult_t,
+    },
+    /// NCCL could not be loaded, or lacks a function this operation needs (feature `nccl`).
+    #[cfg(feature = "nccl")]
+    #[error("{call}: no usable NCCL")]
+    NcclLoad {
+        /// The NCCL function that was needed.
+        call: &'static str,
+        /// The loader's account: which files were tried, or which symbol is missing.
+        #[source]
+        source: ffi::nccl::NcclLoadError,
+    },
 }
 
 /// The header's account of a `CUgraphExecUpdateResult`.
@@ -351,6 +371,8 @@ impl Error {
             | Error::Unsupported { call, .. }
             | Error::Refused { call, .. }
             | Error::CaptureFailed { call, .. } => Some(call),
+            #[cfg(feature = "nccl")]
+            Error::Nccl { call, .. } | Error::NcclLoad { call, .. } => Some(call),
             Error::GraphUpdate { .. } => Some("cuGraphExecUpdate"),
             _ => None,
         }

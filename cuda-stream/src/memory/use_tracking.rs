@@ -604,6 +604,13 @@ impl Uses {
             self.0.release(ev);
         }
     }
+
+    /// The tracker's address: the order in which nested [`around`](Uses::around) calls over
+    /// several trackers lock them (as [`around_all`](Uses::around_all) does), so that two threads
+    /// cannot deadlock.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
 }
 
 /// An error of work run inside [`Uses::around`], and whether the work was enqueued before it.

@@ -200,7 +200,7 @@ impl Driver {
 
 /// Why `path` cannot be a library, for a path (not a bare name the loader searches for) that is
 /// missing, a directory or empty.
-fn unusable_file(path: &OsStr) -> Option<String> {
+pub(super) fn unusable_file(path: &OsStr) -> Option<String> {
     let p = Path::new(path);
     if p.components().count() < 2 && !p.is_absolute() {
         return None;

@@ -17,6 +17,8 @@
 mod driver;
 mod error;
 mod global;
+#[cfg(feature = "nccl")]
+pub(crate) mod nccl;
 mod options;
 mod resolve;
 mod symbol;

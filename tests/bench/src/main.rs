@@ -22,6 +22,7 @@
 //!
 //! Without a CUDA driver it prints `no CUDA driver found: <error>` and exits with status 2.
 
+mod bandwidth;
 mod cudarc_column;
 mod executor;
 mod fail;
@@ -52,7 +53,8 @@ fn usage() -> &'static str {
        --reps N      repetitions per row (even: half run raw first; default 16, 4 with --quick)\n  \
        --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
        --pin-cpu N   run the measuring thread on CPU N only (the driver's threads stay free)\n  \
-       --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)"
+       --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)\n  \
+       --multi-gpu   only the two-GPU rows: NCCL all-reduce and peer copy bandwidth"
 }
 
 /// What the command line asked for.
@@ -61,6 +63,7 @@ struct Args {
     cfg: Config,
     json: Option<String>,
     pin_cpu: Option<usize>,
+    multi_gpu: bool,
 }
 
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, String> {
@@ -69,11 +72,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     let mut json = None;
     let mut reps = None;
     let mut pin_cpu = None;
+    let mut multi_gpu = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => cfg = Config::quick(),
             "--no-cudarc" => cudarc = false,
+            "--multi-gpu" => multi_gpu = true,
             "--json" => json = Some(args.next().ok_or("--json needs a file name")?),
             "--reps" => {
                 let n = args.next().ok_or("--reps needs a number")?;
@@ -102,14 +107,24 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     if let Some(n) = reps {
         cfg.reps = n;
     }
-    Ok(Some(Args { cfg, json, pin_cpu }))
+    Ok(Some(Args {
+        cfg,
+        json,
+        pin_cpu,
+        multi_gpu,
+    }))
 }
 
 fn main() -> ExitCode {
     if first_use::is_child() {
         return first_use::child_main();
     }
-    let Args { cfg, json, pin_cpu } = match parse_args(std::env::args().skip(1)) {
+    let Args {
+        cfg,
+        json,
+        pin_cpu,
+        multi_gpu,
+    } = match parse_args(std::env::args().skip(1)) {
         Ok(Some(args)) => args,
         Ok(None) => {
             println!("{}", usage());
@@ -121,6 +136,19 @@ fn main() -> ExitCode {
         }
     };
 
+    if multi_gpu {
+        if let Err(e) = sys::Driver::global() {
+            eprintln!("no CUDA driver found: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+        return match bandwidth::multi_gpu(cfg.quick) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cuda-stream-bench: {}", chain(&e));
+                ExitCode::FAILURE
+            }
+        };
+    }
     // Only the library is loaded here (no cuInit, no context), so the first-use children run
     // first, on an idle GPU, and work even where the compute mode allows one context per GPU.
     if let Err(e) = sys::Driver::global() {
@@ -178,6 +206,7 @@ fn main() -> ExitCode {
         started.elapsed().as_secs_f64()
     );
     first_use::print(&cfg, &first);
+    bandwidth::one_gpu(&ctx, cfg.quick);
     if let Some(path) = json {
         let text = report::json(&cfg, &machine, &rows, &first);
         if let Err(e) = std::fs::write(&path, text) {
@@ -199,7 +228,8 @@ mod tests {
     #[test]
     fn arguments() {
         let a = parse(&[]).unwrap().unwrap();
-        assert!(!a.cfg.quick && a.cfg.cudarc && a.json.is_none());
+        assert!(!a.cfg.quick && a.cfg.cudarc && a.json.is_none() && !a.multi_gpu);
+        assert!(parse(&["--multi-gpu"]).unwrap().unwrap().multi_gpu);
         let a = parse(&["--json", "out.json", "--quick", "--no-cudarc"])
             .unwrap()
             .unwrap();

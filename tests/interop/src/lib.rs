@@ -34,6 +34,9 @@
 //! PyTorch's default stream) names a default stream of the context current on the calling
 //! thread, which must be a primary context.
 //!
+//! With the `nccl` feature, `int32_t csi_nccl_all_reduce_u32(uintptr_t stream, uint64_t dptr,
+//! uint64_t n, uint32_t value)` runs an NCCL all-reduce (one rank) on the borrowed stream.
+//!
 //! Every function returns 0 on success; otherwise the `CUresult` of a failed driver call
 //! (positive) or one of the negative `CSI_ERR_*` codes, and [`csi_last_error`] describes it.
 
@@ -45,6 +48,9 @@ mod events;
 mod memory;
 mod owned;
 mod work;
+// The NCCL entry point (feature `nccl`).
+#[cfg(feature = "nccl")]
+mod nccl;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -60,6 +66,9 @@ pub use events::{csi_destroy_event, csi_record_event, csi_wait_event};
 pub use memory::csi_borrowed_copy_u32;
 pub use owned::{csi_stream_create, csi_stream_destroy, csi_stream_wait_and_check};
 pub use work::{csi_add_u32, csi_fill_u32};
+
+#[cfg(feature = "nccl")]
+pub use nccl::csi_nccl_all_reduce_u32;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

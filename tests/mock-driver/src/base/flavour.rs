@@ -96,6 +96,10 @@ macro_rules! driver_function_list {
             cuMemcpyDtoDAsync_v2,
             cuMemcpyHtoDAsync_v2,
             cuMemcpyDtoHAsync_v2,
+            // Peers (`exports/peers.rs`).
+            cuDeviceCanAccessPeer,
+            cuCtxEnablePeerAccess,
+            cuMemcpyPeerAsync,
             // Memory pools, stream-ordered and page-locked memory (`exports/pools.rs`).
             cuDeviceGetDefaultMemPool,
             cuMemPoolCreate,

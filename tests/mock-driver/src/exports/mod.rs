@@ -54,6 +54,8 @@ mod events;
 
 mod memory;
 
+mod peers;
+
 mod pools;
 
 mod kernels;
@@ -85,6 +87,7 @@ mod tests {
             include_str!("streams.rs"),
             include_str!("events.rs"),
             include_str!("memory.rs"),
+            include_str!("peers.rs"),
             include_str!("pools.rs"),
             include_str!("kernels.rs"),
             include_str!("launch_ex.rs"),

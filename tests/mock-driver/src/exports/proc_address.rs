@@ -16,6 +16,7 @@ use super::init::*;
 use super::kernels::*;
 use super::launch_ex::*;
 use super::memory::*;
+use super::peers::*;
 use super::pools::*;
 use super::streams::*;
 use super::user_objects::*;

@@ -44,6 +44,8 @@ pub(crate) struct State {
     pub(crate) device: DeviceState,
     /// Captures, graphs, executable graphs and user objects (`model/capture.rs`, `model/graph.rs`).
     pub(crate) graphs: Graphs,
+    /// Peer access enabled: (context, peer context), until the context is released.
+    pub(crate) peers: Vec<(usize, usize)>,
 }
 
 impl State {
@@ -86,6 +88,7 @@ impl State {
             worker_started: false,
             device: Default::default(),
             graphs: Graphs::default(),
+            peers: Vec::new(),
         };
         st.baseline = baseline;
         st.reset();
@@ -260,6 +263,7 @@ impl State {
             return Ok(());
         }
         let handle = c.handle;
+        self.peers.retain(|&(c, p)| c != handle && p != handle);
         for obj in self.objects.values_mut() {
             match obj {
                 Object::Stream(s) if s.alive && s.ctx == handle => {

@@ -66,6 +66,7 @@ mod host_fn_errors;
 mod host_fns;
 mod memory;
 mod modules;
+mod peers;
 mod pools;
 mod stream_kinds;
 mod streams;
@@ -113,6 +114,7 @@ fn operations() -> Vec<Op> {
     ops.extend(capture::ops());
     ops.extend(graphs::ops());
     ops.extend(capture_rules::ops());
+    ops.extend(peers::ops());
     ops
 }
 

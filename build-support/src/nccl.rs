@@ -1,0 +1,132 @@
+//! `nccl.rs`: the NCCL bindings, from the pinned `nccl.h` of the NCCL wheel for CUDA 13.
+//!
+//! `nccl.h` includes the CUDA runtime's headers for `cudaStream_t` and the half-precision
+//! types; bindgen reads it with stand-ins for those four headers that declare only
+//! `cudaStream_t`, which the output takes from the driver bindings (`CUstream`, the same C
+//! type). Every `nccl*` function becomes a function-pointer type and an accessor on `Nccl`,
+//! resolved by its exported name (NCCL has one ABI per name).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::Result;
+use crate::abi::signature_of_fn;
+use crate::bindgen_run::strip_docs;
+use crate::header::{NCCL_HEADER_SHA256, nccl_banner};
+use crate::sha256::sha256_hex;
+
+/// The stand-ins for the runtime headers `nccl.h` includes.
+const STUBS: [(&str, &str); 4] = [
+    (
+        "cuda_runtime.h",
+        "#include <stddef.h>\n#define CUDART_VERSION 13000\ntypedef struct CUstream_st *cudaStream_t;\n",
+    ),
+    ("cuda_fp16.h", ""),
+    ("cuda_bf16.h", ""),
+    ("cuda_fp8.h", ""),
+];
+
+pub(crate) fn generate_nccl(include: &Path) -> Result<Vec<(String, String)>> {
+    let header = include.join("nccl.h");
+    let text =
+        std::fs::read_to_string(&header).map_err(|e| format!("{}: {e}", header.display()))?;
+    let sum = sha256_hex(text.as_bytes());
+    if sum != NCCL_HEADER_SHA256 {
+        return Err(format!(
+            "{}: sha256 {sum} is not the pinned header's {NCCL_HEADER_SHA256}",
+            header.display()
+        ));
+    }
+    let stubs = std::env::temp_dir().join(format!("nccl-stubs-{}", std::process::id()));
+    std::fs::create_dir_all(&stubs).map_err(|e| e.to_string())?;
+    for (name, body) in STUBS {
+        std::fs::write(stubs.join(name), body).map_err(|e| e.to_string())?;
+    }
+    let bindings = bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .clang_arg(format!("-I{}", stubs.display()))
+        .allowlist_function("nccl.*")
+        .allowlist_type("nccl.*")
+        .allowlist_var("NCCL_.*")
+        .blocklist_type("cudaStream_t|CUstream_st")
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
+        .derive_default(true)
+        .derive_eq(true)
+        .derive_hash(true)
+        .use_core()
+        .ctypes_prefix("::core::ffi")
+        .generate_comments(false)
+        .merge_extern_blocks(true)
+        .layout_tests(true)
+        .formatter(bindgen::Formatter::None)
+        .generate()
+        .map_err(|e| format!("bindgen (nccl.h): {e}"));
+    let _ = std::fs::remove_dir_all(&stubs);
+    let file: syn::File = syn::parse_str(&bindings?.to_string())
+        .map_err(|e| format!("parsing bindgen output: {e}"))?;
+
+    let mut items = Vec::new();
+    let mut functions = Vec::new();
+    for item in file.items {
+        match item {
+            syn::Item::ForeignMod(fm) => {
+                for fi in fm.items {
+                    if let syn::ForeignItem::Fn(f) = fi {
+                        functions.push((f.sig.ident.to_string(), signature_of_fn(&f)?));
+                    }
+                }
+            }
+            mut other => {
+                strip_docs(&mut other);
+                items.push(other);
+            }
+        }
+    }
+    functions.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut s = nccl_banner();
+    s.push_str(
+        "\nuse super::types::CUstream as cudaStream_t;\nuse crate::nccl::{Nccl, NcclLoadError};\nuse core::ffi::c_void;\n\n",
+    );
+    let types = syn::File {
+        shebang: None,
+        attrs: Vec::new(),
+        items,
+    };
+    s.push_str(&prettyplease::unparse(&types));
+    s.push_str("\n/// Function-pointer types of the NCCL functions, by their C names.\npub mod pfn {\n    use super::*;\n");
+    for (name, sig) in &functions {
+        let params: Vec<String> = sig
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "    /// `{name}`.\n    pub type {name} = unsafe extern \"C\" fn({}) -> {};",
+            params.join(", "),
+            sig.ret
+        );
+    }
+    s.push_str("}\n\n");
+    let _ = writeln!(
+        s,
+        "/// How many NCCL functions the bindings cover.\npub const NCCL_SYMBOL_COUNT: usize = {};\n\n/// The exported name of every NCCL function, sorted.\npub static NCCL_SYMBOLS: [&core::ffi::CStr; NCCL_SYMBOL_COUNT] = [",
+        functions.len()
+    );
+    for (name, _) in &functions {
+        let _ = writeln!(s, "    c{name:?},");
+    }
+    s.push_str("];\n\nimpl Nccl {\n");
+    for (i, (name, _)) in functions.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "    /// This library's `{name}`.\n    #[inline]\n    pub fn {name}(&self) -> Result<pfn::{name}, NcclLoadError> {{\n        let p = self.symbol({i})?;\n        // SAFETY: slot {i} holds `{name}`, whose C type `pfn::{name}` mirrors.\n        Ok(unsafe {{ core::mem::transmute::<*mut c_void, pfn::{name}>(p) }})\n    }}"
+        );
+    }
+    s.push_str("}\n");
+    Ok(vec![("nccl.rs".into(), s)])
+}

@@ -1,0 +1,37 @@
+//! The NCCL chokepoint: an `ncclResult_t` becomes a `Result` naming the call, and a function
+//! NCCL lacks (or NCCL itself missing) an error value naming the call.
+
+use crate::base::error::{Error, Result};
+use crate::ffi::nccl::{Nccl, ncclResult_t};
+
+/// `ncclSuccess` is `Ok`, anything else an [`Error::Nccl`] naming `call`.
+#[inline(always)]
+pub(crate) fn nccl_check(code: ncclResult_t, call: &'static str) -> Result<()> {
+    if code == ncclResult_t::ncclSuccess {
+        Ok(())
+    } else {
+        Err(Error::Nccl { call, code })
+    }
+}
+
+/// The process-wide NCCL, or the error naming `call`.
+pub(crate) fn nccl(call: &'static str) -> Result<&'static Nccl> {
+    Nccl::global().map_err(|source| Error::NcclLoad { call, source })
+}
+
+/// The process-wide NCCL's function `$f`, or the error saying why it is unavailable.
+macro_rules! nccl_fn {
+    ($f:ident) => {
+        match $crate::nccl::call::nccl(stringify!($f)).and_then(|n| {
+            n.$f()
+                .map_err(|source| $crate::base::error::Error::NcclLoad {
+                    call: stringify!($f),
+                    source,
+                })
+        }) {
+            Ok(f) => f,
+            Err(e) => return Err(e),
+        }
+    };
+}
+pub(crate) use nccl_fn;

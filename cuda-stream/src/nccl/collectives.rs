@@ -1,0 +1,301 @@
+//! The collectives and point-to-point calls of a [`Communicator`], each planned here (lengths
+//! checked, the NCCL call prepared) and issued alone, or added to a
+//! [`Group`](crate::nccl::Group).
+
+use std::ffi::{c_int, c_void};
+
+use crate::base::error::{Error, Result};
+use crate::ffi;
+use crate::memory::buffer::DeviceBuffer;
+use crate::memory::use_tracking::Access;
+use crate::nccl::call::{nccl_check, nccl_fn};
+use crate::nccl::comm::Communicator;
+use crate::nccl::plan::{Planned, issue};
+use crate::nccl::types::{NcclType, ReduceOp};
+use crate::stream::view::Enqueue;
+
+type Handle = (ffi::CUstream, ffi::CUcontext);
+
+fn same_len(expected: usize, actual: usize) -> Result<()> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { expected, actual })
+    }
+}
+
+/// A rank number as NCCL takes it (NCCL checks that it is one of the communicator's).
+fn rank_arg(rank: usize) -> c_int {
+    c_int::try_from(rank).unwrap_or(c_int::MAX)
+}
+
+fn send_ptr<T: NcclType>(b: &DeviceBuffer<T>) -> *const c_void {
+    b.device_ptr() as *const c_void
+}
+
+fn recv_ptr<T: NcclType>(b: &DeviceBuffer<T>) -> *mut c_void {
+    b.device_ptr() as *mut c_void
+}
+
+impl Communicator {
+    pub(crate) fn plan_all_reduce<'a, T: NcclType>(
+        &'a self,
+        stream: Handle,
+        send: Option<&'a DeviceBuffer<T>>,
+        recv: &'a DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<Planned<'a>> {
+        let src = send.unwrap_or(recv);
+        same_len(recv.len(), src.len())?;
+        let (comm, count) = (self.raw(), recv.len());
+        let mut buffers = vec![(recv.alloc_ref(), Access::Write)];
+        buffers.extend(send.map(|s| (s.alloc_ref(), Access::Read)));
+        let (s, r) = (send_ptr(src), recv_ptr(recv));
+        Planned::new(
+            self,
+            stream,
+            buffers,
+            Box::new(move |raw| {
+                let f = nccl_fn!(ncclAllReduce);
+                // SAFETY: both buffers hold `count` values of `T` (checked), live until the
+                // work is done (their uses are recorded, or a capture's graph holds them).
+                let rc = unsafe { f(s, r, count, T::DATATYPE, op.raw(), comm, raw) };
+                nccl_check(rc, "ncclAllReduce")
+            }),
+        )
+    }
+
+    pub(crate) fn plan_broadcast<'a, T: NcclType>(
+        &'a self,
+        stream: Handle,
+        send: Option<&'a DeviceBuffer<T>>,
+        recv: &'a DeviceBuffer<T>,
+        root: usize,
+    ) -> Result<Planned<'a>> {
+        let src = send.unwrap_or(recv);
+        same_len(recv.len(), src.len())?;
+        let (comm, count, root) = (self.raw(), recv.len(), rank_arg(root));
+        let mut buffers = vec![(recv.alloc_ref(), Access::Write)];
+        buffers.extend(send.map(|s| (s.alloc_ref(), Access::Read)));
+        let (s, r) = (send_ptr(src), recv_ptr(recv));
+        Planned::new(
+            self,
+            stream,
+            buffers,
+            Box::new(move |raw| {
+                let f = nccl_fn!(ncclBroadcast);
+                // SAFETY: as for all-reduce; NCCL checks the root.
+                let rc = unsafe { f(s, r, count, T::DATATYPE, root, comm, raw) };
+                nccl_check(rc, "ncclBroadcast")
+            }),
+        )
+    }
+
+    pub(crate) fn plan_all_gather<'a, T: NcclType>(
+        &'a self,
+        stream: Handle,
+        send: &'a DeviceBuffer<T>,
+        recv: &'a DeviceBuffer<T>,
+    ) -> Result<Planned<'a>> {
+        same_len(send.len().saturating_mul(self.size()), recv.len())?;
+        let (comm, count) = (self.raw(), send.len());
+        let (s, r) = (send_ptr(send), recv_ptr(recv));
+        Planned::new(
+            self,
+            stream,
+            vec![
+                (recv.alloc_ref(), Access::Write),
+                (send.alloc_ref(), Access::Read),
+            ],
+            Box::new(move |raw| {
+                let f = nccl_fn!(ncclAllGather);
+                // SAFETY: `send` holds `count` values, `recv` `count * size` (checked); live as
+                // for all-reduce.
+                let rc = unsafe { f(s, r, count, T::DATATYPE, comm, raw) };
+                nccl_check(rc, "ncclAllGather")
+            }),
+        )
+    }
+
+    pub(crate) fn plan_reduce_scatter<'a, T: NcclType>(
+        &'a self,
+        stream: Handle,
+        send: &'a DeviceBuffer<T>,
+        recv: &'a DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<Planned<'a>> {
+        same_len(recv.len().saturating_mul(self.size()), send.len())?;
+        let (comm, count) = (self.raw(), recv.len());
+        let (s, r) = (send_ptr(send), recv_ptr(recv));
+        Planned::new(
+            self,
+            stream,
+            vec![
+                (recv.alloc_ref(), Access::Write),
+                (send.alloc_ref(), Access::Read),
+            ],
+            Box::new(move |raw| {
+                let f = nccl_fn!(ncclReduceScatter);
+                // SAFETY: `recv` holds `count` values, `send` `count * size` (checked); live
+                // as for all-reduce.
+                let rc = unsafe { f(s, r, count, T::DATATYPE, op.raw(), comm, raw) };
+                nccl_check(rc, "ncclReduceScatter")
+            }),
+        )
+    }
+
+    pub(crate) fn plan_send<'a, T: NcclType>(
+        &'a self,
+        stream: Handle,
+        buf: &'a DeviceBuffer<T>,
+        peer: usize,
+    ) -> Result<Planned<'a>> {
+        let (comm, count, peer, s) = (self.raw(), buf.len(), rank_arg(peer), send_ptr(buf));
+        Planned::new(
+            self,
+            stream,
+            vec![(buf.alloc_ref(), Access::Read)],
+            Box::new(move |raw| {
+                let f = nccl_fn!(ncclSend);
+                // SAFETY: `buf` holds `count` values, live as for all-reduce; NCCL checks the
+                // peer.
+                let rc = unsafe { f(s, count, T::DATATYPE, peer, comm, raw) };
+                nccl_check(rc, "ncclSend")
+            }),
+        )
+    }
+
+    pub(crate) fn plan_recv<'a, T: NcclType>(
+        &'a self,
+        stream: Handle,
+        buf: &'a DeviceBuffer<T>,
+        peer: usize,
+    ) -> Result<Planned<'a>> {
+        let (comm, count, peer, r) = (self.raw(), buf.len(), rank_arg(peer), recv_ptr(buf));
+        Planned::new(
+            self,
+            stream,
+            vec![(buf.alloc_ref(), Access::Write)],
+            Box::new(move |raw| {
+                let f = nccl_fn!(ncclRecv);
+                // SAFETY: as for send.
+                let rc = unsafe { f(r, count, T::DATATYPE, peer, comm, raw) };
+                nccl_check(rc, "ncclRecv")
+            }),
+        )
+    }
+
+    /// Reduces `send` over every rank with `op` into `recv` (`ncclAllReduce`) on `stream`, of
+    /// this rank's context; both of the same length. On a capturing stream the call becomes part
+    /// of the graph, which keeps both buffers allocated for its replays.
+    pub fn all_reduce<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?],
+            false,
+        )
+    }
+
+    /// [`all_reduce`](Communicator::all_reduce) with `buf` as both input and output.
+    pub fn all_reduce_in_place<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        buf: &mut DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?],
+            false,
+        )
+    }
+
+    /// Copies `send` of rank `root` into `recv` of every rank (`ncclBroadcast`); `send` is read
+    /// on the root only. Both of the same length.
+    pub fn broadcast<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+        root: usize,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_broadcast(stream.enqueue_handle(), Some(send), recv, root)?],
+            false,
+        )
+    }
+
+    /// [`broadcast`](Communicator::broadcast) of the root's `buf` into `buf` of every rank.
+    pub fn broadcast_in_place<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        buf: &mut DeviceBuffer<T>,
+        root: usize,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_broadcast(stream.enqueue_handle(), None, buf, root)?],
+            false,
+        )
+    }
+
+    /// Gathers `send` of every rank into `recv`, rank `i`'s at `i * send.len()`
+    /// (`ncclAllGather`); `recv` holds `send.len() * size()` values.
+    pub fn all_gather<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_all_gather(stream.enqueue_handle(), send, recv)?],
+            false,
+        )
+    }
+
+    /// Reduces `send` over every rank with `op` and leaves block `rank()` of the result in
+    /// `recv` (`ncclReduceScatter`); `send` holds `recv.len() * size()` values.
+    pub fn reduce_scatter<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        send: &DeviceBuffer<T>,
+        recv: &mut DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?],
+            false,
+        )
+    }
+
+    /// Sends `buf` to rank `peer` (`ncclSend`), which must post a matching
+    /// [`recv`](Communicator::recv). Alone it blocks the stream until the peer receives: to
+    /// exchange, or to send to this rank itself, put both in a [`Group`](crate::nccl::Group).
+    pub fn send<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        buf: &DeviceBuffer<T>,
+        peer: usize,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_send(stream.enqueue_handle(), buf, peer)?],
+            false,
+        )
+    }
+
+    /// Receives into `buf` from rank `peer` (`ncclRecv`); see [`send`](Communicator::send).
+    pub fn recv<T: NcclType>(
+        &self,
+        stream: &impl Enqueue,
+        buf: &mut DeviceBuffer<T>,
+        peer: usize,
+    ) -> Result<()> {
+        issue(
+            vec![self.plan_recv(stream.enqueue_handle(), buf, peer)?],
+            false,
+        )
+    }
+}

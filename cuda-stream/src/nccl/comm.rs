@@ -1,0 +1,246 @@
+//! [`Communicator`]: one rank of an NCCL communicator, on one device; made for the GPUs of one
+//! process or one rank per process, destroyed (or aborted) on `Drop`.
+
+use std::ffi::c_int;
+use std::fmt;
+
+use crate::base::error::{Error, Result};
+use crate::driver::context::{Context, bind};
+use crate::driver::deferred_destroy::{Deferred, defer, in_host_fn};
+use crate::driver::device::Device;
+use crate::ffi::nccl::{ncclComm_t, ncclResult_t};
+use crate::nccl::call::{nccl_check, nccl_fn};
+use crate::nccl::types::NcclId;
+
+/// One rank of an NCCL communicator, on the device of its [`Context`].
+///
+/// Its collectives take streams of that context (see [`crate::nccl`]). It is `Send` but not
+/// `Sync`: NCCL does not allow two threads to call into one communicator at once. On `Drop` it
+/// is destroyed (`ncclCommDestroy`), or aborted (`ncclCommAbort`) if it has reported an
+/// asynchronous error; [`close`](Communicator::close) and [`abort`](Communicator::abort) give the
+/// answer. Inside a host function the destroy is queued for an ordinary thread (NCCL makes
+/// CUDA calls).
+pub struct Communicator {
+    raw: ncclComm_t,
+    ctx: Context,
+    rank: usize,
+    size: usize,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one at a time (`&mut`-free methods
+// are still calls into it, hence no `Sync`).
+unsafe impl Send for Communicator {}
+
+impl fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Communicator")
+            .field("raw", &self.raw)
+            .field("device", &self.ctx.device())
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+fn count(n: usize, what: &str) -> Result<c_int> {
+    c_int::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Error::InvalidArgument {
+            reason: format!("{what} must be between 1 and {}, {n} given", c_int::MAX),
+        })
+}
+
+impl Communicator {
+    /// One communicator per device of `devices`, all in this process (`ncclCommInitAll`): rank
+    /// `i` is on `devices[i]`, in its primary context. Use them together: a collective on
+    /// one waits for the others, so issue them as one [`Group`](crate::nccl::Group) (or from
+    /// one thread per rank).
+    pub fn init_all(devices: &[Device]) -> Result<Vec<Communicator>> {
+        let n = count(devices.len(), "the number of devices")?;
+        let list: Vec<c_int> = devices.iter().map(|d| d.raw()).collect();
+        crate::driver::device::init()?;
+        let f = nccl_fn!(ncclCommInitAll);
+        let mut raws: Vec<ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
+        // SAFETY: `raws` has room for `n` handles and `list` holds `n` ordinals (NCCL checks
+        // them).
+        let rc = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
+        nccl_check(rc, "ncclCommInitAll")?;
+        let mut out = Vec::with_capacity(raws.len());
+        let mut failed = None;
+        for (i, (raw, d)) in raws.iter().zip(devices).enumerate() {
+            if failed.is_some() {
+                destroy_raw(*raw, false);
+                continue;
+            }
+            match Context::primary(d.ordinal()) {
+                Ok(ctx) => out.push(Communicator {
+                    raw: *raw,
+                    ctx,
+                    rank: i,
+                    size: devices.len(),
+                }),
+                Err(e) => {
+                    destroy_raw(*raw, false);
+                    failed = Some(e);
+                }
+            }
+        }
+        match failed {
+            None => Ok(out),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Rank `rank` of `nranks` on `ctx`'s device (`ncclCommInitRank`), joined by `id` (the same
+    /// for every rank; see [`NcclId`]). Blocks until every rank has joined: in one process,
+    /// call it from one thread per rank. A rank outside `0..nranks` is refused
+    /// ([`Error::InvalidArgument`]).
+    pub fn init_rank(
+        ctx: &Context,
+        nranks: usize,
+        id: &NcclId,
+        rank: usize,
+    ) -> Result<Communicator> {
+        let n = count(nranks, "the number of ranks")?;
+        if rank >= nranks {
+            return Err(Error::InvalidArgument {
+                reason: format!("rank {rank} of a communicator of {nranks}"),
+            });
+        }
+        let f = nccl_fn!(ncclCommInitRank);
+        // NCCL works on the current device: the context's, for the call.
+        let _bound = bind(ctx.raw())?;
+        let mut raw: ncclComm_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the rank is in range.
+        let rc = unsafe { f(&mut raw, n, id.raw(), rank as c_int) };
+        nccl_check(rc, "ncclCommInitRank")?;
+        Ok(Communicator {
+            raw,
+            ctx: ctx.clone(),
+            rank,
+            size: nranks,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// How many ranks the communicator has.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The context (and so the device) of this rank.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The raw `ncclComm_t`, for raw NCCL calls (work they enqueue is not recorded as a use).
+    pub fn raw(&self) -> ncclComm_t {
+        self.raw
+    }
+
+    /// The error the communicator has reported asynchronously, if any
+    /// (`ncclCommGetAsyncError`): [`Error::Nccl`] with `call` `ncclCommGetAsyncError` and the
+    /// error. Every collective asks first, so an error is reported on the next call.
+    pub fn check_async(&self) -> Result<()> {
+        let f = nccl_fn!(ncclCommGetAsyncError);
+        let mut state = ncclResult_t::ncclSuccess;
+        // SAFETY: the communicator is live (owned); `state` is a valid out-pointer.
+        nccl_check(unsafe { f(self.raw, &mut state) }, "ncclCommGetAsyncError")?;
+        nccl_check(state, "ncclCommGetAsyncError")
+    }
+
+    /// Destroys the communicator (`ncclCommDestroy`, after its work), returning NCCL's answer.
+    pub fn close(self) -> Result<()> {
+        // No CUDA call inside a host function (NCCL's destroy makes some): queued.
+        if in_host_fn() {
+            defer([Deferred::new(self.take() as usize, destroy_deferred)]);
+            return Err(Error::InHostFunction {
+                call: "ncclCommDestroy",
+            });
+        }
+        let _bound = bind(self.ctx.raw());
+        destroy(self.take(), false)
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): its work in flight is stopped, and the other
+    /// ranks' calls fail. For a rank that gives up after an error.
+    pub fn abort(self) -> Result<()> {
+        // No CUDA call inside a host function (NCCL's destroy makes some): queued.
+        if in_host_fn() {
+            defer([Deferred::new(self.take() as usize, abort_deferred)]);
+            return Err(Error::InHostFunction {
+                call: "ncclCommAbort",
+            });
+        }
+        let _bound = bind(self.ctx.raw());
+        destroy(self.take(), true)
+    }
+
+    /// The handle, leaving a value whose drop does nothing.
+    fn take(mut self) -> ncclComm_t {
+        std::mem::replace(&mut self.raw, std::ptr::null_mut())
+    }
+}
+
+fn destroy(raw: ncclComm_t, abort: bool) -> Result<()> {
+    if abort {
+        let f = nccl_fn!(ncclCommAbort);
+        // SAFETY: the communicator is live and handed over by its owner.
+        nccl_check(unsafe { f(raw) }, "ncclCommAbort")
+    } else {
+        let f = nccl_fn!(ncclCommDestroy);
+        // SAFETY: as above.
+        nccl_check(unsafe { f(raw) }, "ncclCommDestroy")
+    }
+}
+
+/// Destroys `raw`, aborting it instead if it has an asynchronous error (or if `abort`); errors
+/// have nobody to go to.
+fn destroy_raw(raw: ncclComm_t, abort: bool) {
+    let _ = destroy(raw, abort || is_broken(raw));
+}
+
+/// Whether `raw` has an asynchronous error (or cannot say).
+fn is_broken(raw: ncclComm_t) -> bool {
+    let f =
+        match crate::nccl::call::nccl("ncclCommGetAsyncError").map(|n| n.ncclCommGetAsyncError()) {
+            Ok(Ok(f)) => f,
+            _ => return false,
+        };
+    let mut state = ncclResult_t::ncclSuccess;
+    // SAFETY: the communicator is live; `state` is a valid out-pointer.
+    let rc = unsafe { f(raw, &mut state) };
+    rc != ncclResult_t::ncclSuccess || state != ncclResult_t::ncclSuccess
+}
+
+fn destroy_deferred(raw: usize) -> Result<()> {
+    destroy(raw as ncclComm_t, false)
+}
+
+fn abort_deferred(raw: usize) -> Result<()> {
+    destroy(raw as ncclComm_t, true)
+}
+
+fn destroy_or_abort_deferred(raw: usize) -> Result<()> {
+    destroy_raw(raw as ncclComm_t, false);
+    Ok(())
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if in_host_fn() {
+            defer([Deferred::new(self.raw as usize, destroy_or_abort_deferred)]);
+            return;
+        }
+        let _bound = bind(self.ctx.raw());
+        destroy_raw(self.raw, false);
+    }
+}

@@ -1,0 +1,120 @@
+//! A planned NCCL call: its communicator, stream, the buffers it touches and the call itself;
+//! and running planned calls (one, or several as one NCCL group) with their buffers' uses
+//! tracked, or tied to a capture's graph.
+
+use std::sync::Arc;
+
+use crate::base::error::{Error, Result};
+use crate::driver::capture_query::is_capturing;
+use crate::ffi;
+use crate::graph::user_objects::keep_alive;
+use crate::memory::allocation::Allocation;
+use crate::memory::use_tracking::Access;
+use crate::nccl::call::{nccl_check, nccl_fn};
+use crate::nccl::comm::Communicator;
+use crate::peer::tracked::{TrackedUse, around_streams, capture_graph_of};
+use crate::stream::view::bind_if_special;
+
+/// The NCCL call of a plan, given the raw stream.
+type Call<'a> = Box<dyn FnOnce(ffi::CUstream) -> Result<()> + 'a>;
+
+/// One NCCL call, checked and waiting to be issued.
+pub(crate) struct Planned<'a> {
+    comm: &'a Communicator,
+    stream: ffi::CUstream,
+    buffers: Vec<(&'a Arc<Allocation>, Access)>,
+    call: Call<'a>,
+}
+
+impl<'a> Planned<'a> {
+    /// Checks that `stream` (raw handle and context) and every buffer belong to `comm`'s
+    /// context.
+    pub(crate) fn new(
+        comm: &'a Communicator,
+        (stream, stream_ctx): (ffi::CUstream, ffi::CUcontext),
+        buffers: Vec<(&'a Arc<Allocation>, Access)>,
+        call: Call<'a>,
+    ) -> Result<Planned<'a>> {
+        let ctx = comm.context().raw();
+        if stream_ctx != ctx {
+            return Err(Error::ContextMismatch { what: "the stream" });
+        }
+        if buffers.iter().any(|(a, _)| a.ctx.raw() != ctx) {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        Ok(Planned {
+            comm,
+            stream,
+            buffers,
+            call,
+        })
+    }
+}
+
+/// Issues `plans` (as one NCCL group if `grouped`): asks each communicator for an asynchronous
+/// error first; ties the buffers of calls on capturing streams to the capture's graph; makes
+/// every other stream wait for the earlier uses its buffers conflict with, and records the uses
+/// after the calls are issued (after `ncclGroupEnd` for a group, when NCCL enqueues the work).
+pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
+    for p in &plans {
+        p.comm.check_async()?;
+    }
+    let mut tracked = Vec::new();
+    for p in &plans {
+        let ctx = p.comm.context().raw();
+        let _bound = bind_if_special(p.stream, ctx)?;
+        if is_capturing(p.stream)? {
+            let graph = capture_graph_of(p.stream)?;
+            for (a, access) in &p.buffers {
+                a.uses.settle_for_capture(p.stream, *access)?;
+            }
+            let held: Vec<Arc<Allocation>> = p.buffers.iter().map(|(a, _)| (*a).clone()).collect();
+            if !held.is_empty() {
+                keep_alive(ctx, graph, held)?;
+            }
+        } else {
+            for (a, access) in &p.buffers {
+                tracked.push(TrackedUse {
+                    uses: &a.uses,
+                    access: *access,
+                    stream: p.stream,
+                });
+            }
+        }
+    }
+    let calls: Vec<(ffi::CUstream, ffi::CUcontext, Call<'_>)> = plans
+        .into_iter()
+        .map(|p| (p.stream, p.comm.context().raw(), p.call))
+        .collect();
+    around_streams(tracked, |enqueued| {
+        if !grouped {
+            let mut out = Ok(());
+            for (stream, ctx, call) in calls {
+                let _bound = bind_if_special(stream, ctx)?;
+                out = call(stream);
+                *enqueued = out.is_ok();
+            }
+            return out;
+        }
+        let start = nccl_fn!(ncclGroupStart);
+        let end = nccl_fn!(ncclGroupEnd);
+        // SAFETY: no arguments; every start is matched by the end below.
+        nccl_check(unsafe { start() }, "ncclGroupStart")?;
+        let mut first_err = None;
+        for (stream, ctx, call) in calls {
+            let r = bind_if_special(stream, ctx).and_then(|_bound| call(stream));
+            if let Err(e) = r {
+                first_err = Some(e);
+                break;
+            }
+        }
+        // SAFETY: ends the group started above, whatever happened inside it.
+        let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
+        // NCCL may have enqueued part of the group before an error: treat it as enqueued.
+        *enqueued = true;
+        match first_err {
+            Some(e) => Err(e),
+            None => ended,
+        }
+    })
+}

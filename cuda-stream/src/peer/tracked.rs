@@ -1,0 +1,91 @@
+//! Use tracking for work that touches buffers on several streams at once (a peer copy, whose
+//! remote side is recorded on a stream of the remote context; an NCCL group over several
+//! communicators): each tracker waits and records on its own stream, and the trackers are locked
+//! in one global order.
+
+use crate::base::capture_mode::CaptureStatus;
+use crate::base::error::{Error, Result, check, driver_fn};
+use crate::driver::capture_query::capture_info;
+use crate::ffi;
+use crate::memory::use_tracking::{Access, Uses};
+
+/// One tracker's use: what the work does to the buffer, and the stream (of the buffer's
+/// context) whose position stands for the work.
+#[derive(Clone, Copy)]
+pub(crate) struct TrackedUse<'a> {
+    pub(crate) uses: &'a Uses,
+    pub(crate) access: Access,
+    pub(crate) stream: ffi::CUstream,
+}
+
+/// Runs `op` inside [`Uses::around`] of every entry of `list`, locked in the trackers' global
+/// order (a tracker listed twice on one stream counts once, as a write if either is; on two
+/// streams it is refused). `op` sets its flag once its work is enqueued: if an error comes
+/// after that (a tracker could not mark its use), the work's streams are synchronised before
+/// the error is returned, so that no unrecorded use is still running.
+pub(crate) fn around_streams(
+    mut list: Vec<TrackedUse<'_>>,
+    op: impl FnOnce(&mut bool) -> Result<()>,
+) -> Result<()> {
+    list.sort_by_key(|u| (u.uses.key(), u.stream as usize));
+    list.dedup_by(|later, kept| {
+        let same = later.uses.key() == kept.uses.key() && later.stream == kept.stream;
+        if same && later.access == Access::Write {
+            kept.access = Access::Write;
+        }
+        same
+    });
+    if list.windows(2).any(|w| w[0].uses.key() == w[1].uses.key()) {
+        return Err(Error::InvalidArgument {
+            reason: "one buffer is used on two streams in one operation".into(),
+        });
+    }
+    let mut enqueued = false;
+    let mut op = Some(op);
+    let out = nest(
+        &list,
+        &mut |flag: &mut bool| match op.take() {
+            Some(f) => f(flag),
+            None => Ok(()),
+        },
+        &mut enqueued,
+    );
+    if out.is_err() && enqueued {
+        let mut streams: Vec<ffi::CUstream> = list.iter().map(|u| u.stream).collect();
+        streams.dedup();
+        for s in streams {
+            let _ = synchronize(s);
+        }
+    }
+    out
+}
+
+fn nest(
+    list: &[TrackedUse<'_>],
+    op: &mut dyn FnMut(&mut bool) -> Result<()>,
+    enqueued: &mut bool,
+) -> Result<()> {
+    match list.split_first() {
+        None => op(enqueued),
+        Some((u, rest)) => u
+            .uses
+            .around(u.stream, u.access, || nest(rest, op, enqueued)),
+    }
+}
+
+/// `cuStreamSynchronize` on a stream of the crate's own (never a special handle here).
+pub(crate) fn synchronize(stream: ffi::CUstream) -> Result<()> {
+    let f = driver_fn!(cuStreamSynchronize);
+    // SAFETY: the stream is live (the caller's, or a context's service stream).
+    check(unsafe { f(stream) }, "cuStreamSynchronize")
+}
+
+/// The graph `raw` is being captured into (`cuStreamGetCaptureInfo`), owned by the capture;
+/// [`Error::NotCapturing`] with the status if the capture was invalidated (or has just ended).
+#[cold]
+pub(crate) fn capture_graph_of(raw: ffi::CUstream) -> Result<ffi::CUgraph> {
+    match capture_info(raw)? {
+        (CaptureStatus::Active { .. }, graph) if !graph.is_null() => Ok(graph),
+        (status, _) => Err(Error::NotCapturing { status }),
+    }
+}

@@ -1,0 +1,233 @@
+//! [`Nccl`]: an opened NCCL library (`libnccl.so.2`), found and opened at run time like the
+//! driver, with its functions resolved by name on first use.
+
+use std::ffi::{OsStr, OsString, c_int, c_void};
+use std::fmt;
+use std::path::Path;
+use std::ptr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use super::error::error_chain;
+use super::{Candidate, driver::unusable_file};
+use crate::generated::nccl::{NCCL_SYMBOL_COUNT, NCCL_SYMBOLS, ncclResult_t};
+
+/// The environment variable that names the NCCL library to load instead of the default search.
+pub const NCCL_PATH_VAR: &str = "CUDA_SYS_LIBNCCL";
+
+/// A slot's mark for a symbol looked up and not found.
+const MISSING: *mut c_void = ptr::dangling_mut::<c_void>();
+
+type GetVersion = unsafe extern "C" fn(*mut c_int) -> ncclResult_t;
+
+/// Why NCCL, or one of its functions, is not available.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NcclLoadError {
+    /// No candidate library could be opened; each entry says which file and why.
+    #[error("no NCCL library could be loaded; tried {}", list(.tried))]
+    NotFound {
+        /// Every candidate, in the order tried.
+        tried: Vec<Candidate>,
+    },
+    /// The library loaded, but it is not NCCL: it does not export `ncclGetVersion`, or that
+    /// call fails.
+    #[error("{} is not NCCL: {reason}", .path.to_string_lossy())]
+    NotNccl {
+        /// The file name or path it was opened from.
+        path: OsString,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The library does not export a function this program needs (an older NCCL).
+    #[error("{name} is not exported by NCCL {}", format_nccl_version(*version))]
+    MissingSymbol {
+        /// The function's name.
+        name: &'static str,
+        /// The library's version code (`ncclGetVersion`, 22707 for 2.27.7).
+        version: i32,
+    },
+}
+
+fn list(tried: &[Candidate]) -> String {
+    let v: Vec<String> = tried.iter().map(ToString::to_string).collect();
+    v.join("; ")
+}
+
+/// Formats an NCCL version code (`22707`, or `2704` before 2.9) as `2.27.7`.
+pub fn format_nccl_version(code: i32) -> String {
+    if code >= 10000 {
+        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
+    } else {
+        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
+    }
+}
+
+/// The name of an `ncclResult_t` (`ncclInvalidArgument`), without loading NCCL.
+pub fn nccl_result_name(result: ncclResult_t) -> &'static str {
+    match result.0 {
+        0 => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => "an unknown ncclResult_t",
+    }
+}
+
+/// An opened NCCL library with a table of lazily resolved function pointers.
+///
+/// Methods named after the functions (`nccl.ncclAllReduce()`) return that function's pointer,
+/// looked up by its exported name on first use and cached; a function the library does not
+/// export gives [`NcclLoadError::MissingSymbol`]. The library stays loaded as long as the
+/// `Nccl` lives, and the pointers it hands out must not be called after it is dropped.
+pub struct Nccl {
+    lib: libloading::Library,
+    path: OsString,
+    slots: Box<[AtomicPtr<c_void>]>,
+    version: i32,
+}
+
+impl fmt::Debug for Nccl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nccl")
+            .field("path", &self.path)
+            .field("version", &format_nccl_version(self.version))
+            .finish_non_exhaustive()
+    }
+}
+
+static GLOBAL: OnceLock<Result<Nccl, NcclLoadError>> = OnceLock::new();
+
+impl Nccl {
+    /// Opens the NCCL library at `path` (a file name the dynamic loader searches for, or a
+    /// path). A path that is missing, a directory or empty is [`NcclLoadError::NotFound`]; a
+    /// library without a working `ncclGetVersion` is [`NcclLoadError::NotNccl`].
+    pub fn open(path: impl AsRef<OsStr>) -> Result<Nccl, NcclLoadError> {
+        let path = path.as_ref();
+        let not_found = |reason: String| NcclLoadError::NotFound {
+            tried: vec![Candidate {
+                path: path.to_os_string(),
+                reason,
+            }],
+        };
+        if let Some(reason) = unusable_file(path) {
+            return Err(not_found(reason));
+        }
+        // SAFETY: loading NCCL runs its initialisers, which are sound to run at any time and in
+        // any thread; the library is never unloaded while a pointer from it is live (pointers
+        // are handed out under `&self`, and the global one never drops).
+        let lib =
+            unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
+        let not_nccl = |reason: &str| NcclLoadError::NotNccl {
+            path: path.to_os_string(),
+            reason: reason.to_string(),
+        };
+        // SAFETY: `ncclGetVersion` has this C type in every NCCL (`ncclResult_t (int *)`).
+        let get_version = unsafe { lib.get::<GetVersion>(b"ncclGetVersion\0") }
+            .map(|s| *s)
+            .map_err(|_| not_nccl("it does not export ncclGetVersion"))?;
+        let mut version = 0;
+        // SAFETY: `version` is a valid out-pointer for the call's duration.
+        let rc = unsafe { get_version(&mut version) };
+        if rc != ncclResult_t::ncclSuccess || version <= 0 {
+            return Err(not_nccl("ncclGetVersion failed"));
+        }
+        Ok(Nccl {
+            lib,
+            path: path.to_os_string(),
+            slots: (0..NCCL_SYMBOL_COUNT)
+                .map(|_| AtomicPtr::new(ptr::null_mut()))
+                .collect(),
+            version,
+        })
+    }
+
+    /// Opens the first library of [`Nccl::candidates`] that loads.
+    pub fn open_default() -> Result<Nccl, NcclLoadError> {
+        let mut tried = Vec::new();
+        for path in Self::candidates() {
+            match Nccl::open(&path) {
+                Ok(n) => return Ok(n),
+                Err(NcclLoadError::NotFound { tried: t }) => tried.extend(t),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(NcclLoadError::NotFound { tried })
+    }
+
+    /// The files [`Nccl::open_default`] tries, in order: the file named by `CUDA_SYS_LIBNCCL`
+    /// (alone, when set), else `libnccl.so.2` then `libnccl.so`.
+    pub fn candidates() -> Vec<OsString> {
+        if let Some(p) = std::env::var_os(NCCL_PATH_VAR).filter(|p| !p.is_empty()) {
+            return vec![p];
+        }
+        vec!["libnccl.so.2".into(), "libnccl.so".into()]
+    }
+
+    /// The process-wide NCCL, opened by [`Nccl::open_default`] on first use. A failure is
+    /// remembered: every later call returns the same error.
+    pub fn global() -> Result<&'static Nccl, NcclLoadError> {
+        GLOBAL
+            .get_or_init(Nccl::open_default)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Makes `nccl` the process-wide NCCL, if none has been loaded (or tried) yet; otherwise
+    /// hands it back.
+    pub fn install_global(nccl: Nccl) -> Result<(), Nccl> {
+        let mut slot = Some(nccl);
+        GLOBAL.get_or_init(|| match slot.take() {
+            Some(n) => Ok(n),
+            None => Err(NcclLoadError::NotFound { tried: Vec::new() }),
+        });
+        match slot {
+            None => Ok(()),
+            Some(n) => Err(n),
+        }
+    }
+
+    /// The name or path this library was opened from.
+    pub fn path(&self) -> &Path {
+        Path::new(&self.path)
+    }
+
+    /// `ncclGetVersion`'s answer when the library was opened (`22707` for 2.27.7).
+    pub fn version(&self) -> i32 {
+        self.version
+    }
+
+    /// The pointer of binding `i`, resolved on first use.
+    #[inline]
+    pub(crate) fn symbol(&self, i: usize) -> Result<*mut c_void, NcclLoadError> {
+        let p = self.slots[i].load(Ordering::Acquire);
+        if !p.is_null() && p != MISSING {
+            return Ok(p);
+        }
+        self.resolve(i, p)
+    }
+
+    #[cold]
+    fn resolve(&self, i: usize, cached: *mut c_void) -> Result<*mut c_void, NcclLoadError> {
+        let name = NCCL_SYMBOLS[i];
+        let missing = || NcclLoadError::MissingSymbol {
+            name: name.to_str().unwrap_or("?"),
+            version: self.version,
+        };
+        if cached == MISSING {
+            return Err(missing());
+        }
+        // SAFETY: only the address is taken; its type is the binding's, applied by the caller.
+        let found = unsafe { self.lib.get::<*mut c_void>(name.to_bytes_with_nul()) }
+            .ok()
+            .map(|s| *s)
+            .filter(|p| !p.is_null());
+        let p = found.unwrap_or(MISSING);
+        self.slots[i].store(p, Ordering::Release);
+        found.ok_or_else(missing)
+    }
+}

@@ -1,0 +1,363 @@
+//! Bandwidth rows: NCCL all-reduce through `cuda_stream::nccl` against the raw NCCL calls on
+//! the same buffers and streams (feature `nccl`), and peer copies through
+//! `DeviceBuffer::copy_from_peer` against raw `cuMemcpyPeerAsync` on the same buffers.
+//!
+//! Each row times batches of back-to-back operations on the host (synchronised before and after,
+//! so the enqueue cost of each side counts), alternating which side goes first; it reports the
+//! median time of each side, the bandwidth, and the median of the repetitions' own ratios
+//! (cuda-stream's bandwidth over raw; the target is >= 0.98). The all-reduce's bus bandwidth is
+//! NCCL's: `bytes / time * 2 (n - 1) / n` (for one rank, the algorithm bandwidth is printed).
+//!
+//! `--multi-gpu` (two GPUs): all-reduce over both at 1 MiB, 64 MiB and 1 GiB, and peer copies
+//! both ways at 64 MiB and 1 GiB, with the link's theoretical bandwidth from `nvidia-smi`. A normal
+//! run ends with the one-GPU rows: all-reduce on one rank against raw NCCL.
+
+use std::time::Instant;
+
+use cuda_stream::{Context, Device, DeviceBuffer, Error, OwnedStream};
+use cuda_sys as sys;
+
+use crate::fail::chain;
+
+const MIB: usize = 1 << 20;
+
+/// The sizes of the rows, with the iterations per batch (full, quick).
+const SIZES: [(usize, &str, u32, u32); 3] = [
+    (MIB, "1 MiB", 200, 20),
+    (64 * MIB, "64 MiB", 40, 4),
+    (1024 * MIB, "1 GiB", 8, 2),
+];
+
+type Body<'a> = Box<dyn FnMut() -> Result<(), Error> + 'a>;
+
+/// Seconds per operation of each side (median), and the median of the per-repetition ratios
+/// `raw time / safe time` (cuda-stream's bandwidth relative to raw).
+fn time_pair(
+    reps: usize,
+    iters: u32,
+    raw: &mut Body<'_>,
+    safe: &mut Body<'_>,
+    sync: &dyn Fn() -> Result<(), Error>,
+) -> Result<(f64, f64, f64), Error> {
+    let run = |f: &mut Body<'_>| -> Result<f64, Error> {
+        sync()?;
+        let t = Instant::now();
+        for _ in 0..iters {
+            f()?;
+        }
+        sync()?;
+        Ok(t.elapsed().as_secs_f64() / f64::from(iters))
+    };
+    // Warm-up, untimed.
+    run(raw)?;
+    run(safe)?;
+    let (mut rs, mut ss, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for rep in 0..reps {
+        let (r, s) = if rep % 2 == 0 {
+            let r = run(raw)?;
+            (r, run(safe)?)
+        } else {
+            let s = run(safe)?;
+            (run(raw)?, s)
+        };
+        rs.push(r);
+        ss.push(s);
+        ratios.push(r / s);
+    }
+    Ok((median(rs), median(ss), median(ratios)))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn gbps(bytes: usize, s: f64) -> f64 {
+    bytes as f64 / s / 1e9
+}
+
+fn verdict(ratio: f64) -> &'static str {
+    if ratio >= 0.98 { "met" } else { "not met" }
+}
+
+fn sync_all(streams: &[&OwnedStream]) -> Result<(), Error> {
+    for s in streams {
+        s.synchronize()?;
+    }
+    Ok(())
+}
+
+/// The theoretical bandwidth of the link between GPUs 0 and 1, from `nvidia-smi`: the sum of
+/// GPU 0's active NVLink links, else its PCIe link.
+fn link_bandwidth() -> String {
+    let run = |args: &[&str]| {
+        std::process::Command::new("nvidia-smi")
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let nvlink = run(&["nvlink", "-s", "-i", "0"]);
+    let links: Vec<f64> = nvlink
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            rest.trim().strip_suffix("GB/s")?.trim().parse().ok()
+        })
+        .collect();
+    if !links.is_empty() {
+        let total: f64 = links.iter().sum();
+        return format!(
+            "NVLink: {} links of GPU 0, {total:.1} GB/s per direction in all (nvidia-smi nvlink -s)",
+            links.len()
+        );
+    }
+    let pcie = run(&[
+        "--query-gpu=pcie.link.gen.current,pcie.link.width.current",
+        "--format=csv,noheader",
+        "-i",
+        "0",
+    ]);
+    let mut it = pcie.trim().split(',').map(|s| s.trim().parse::<u32>().ok());
+    match (it.next().flatten(), it.next().flatten()) {
+        (Some(generation), Some(width)) => {
+            let per_lane = match generation {
+                1 => 0.25,
+                2 => 0.5,
+                3 => 0.985,
+                4 => 1.969,
+                5 => 3.938,
+                _ => 7.563,
+            };
+            format!(
+                "PCIe gen {generation} x{width}: {:.1} GB/s per direction (no active NVLink)",
+                per_lane * f64::from(width)
+            )
+        }
+        _ => "unknown (nvidia-smi gave neither NVLink nor PCIe link data)".to_string(),
+    }
+}
+
+fn print_header(what: &str) {
+    println!();
+    println!("{what}");
+    println!();
+    println!("| row | size | raw | cuda-stream | ratio (median of reps) | target >= 0.98 |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+}
+
+fn print_row(row: &str, label: &str, unit: &str, raw: f64, safe: f64, ratio: f64) {
+    println!(
+        "| {row} | {label} | {raw:.1} {unit} | {safe:.1} {unit} | {ratio:.3} | {} |",
+        verdict(ratio)
+    );
+}
+
+/// Peer copies both ways between devices 0 and 1.
+fn peer_rows(c0: &Context, c1: &Context, quick: bool, reps: usize) -> Result<(), Error> {
+    for (a, b) in [(c0, c1), (c1, c0)] {
+        if a.device().can_access_peer(b.device())? {
+            a.enable_peer_access(b)?;
+        }
+    }
+    println!();
+    println!(
+        "Peer access 0->1: {}, 1->0: {}. Link: {}",
+        c0.device().can_access_peer(c1.device())?,
+        c1.device().can_access_peer(c0.device())?,
+        link_bandwidth()
+    );
+    print_header(
+        "Peer copy bandwidth, GB/s (DeviceBuffer::copy_from_peer vs raw cuMemcpyPeerAsync, on the destination's stream)",
+    );
+    let copy = sys::fns::cuMemcpyPeerAsync().map_err(Error::Load)?;
+    // Bandwidth sizes: at 1 MiB a copy takes a few microseconds, and the rows would time the
+    // host's enqueue instead (cuda-stream's two event hand-overs per copy).
+    for (bytes, label, full, q) in SIZES.into_iter().skip(1) {
+        let iters = if quick { q } else { full };
+        for (dst_ctx, src_ctx, dir) in [(c1, c0, "0 -> 1"), (c0, c1, "1 -> 0")] {
+            let s = dst_ctx.new_stream()?;
+            let ss = src_ctx.new_stream()?;
+            let src = DeviceBuffer::<u8>::zeroed(src_ctx, &ss, bytes)?;
+            let dst = DeviceBuffer::<u8>::zeroed(dst_ctx, &s, bytes)?;
+            ss.synchronize()?;
+            let (dp, sp, raw_s) = (dst.device_ptr(), src.device_ptr(), s.raw());
+            let (dc, sc) = (dst_ctx.raw(), src_ctx.raw());
+            let mut raw: Body<'_> = Box::new(|| {
+                // SAFETY: two live allocations of `bytes` bytes in their contexts; the stream is
+                // of the destination's context; both buffers outlive the batch (synchronised).
+                let rc = unsafe { copy(dp, dc, sp, sc, bytes, raw_s) };
+                if rc == sys::CUresult::CUDA_SUCCESS {
+                    Ok(())
+                } else {
+                    Err(Error::Refused {
+                        call: "cuMemcpyPeerAsync",
+                        reason: "failed in the raw column",
+                    })
+                }
+            });
+            let mut safe: Body<'_> = Box::new(|| dst.copy_from_peer(&s, &src));
+            let (r, sf, ratio) =
+                time_pair(reps, iters, &mut raw, &mut safe, &|| sync_all(&[&s, &ss]))?;
+            print_row(
+                &format!("peer copy {dir}"),
+                label,
+                "GB/s",
+                gbps(bytes, r),
+                gbps(bytes, sf),
+                ratio,
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(feature = "nccl")]
+mod collectives {
+    use super::*;
+    use cuda_stream::nccl::{Communicator, Group, ReduceOp};
+    use cuda_sys::nccl::{Nccl, ncclDataType_t, ncclRedOp_t, ncclResult_t};
+
+    fn nccl_err(call: &'static str, rc: ncclResult_t) -> Result<(), Error> {
+        if rc == ncclResult_t::ncclSuccess {
+            Ok(())
+        } else {
+            Err(Error::Nccl { call, code: rc })
+        }
+    }
+
+    fn load<T>(
+        f: Result<T, cuda_sys::nccl::NcclLoadError>,
+        call: &'static str,
+    ) -> Result<T, Error> {
+        f.map_err(|source| Error::NcclLoad { call, source })
+    }
+
+    /// All-reduce (sum, f32, in place) over one communicator per device of `ctxs`, each rank on
+    /// its own stream, one NCCL group per operation on both sides.
+    pub(super) fn all_reduce_rows(ctxs: &[Context], quick: bool, reps: usize) -> Result<(), Error> {
+        let nccl = load(Nccl::global(), "ncclGetVersion")?;
+        let all_reduce = load(nccl.ncclAllReduce(), "ncclAllReduce")?;
+        let start = load(nccl.ncclGroupStart(), "ncclGroupStart")?;
+        let end = load(nccl.ncclGroupEnd(), "ncclGroupEnd")?;
+        let devices: Vec<Device> = ctxs.iter().map(Context::device).collect();
+        let comms = Communicator::init_all(&devices)?;
+        let n = comms.len();
+        let streams: Vec<OwnedStream> = ctxs
+            .iter()
+            .map(|c| c.new_stream())
+            .collect::<Result<_, _>>()?;
+        print_header(&format!(
+            "NCCL all-reduce (sum, f32, in place) over {n} rank(s), {}: cuda-stream (Communicator, Group) vs raw ncclAllReduce on the same buffers and streams; NCCL {}",
+            if n > 1 {
+                "bus bandwidth GB/s"
+            } else {
+                "algorithm bandwidth GB/s (one rank: a copy)"
+            },
+            cuda_sys::nccl::format_nccl_version(nccl.version())
+        ));
+        for (bytes, label, full, q) in SIZES {
+            let iters = if quick { q } else { full };
+            let mut bufs: Vec<DeviceBuffer<f32>> = ctxs
+                .iter()
+                .zip(&streams)
+                .map(|(c, s)| DeviceBuffer::<f32>::zeroed(c, s, bytes / 4))
+                .collect::<Result<_, _>>()?;
+            let ptrs: Vec<u64> = bufs.iter().map(DeviceBuffer::device_ptr).collect();
+            let raws: Vec<_> = comms.iter().map(Communicator::raw).collect();
+            let sraw: Vec<_> = streams.iter().map(OwnedStream::raw).collect();
+            let count = bytes / 4;
+            let mut raw: Body<'_> = Box::new(|| {
+                // SAFETY: each buffer holds `count` f32 on its rank's device, alive for the
+                // batch (synchronised after it); each stream is of its rank's context.
+                unsafe {
+                    nccl_err("ncclGroupStart", start())?;
+                    for i in 0..n {
+                        let p = ptrs[i] as *mut std::ffi::c_void;
+                        let rc = all_reduce(
+                            p,
+                            p,
+                            count,
+                            ncclDataType_t::ncclFloat32,
+                            ncclRedOp_t::ncclSum,
+                            raws[i],
+                            sraw[i],
+                        );
+                        nccl_err("ncclAllReduce", rc)?;
+                    }
+                    nccl_err("ncclGroupEnd", end())
+                }
+            });
+            let bufs_ref = &mut bufs;
+            let comms_ref = &comms;
+            let streams_ref = &streams;
+            let mut safe: Body<'_> = Box::new(move || {
+                let mut g = Group::new();
+                for ((c, s), b) in comms_ref.iter().zip(streams_ref).zip(bufs_ref.iter_mut()) {
+                    g.all_reduce_in_place(c, s, b, ReduceOp::Sum)?;
+                }
+                g.run()
+            });
+            let refs: Vec<&OwnedStream> = streams.iter().collect();
+            let (r, s, ratio) = time_pair(reps, iters, &mut raw, &mut safe, &|| sync_all(&refs))?;
+            let factor = if n > 1 {
+                2.0 * (n as f64 - 1.0) / n as f64
+            } else {
+                1.0
+            };
+            print_row(
+                &format!("all-reduce, {n} rank(s)"),
+                label,
+                "GB/s",
+                gbps(bytes, r) * factor,
+                gbps(bytes, s) * factor,
+                ratio,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `--multi-gpu`: the two-GPU rows; `Ok(false)` (with the reason printed) on fewer than two.
+pub(crate) fn multi_gpu(quick: bool) -> Result<bool, Error> {
+    let n = Device::count()?;
+    if n < 2 {
+        println!("skipped: the multi-GPU rows need 2 GPUs, this machine has {n}");
+        return Ok(false);
+    }
+    let (c0, c1) = (Context::primary(0)?, Context::primary(1)?);
+    println!(
+        "Multi-GPU rows: GPU 0 {}, GPU 1 {}; NCCL_NVLS_ENABLE={}",
+        c0.device().name()?,
+        c1.device().name()?,
+        std::env::var("NCCL_NVLS_ENABLE").unwrap_or_else(|_| "(unset)".into())
+    );
+    let reps = if quick { 2 } else { 8 };
+    #[cfg(feature = "nccl")]
+    if let Err(e) = collectives::all_reduce_rows(&[c0.clone(), c1.clone()], quick, reps) {
+        println!("all-reduce rows failed: {}", chain(&e));
+        return Err(e);
+    }
+    peer_rows(&c0, &c1, quick, reps)?;
+    Ok(true)
+}
+
+/// The one-GPU rows at the end of a normal run: all-reduce on one rank against raw NCCL
+/// (skipped, saying why, without NCCL).
+pub(crate) fn one_gpu(ctx: &Context, quick: bool) {
+    #[cfg(feature = "nccl")]
+    {
+        let reps = if quick { 2 } else { 8 };
+        if let Err(e) = collectives::all_reduce_rows(std::slice::from_ref(ctx), quick, reps) {
+            println!();
+            println!("NCCL rows skipped: {}", chain(&e));
+        }
+    }
+    #[cfg(not(feature = "nccl"))]
+    {
+        let _ = (ctx, quick, chain as fn(&dyn std::error::Error) -> String);
+        println!();
+        println!("NCCL rows skipped: built without the nccl feature");
+    }
+}

@@ -1,0 +1,605 @@
+//! A fake NCCL for tests without a GPU: the `nccl*` functions `cuda-stream` calls, with their
+//! arguments checked as NCCL checks them, and fault injection, so CI reaches every NCCL error
+//! path (init failures, asynchronous errors, failed collectives and groups).
+//!
+//! It moves no data: collectives record their arguments (count, datatype, stream) and return.
+//! Communicators are handles of this library; `ncclCommInitAll` accepts devices 0 and 1 (the
+//! mock driver's), `ncclCommInitRank` ids made by its `ncclGetUniqueId` and one rank per id
+//! (more would wait for peers that never come). Calls are counted; [`MockNccl::fail`] makes the
+//! n-th call of a function (or every call) return a code, and
+//! [`MockNccl::set_async_error`] makes a communicator report an asynchronous error.
+//!
+//! The `mock_nccl_*` control functions are called through the loaded library by [`MockNccl`],
+//! so the tests see the state of the one copy `cuda_sys::nccl::Nccl` loaded too.
+
+// The exported functions have NCCL's C names.
+#![allow(non_snake_case)]
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
+
+use cuda_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
+
+mod control;
+
+pub use control::{
+    MockNccl, find_next_to_exe, mock_nccl_file_name, mock_nccl_path, partial_nccl_file_name,
+    partial_nccl_path,
+};
+
+const OK: ncclResult_t = ncclResult_t::ncclSuccess;
+const INVALID: ncclResult_t = ncclResult_t::ncclInvalidArgument;
+const MAGIC: &[u8; 8] = b"MOCKNCCL";
+const DEVICES: c_int = 2;
+
+#[derive(Debug, Clone, Copy)]
+struct Comm {
+    rank: c_int,
+    size: c_int,
+    device: c_int,
+    async_error: ncclResult_t,
+}
+
+#[derive(Default)]
+struct State {
+    comms: HashMap<usize, Comm>,
+    next: usize,
+    calls: HashMap<String, u64>,
+    /// name -> (the call that fails, 0 for every call; the code).
+    fail: HashMap<String, (u64, ncclResult_t)>,
+    group_depth: i32,
+    /// name -> (count, datatype, stream) of the last call.
+    last: HashMap<String, (usize, u32, usize)>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn lock() -> MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts the call and applies the failure rules: `Some(code)` if it must fail.
+fn enter(st: &mut State, name: &str) -> Option<ncclResult_t> {
+    let n = st.calls.entry(name.to_string()).or_default();
+    *n += 1;
+    let n = *n;
+    match st.fail.get(name) {
+        Some(&(k, code)) if k == 0 || k == n => Some(code),
+        _ => None,
+    }
+}
+
+fn with(name: &str, f: impl FnOnce(&mut State) -> ncclResult_t) -> ncclResult_t {
+    let mut g = lock();
+    let st = g.get_or_insert_with(State::default);
+    if let Some(code) = enter(st, name) {
+        return code;
+    }
+    f(st)
+}
+
+fn comm(st: &State, c: ncclComm_t) -> Result<Comm, ncclResult_t> {
+    st.comms.get(&(c as usize)).copied().ok_or(INVALID)
+}
+
+fn new_comm(st: &mut State, c: Comm) -> ncclComm_t {
+    st.next += 0x100;
+    let h = 0x7000_0000 + st.next;
+    st.comms.insert(h, c);
+    h as ncclComm_t
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(code) => return code,
+        }
+    };
+}
+
+/// `ncclGetVersion`: 22707 (2.27.7).
+///
+/// # Safety
+///
+/// `version` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
+    with("ncclGetVersion", |_| {
+        if version.is_null() {
+            return INVALID;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { version.write(22707) };
+        OK
+    })
+}
+
+/// `ncclGetErrorString`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
+    let s: &CStr = match result.0 {
+        0 => c"no error",
+        4 => c"invalid argument",
+        5 => c"invalid usage",
+        6 => c"remote process exited or there was a network error",
+        _ => c"unhandled error",
+    };
+    s.as_ptr()
+}
+
+/// `ncclGetUniqueId`: an id this library recognises.
+///
+/// # Safety
+///
+/// `id` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetUniqueId(id: *mut ncclUniqueId) -> ncclResult_t {
+    with("ncclGetUniqueId", |_| {
+        if id.is_null() {
+            return INVALID;
+        }
+        let mut v = ncclUniqueId::default();
+        for (d, s) in v.internal.iter_mut().zip(MAGIC) {
+            *d = *s as c_char;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { id.write(v) };
+        OK
+    })
+}
+
+/// `ncclCommInitRank`: one rank per id.
+///
+/// # Safety
+///
+/// `out` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRank(
+    out: *mut ncclComm_t,
+    nranks: c_int,
+    id: ncclUniqueId,
+    rank: c_int,
+) -> ncclResult_t {
+    with("ncclCommInitRank", |st| {
+        let ours = id.internal.iter().zip(MAGIC).all(|(a, b)| *a as u8 == *b);
+        if out.is_null() || nranks < 1 || rank < 0 || rank >= nranks || !ours {
+            return INVALID;
+        }
+        if nranks > 1 {
+            // The other ranks would have to join: the fake has no peers.
+            return ncclResult_t::ncclInvalidUsage;
+        }
+        let c = new_comm(
+            st,
+            Comm {
+                rank,
+                size: nranks,
+                device: 0,
+                async_error: OK,
+            },
+        );
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { out.write(c) };
+        OK
+    })
+}
+
+/// `ncclCommInitAll`: devices 0 and 1.
+///
+/// # Safety
+///
+/// `out` has room for `ndev` handles and `devlist` holds `ndev` ordinals (or is null).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitAll(
+    out: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> ncclResult_t {
+    with("ncclCommInitAll", |st| {
+        if out.is_null() || ndev < 1 {
+            return INVALID;
+        }
+        let devs: Vec<c_int> = (0..ndev as usize)
+            .map(|i| {
+                if devlist.is_null() {
+                    i as c_int
+                } else {
+                    // SAFETY: the caller's contract: `ndev` ordinals.
+                    unsafe { devlist.add(i).read() }
+                }
+            })
+            .collect();
+        if devs.iter().any(|d| !(0..DEVICES).contains(d)) {
+            return INVALID;
+        }
+        for (i, d) in devs.iter().enumerate() {
+            let c = new_comm(
+                st,
+                Comm {
+                    rank: i as c_int,
+                    size: ndev,
+                    device: *d,
+                    async_error: OK,
+                },
+            );
+            // SAFETY: the caller's contract: room for `ndev` handles.
+            unsafe { out.add(i).write(c) };
+        }
+        OK
+    })
+}
+
+fn end_comm(name: &str, c: ncclComm_t) -> ncclResult_t {
+    with(name, |st| match st.comms.remove(&(c as usize)) {
+        Some(_) => OK,
+        None => INVALID,
+    })
+}
+
+/// `ncclCommDestroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+    end_comm("ncclCommDestroy", comm)
+}
+
+/// `ncclCommAbort`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    end_comm("ncclCommAbort", comm)
+}
+
+/// `ncclCommGetAsyncError`: what [`MockNccl::set_async_error`] set.
+///
+/// # Safety
+///
+/// `state` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    c: ncclComm_t,
+    state: *mut ncclResult_t,
+) -> ncclResult_t {
+    with("ncclCommGetAsyncError", |st| {
+        let c = tri!(comm(st, c));
+        if state.is_null() {
+            return INVALID;
+        }
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { state.write(c.async_error) };
+        OK
+    })
+}
+
+/// `ncclCommCount`.
+///
+/// # Safety
+///
+/// `count` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommCount(c: ncclComm_t, count: *mut c_int) -> ncclResult_t {
+    with("ncclCommCount", |st| {
+        let c = tri!(comm(st, c));
+        if count.is_null() {
+            return INVALID;
+        }
+        // SAFETY: as above.
+        unsafe { count.write(c.size) };
+        OK
+    })
+}
+
+/// `ncclCommCuDevice`.
+///
+/// # Safety
+///
+/// `device` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommCuDevice(c: ncclComm_t, device: *mut c_int) -> ncclResult_t {
+    with("ncclCommCuDevice", |st| {
+        let c = tri!(comm(st, c));
+        if device.is_null() {
+            return INVALID;
+        }
+        // SAFETY: as above.
+        unsafe { device.write(c.device) };
+        OK
+    })
+}
+
+/// `ncclCommUserRank`.
+///
+/// # Safety
+///
+/// `rank` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommUserRank(c: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
+    with("ncclCommUserRank", |st| {
+        let c = tri!(comm(st, c));
+        if rank.is_null() {
+            return INVALID;
+        }
+        // SAFETY: as above.
+        unsafe { rank.write(c.rank) };
+        OK
+    })
+}
+
+/// The checks every collective makes, and its record.
+#[allow(clippy::too_many_arguments)]
+fn collective(
+    name: &str,
+    c: ncclComm_t,
+    bufs: &[*const c_void],
+    count: usize,
+    datatype: ncclDataType_t,
+    op: Option<ncclRedOp_t>,
+    rank: Option<c_int>,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    with(name, |st| {
+        let c = tri!(comm(st, c));
+        let null = count > 0 && bufs.iter().any(|b| b.is_null());
+        let bad_type = datatype.0 >= ncclDataType_t::ncclNumTypes.0;
+        let bad_op = op.is_some_and(|o| o.0 >= ncclRedOp_t::ncclNumOps.0);
+        let bad_rank = rank.is_some_and(|r| r < 0 || r >= c.size);
+        if null || bad_type || bad_op || bad_rank {
+            return INVALID;
+        }
+        st.last
+            .insert(name.to_string(), (count, datatype.0, stream as usize));
+        OK
+    })
+}
+
+/// `ncclAllReduce`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclAllReduce(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    let bufs = [send, recv as *const c_void];
+    collective(
+        "ncclAllReduce",
+        comm,
+        &bufs,
+        count,
+        datatype,
+        Some(op),
+        None,
+        stream,
+    )
+}
+
+/// `ncclBroadcast`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclBroadcast(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    let bufs = [send, recv as *const c_void];
+    collective(
+        "ncclBroadcast",
+        comm,
+        &bufs,
+        count,
+        datatype,
+        None,
+        Some(root),
+        stream,
+    )
+}
+
+/// `ncclAllGather`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclAllGather(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    let bufs = [send, recv as *const c_void];
+    collective(
+        "ncclAllGather",
+        comm,
+        &bufs,
+        count,
+        datatype,
+        None,
+        None,
+        stream,
+    )
+}
+
+/// `ncclReduceScatter`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclReduceScatter(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    let bufs = [send, recv as *const c_void];
+    collective(
+        "ncclReduceScatter",
+        comm,
+        &bufs,
+        count,
+        datatype,
+        Some(op),
+        None,
+        stream,
+    )
+}
+
+/// `ncclSend`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclSend(
+    send: *const c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    collective(
+        "ncclSend",
+        comm,
+        &[send],
+        count,
+        datatype,
+        None,
+        Some(peer),
+        stream,
+    )
+}
+
+/// `ncclRecv`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclRecv(
+    recv: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> ncclResult_t {
+    let bufs = [recv as *const c_void];
+    collective(
+        "ncclRecv",
+        comm,
+        &bufs,
+        count,
+        datatype,
+        None,
+        Some(peer),
+        stream,
+    )
+}
+
+/// `ncclGroupStart`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGroupStart() -> ncclResult_t {
+    with("ncclGroupStart", |st| {
+        st.group_depth += 1;
+        OK
+    })
+}
+
+/// `ncclGroupEnd`: `ncclInvalidUsage` without a start. A failure injected here still ends the
+/// group, as NCCL's does.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
+    let mut g = lock();
+    let st = g.get_or_insert_with(State::default);
+    let injected = enter(st, "ncclGroupEnd");
+    if st.group_depth == 0 {
+        return ncclResult_t::ncclInvalidUsage;
+    }
+    st.group_depth -= 1;
+    injected.unwrap_or(OK)
+}
+
+// The control functions.
+
+/// Forgets the failure rules, the counts and the records (communicators stay).
+#[unsafe(no_mangle)]
+pub extern "C" fn mock_nccl_reset() {
+    let mut g = lock();
+    let st = g.get_or_insert_with(State::default);
+    st.fail.clear();
+    st.calls.clear();
+    st.last.clear();
+}
+
+/// Makes call `nth` of `name` (every call for 0) return `code`.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mock_nccl_fail(name: *const c_char, nth: u64, code: u32) {
+    // SAFETY: the caller's promise.
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
+    let mut g = lock();
+    let st = g.get_or_insert_with(State::default);
+    st.fail.insert(name, (nth, ncclResult_t(code)));
+}
+
+/// Sets the asynchronous error `comm` reports; 1 if it is a live communicator, else 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn mock_nccl_set_async_error(comm: usize, code: u32) -> c_int {
+    let mut g = lock();
+    let st = g.get_or_insert_with(State::default);
+    match st.comms.get_mut(&comm) {
+        Some(c) => {
+            c.async_error = ncclResult_t(code);
+            1
+        }
+        None => 0,
+    }
+}
+
+/// How many times `name` was called since the last reset.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mock_nccl_calls(name: *const c_char) -> u64 {
+    // SAFETY: the caller's promise.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    let g = lock();
+    g.as_ref()
+        .and_then(|st| st.calls.get(name.as_ref()).copied())
+        .unwrap_or(0)
+}
+
+/// Live communicators.
+#[unsafe(no_mangle)]
+pub extern "C" fn mock_nccl_live_comms() -> u64 {
+    lock().as_ref().map_or(0, |st| st.comms.len() as u64)
+}
+
+/// Groups started and not ended.
+#[unsafe(no_mangle)]
+pub extern "C" fn mock_nccl_group_depth() -> c_int {
+    lock().as_ref().map_or(0, |st| st.group_depth)
+}
+
+/// The last call of `name`: writes its count, datatype and stream; 0 if there was none.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string; `out` is valid for a write of three values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mock_nccl_last(name: *const c_char, out: *mut [usize; 3]) -> c_int {
+    // SAFETY: the caller's promise.
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    let g = lock();
+    match g.as_ref().and_then(|st| st.last.get(name.as_ref())) {
+        Some(&(count, datatype, stream)) => {
+            // SAFETY: the caller's promise.
+            unsafe { out.write([count, datatype as usize, stream]) };
+            1
+        }
+        None => 0,
+    }
+}

@@ -1,0 +1,553 @@
+//! `cuda_stream::nccl` against the fake NCCL and the mock driver: communicators made and
+//! destroyed (none left), init failures, asynchronous errors reported on the next call and
+//! aborting the communicator, argument checks before NCCL is called, the arguments NCCL
+//! receives, groups always ended, collectives in a capture tying their buffers to the graph,
+//! every NCCL call of each operation failed in turn, and a missing NCCL library or symbol (each
+//! in a child process, whose process-wide NCCL is another).
+
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use cuda_mock_driver::MockDriver;
+use cuda_mock_nccl::{MockNccl, mock_nccl_path, partial_nccl_path};
+use cuda_stream::ffi::nccl::{Nccl, NcclLoadError, ncclDataType_t, ncclResult_t};
+use cuda_stream::nccl::{Communicator, Group, NcclId, ReduceOp, group};
+use cuda_stream::{CaptureMode, Context, Device, DeviceBuffer, Error, drain_deferred};
+
+static LOCK: Mutex<()> = Mutex::new(());
+const CHILD_VAR: &str = "CUDA_MOCK_NCCL_CHILD";
+
+/// Serialises the test, installs the mock driver and the fake NCCL (once), resets both.
+fn fake() -> (
+    MutexGuard<'static, ()>,
+    &'static MockNccl,
+    &'static MockDriver,
+) {
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let m = MockDriver::global();
+    static FAKE: OnceLock<MockNccl> = OnceLock::new();
+    let n = FAKE.get_or_init(|| {
+        let path = mock_nccl_path();
+        let nccl = Nccl::open(&path).expect("the fake NCCL opens");
+        Nccl::install_global(nccl).expect("nothing loaded NCCL before");
+        MockNccl::open(&path).expect("its control functions resolve")
+    });
+    // Both primary contexts stay retained for the whole process (the mock frees a context's
+    // memory when its last retain goes, even under queued work), and are idle before a test.
+    static KEEP: OnceLock<(Context, Context)> = OnceLock::new();
+    let keep = KEEP.get_or_init(|| (Context::primary(0).unwrap(), Context::primary(1).unwrap()));
+    keep.0.synchronize().unwrap();
+    keep.1.synchronize().unwrap();
+    m.reset();
+    n.reset();
+    (guard, n, m)
+}
+
+fn in_child() -> Option<String> {
+    std::env::var(CHILD_VAR).ok()
+}
+
+#[test]
+fn communicators_of_one_process_are_made_and_destroyed() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let comms = Communicator::init_all(&[Device::new(0).unwrap(), Device::new(1).unwrap()])
+        .expect("two ranks");
+    assert_eq!(n.live_comms(), 2);
+    assert_eq!((comms[1].rank(), comms[1].size()), (1, 2));
+    assert_eq!(comms[1].context().device().ordinal(), 1);
+    drop(comms);
+    assert_eq!(n.live_comms(), 0);
+    assert_eq!(n.calls("ncclCommDestroy"), 2);
+    let id = NcclId::new().unwrap();
+    assert_eq!(NcclId::from_bytes(id.as_bytes()).unwrap(), id);
+    let ctx = Context::primary(0).unwrap();
+    let c = Communicator::init_rank(&ctx, 1, &id, 0).unwrap();
+    c.check_async().unwrap();
+    c.close().unwrap();
+    assert_eq!(n.live_comms(), 0);
+    assert_eq!(m.live_streams(), 0);
+}
+
+#[test]
+fn init_failures_are_errors_naming_the_call() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, _m) = fake();
+    let alive = n.live_comms();
+    n.fail("ncclCommInitAll", 0, ncclResult_t::ncclSystemError);
+    let e = Communicator::init_all(&[Device::new(0).unwrap()]).unwrap_err();
+    assert_eq!(e.to_string(), "ncclCommInitAll: ncclSystemError");
+    assert_eq!(e.call(), Some("ncclCommInitAll"));
+    // NCCL checks the devices (the mock driver has two).
+    n.reset();
+    let e = Communicator::init_all(&[Device::from_raw(7)]).unwrap_err();
+    assert_eq!(e.to_string(), "ncclCommInitAll: ncclInvalidArgument");
+    // An id that is not NCCL's.
+    let ctx = Context::primary(0).unwrap();
+    let bogus = NcclId::from_bytes(&[9; 128]).unwrap();
+    let e = Communicator::init_rank(&ctx, 1, &bogus, 0).unwrap_err();
+    assert_eq!(e.to_string(), "ncclCommInitRank: ncclInvalidArgument");
+    // Refused before NCCL is called.
+    let id = NcclId::new().unwrap();
+    let calls = n.calls("ncclCommInitRank");
+    assert!(matches!(
+        Communicator::init_rank(&ctx, 2, &id, 2),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Communicator::init_rank(&ctx, 0, &id, 0),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        NcclId::from_bytes(&[0; 12]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Communicator::init_all(&[]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert_eq!(n.calls("ncclCommInitRank"), calls);
+    assert_eq!(n.live_comms(), alive);
+}
+
+#[test]
+fn an_async_error_is_reported_on_the_next_call_and_the_drop_aborts() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, _m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let s = ctx.new_stream().unwrap();
+    let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &s, 64).unwrap();
+    comm.all_reduce_in_place(&s, &mut x, ReduceOp::Sum).unwrap();
+    assert!(n.set_async_error(comm.raw(), ncclResult_t::ncclRemoteError));
+    let e = comm
+        .all_reduce_in_place(&s, &mut x, ReduceOp::Sum)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "ncclCommGetAsyncError: ncclRemoteError");
+    assert_eq!(
+        n.calls("ncclAllReduce"),
+        1,
+        "nothing enqueued after the error"
+    );
+    assert!(matches!(comm.check_async(), Err(Error::Nccl { .. })));
+    drop(comm);
+    assert_eq!(
+        (n.calls("ncclCommAbort"), n.calls("ncclCommDestroy")),
+        (1, 0)
+    );
+    assert_eq!(n.live_comms(), 0);
+}
+
+#[test]
+fn collectives_pass_their_arguments_and_check_theirs() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, _m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let s = ctx.new_stream().unwrap();
+    let a = DeviceBuffer::<i64>::zeroed(&ctx, &s, 100).unwrap();
+    let mut b = DeviceBuffer::<i64>::zeroed(&ctx, &s, 100).unwrap();
+    comm.all_reduce(&s, &a, &mut b, ReduceOp::Max).unwrap();
+    let raw = s.raw() as usize;
+    assert_eq!(
+        n.last("ncclAllReduce"),
+        Some((100, ncclDataType_t::ncclInt64.0, raw))
+    );
+    comm.broadcast(&s, &a, &mut b, 0).unwrap();
+    comm.broadcast_in_place(&s, &mut b, 0).unwrap();
+    comm.all_gather(&s, &a, &mut b).unwrap();
+    comm.reduce_scatter(&s, &a, &mut b, ReduceOp::Avg).unwrap();
+    assert_eq!(n.last("ncclReduceScatter").map(|l| l.0), Some(100));
+    // NCCL checks roots and peers: its error, named.
+    let e = comm.broadcast_in_place(&s, &mut b, 3).unwrap_err();
+    assert_eq!(e.to_string(), "ncclBroadcast: ncclInvalidArgument");
+    // Lengths and contexts are checked first.
+    let short = DeviceBuffer::<i64>::zeroed(&ctx, &s, 10).unwrap();
+    let before = n.calls("ncclAllReduce");
+    assert!(matches!(
+        comm.all_reduce(&s, &short, &mut b, ReduceOp::Sum),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let ctx1 = Context::primary(1).unwrap();
+    let s1 = ctx1.new_stream().unwrap();
+    assert!(matches!(
+        comm.all_reduce_in_place(&s1, &mut b, ReduceOp::Sum),
+        Err(Error::ContextMismatch { what: "the stream" })
+    ));
+    let mut other = DeviceBuffer::<i64>::zeroed(&ctx1, &s1, 100).unwrap();
+    assert!(matches!(
+        comm.all_reduce(&s, &a, &mut other, ReduceOp::Sum),
+        Err(Error::ContextMismatch { what: "the buffer" })
+    ));
+    assert_eq!(n.calls("ncclAllReduce"), before);
+    // Legacy default stream of the context.
+    comm.all_reduce_in_place(&ctx.legacy_stream(), &mut b, ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(n.last("ncclAllReduce").map(|l| l.2), Some(1));
+}
+
+#[test]
+fn groups_always_end_and_record_their_calls() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, _m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let s = ctx.new_stream().unwrap();
+    let x = DeviceBuffer::<u8>::zeroed(&ctx, &s, 32).unwrap();
+    let mut y = DeviceBuffer::<u8>::zeroed(&ctx, &s, 32).unwrap();
+    group(|g| {
+        g.send(&comm, &s, &x, 0)?;
+        g.recv(&comm, &s, &mut y, 0)
+    })
+    .unwrap();
+    assert_eq!((n.calls("ncclGroupStart"), n.calls("ncclGroupEnd")), (1, 1));
+    assert_eq!((n.calls("ncclSend"), n.calls("ncclRecv")), (1, 1));
+    // A failing call inside: the group still ends, and the call's error is returned.
+    n.fail("ncclRecv", 0, ncclResult_t::ncclInvalidUsage);
+    let mut g = Group::new();
+    g.send(&comm, &s, &x, 0).unwrap();
+    g.recv(&comm, &s, &mut y, 0).unwrap();
+    assert_eq!(g.len(), 2);
+    let e = g.run().unwrap_err();
+    assert_eq!(e.to_string(), "ncclRecv: ncclInvalidUsage");
+    assert_eq!(n.group_depth(), 0);
+    // A failing end.
+    n.reset();
+    n.fail("ncclGroupEnd", 0, ncclResult_t::ncclInternalError);
+    let e = group(|g| g.all_reduce_in_place(&comm, &s, &mut y, ReduceOp::Sum)).unwrap_err();
+    assert_eq!(e.to_string(), "ncclGroupEnd: ncclInternalError");
+    assert_eq!(n.group_depth(), 0);
+    // An empty group issues nothing; a dropped one too.
+    n.reset();
+    Group::new().run().unwrap();
+    let mut g = Group::new();
+    g.send(&comm, &s, &x, 0).unwrap();
+    drop(g);
+    assert_eq!(n.calls("ncclGroupStart") + n.calls("ncclSend"), 0);
+    // One buffer on two streams of one group is refused.
+    let s2 = ctx.new_stream().unwrap();
+    let e = group(|g| {
+        g.send(&comm, &s, &x, 0)?;
+        g.send(&comm, &s2, &x, 0)
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}
+
+#[test]
+fn a_collective_in_a_capture_ties_its_buffers_to_the_graph() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let mut s = ctx.new_stream().unwrap();
+    let mut x = DeviceBuffer::<f64>::zeroed(&ctx, &s, 16).unwrap();
+    let graph = s
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            comm.all_reduce_in_place(&cap, &mut x, ReduceOp::Sum)
+        })
+        .unwrap();
+    assert!(x.is_held_by_graphs());
+    assert_eq!(n.calls("ncclAllReduce"), 1);
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    exec.launch(&s).unwrap();
+    s.synchronize().unwrap();
+    drop((exec, x));
+    drain_deferred();
+    assert_eq!(m.bad_uses(), 0);
+}
+
+#[test]
+fn every_nccl_call_of_each_operation_fails_cleanly() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    type OpFn = fn() -> cuda_stream::Result<()>;
+    let ops: &[(&str, OpFn)] = &[
+        ("init_all + all_reduce + close", || {
+            let comm = Communicator::init_all(&[Device::new(0)?])?.remove(0);
+            let ctx = comm.context().clone();
+            let s = ctx.new_stream()?;
+            let mut x = DeviceBuffer::<u32>::zeroed(&ctx, &s, 8)?;
+            comm.all_reduce_in_place(&s, &mut x, ReduceOp::Sum)?;
+            comm.close()
+        }),
+        (
+            "init_rank + broadcast + all_gather + reduce_scatter + abort",
+            || {
+                let ctx = Context::primary(0)?;
+                let comm = Communicator::init_rank(&ctx, 1, &NcclId::new()?, 0)?;
+                let s = ctx.new_stream()?;
+                let a = DeviceBuffer::<f32>::zeroed(&ctx, &s, 8)?;
+                let mut b = DeviceBuffer::<f32>::zeroed(&ctx, &s, 8)?;
+                comm.broadcast(&s, &a, &mut b, 0)?;
+                comm.all_gather(&s, &a, &mut b)?;
+                comm.reduce_scatter(&s, &a, &mut b, ReduceOp::Min)?;
+                comm.abort()
+            },
+        ),
+        (
+            "init_all of two + a group of sends and receives + drop",
+            || {
+                let comms = Communicator::init_all(&[Device::new(0)?, Device::new(1)?])?;
+                let c0 = comms[0].context().clone();
+                let c1 = comms[1].context().clone();
+                let (s0, s1) = (c0.new_stream()?, c1.new_stream()?);
+                let x0 = DeviceBuffer::<u8>::zeroed(&c0, &s0, 8)?;
+                let x1 = DeviceBuffer::<u8>::zeroed(&c1, &s1, 8)?;
+                let mut y0 = DeviceBuffer::<u8>::zeroed(&c0, &s0, 8)?;
+                let mut y1 = DeviceBuffer::<u8>::zeroed(&c1, &s1, 8)?;
+                group(|g| {
+                    g.send(&comms[0], &s0, &x0, 1)?;
+                    g.recv(&comms[0], &s0, &mut y0, 1)?;
+                    g.send(&comms[1], &s1, &x1, 0)?;
+                    g.recv(&comms[1], &s1, &mut y1, 0)
+                })
+            },
+        ),
+    ];
+    const NCCL_CALLS: &[&str] = &[
+        "ncclGetUniqueId",
+        "ncclCommInitAll",
+        "ncclCommInitRank",
+        "ncclCommGetAsyncError",
+        "ncclAllReduce",
+        "ncclBroadcast",
+        "ncclAllGather",
+        "ncclReduceScatter",
+        "ncclSend",
+        "ncclRecv",
+        "ncclGroupStart",
+        "ncclGroupEnd",
+        "ncclCommDestroy",
+        "ncclCommAbort",
+    ];
+    let mut cases = 0;
+    // Communicators whose destroy failed stay alive (and are never destroyed twice).
+    let mut alive = n.live_comms();
+    for (name, op) in ops {
+        n.reset();
+        op().unwrap_or_else(|e| panic!("{name}, clean: {e}"));
+        let counts: Vec<(&str, u64)> = NCCL_CALLS.iter().map(|c| (*c, n.calls(c))).collect();
+        assert_eq!(n.live_comms(), alive, "{name}");
+        for (call, count) in counts {
+            for k in 1..=count {
+                n.reset();
+                n.fail(call, k, ncclResult_t::ncclInternalError);
+                let r = op();
+                drain_deferred();
+                cases += 1;
+                // The destroys of a drop have nobody to report to.
+                let swallowed = matches!(call, "ncclCommDestroy" | "ncclCommAbort")
+                    && !name.contains("close")
+                    && !name.contains("abort");
+                let dropped_get_async = call == "ncclCommGetAsyncError" && r.is_ok();
+                match r {
+                    Err(e) => assert_eq!(
+                        e.to_string(),
+                        format!("{call}: ncclInternalError"),
+                        "{name}, {call} {k}/{count}"
+                    ),
+                    Ok(()) => assert!(
+                        swallowed || dropped_get_async,
+                        "{name}, {call} {k}/{count}: returned Ok"
+                    ),
+                }
+                assert_eq!(n.group_depth(), 0, "{name}, {call} {k}/{count}");
+                assert_eq!(
+                    m.bad_uses(),
+                    0,
+                    "{name}, {call} {k}/{count}: a dead handle used"
+                );
+                // A communicator whose destroy failed stays alive, once.
+                let failed_destroy = matches!(call, "ncclCommDestroy" | "ncclCommAbort");
+                let expected = alive + u64::from(failed_destroy);
+                assert_eq!(
+                    n.live_comms(),
+                    expected,
+                    "{name}, {call} {k}/{count}: leaked"
+                );
+                alive = expected;
+            }
+        }
+    }
+    assert_eq!(m.bad_uses(), 0);
+    assert!(cases >= 20, "{cases} NCCL fault cases");
+    println!("NCCL fault cases: {cases}");
+}
+
+#[test]
+fn a_communicator_dropped_or_closed_in_a_host_function_is_destroyed_later() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let alive = n.live_comms();
+    let mut comms = Communicator::init_all(&[Device::new(0).unwrap(), Device::new(1).unwrap()])
+        .unwrap()
+        .into_iter();
+    let (a, b) = (comms.next().unwrap(), comms.next().unwrap());
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    s.launch_host_func(move || {
+        drop(a);
+        let closed = b.close().map_err(|e| e.to_string());
+        // Nothing destroyed here: both queued for an ordinary thread.
+        let _ = tx.send((closed, n.live_comms()));
+    })
+    .unwrap();
+    s.synchronize().unwrap(); // an ordinary thread: drains the queued destroys
+    let (closed, live_inside) = rx.recv().unwrap();
+    assert_eq!(
+        closed,
+        Err(
+            "ncclCommDestroy cannot be made inside a host function; the destroy was deferred"
+                .into()
+        )
+    );
+    assert_eq!(
+        live_inside,
+        alive + 2,
+        "nothing destroyed inside the host function"
+    );
+    assert_eq!(
+        m.host_fn_api_calls(),
+        0,
+        "no CUDA call from the host function"
+    );
+    drain_deferred();
+    assert_eq!(n.live_comms(), alive, "both destroyed afterwards");
+}
+
+/// Runs `test` again in a child process with `CUDA_SYS_LIBNCCL=nccl` (and the child flag).
+fn in_child_with(test: &str, nccl: &std::path::Path) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, test)
+        .env("CUDA_SYS_LIBNCCL", nccl)
+        .output()
+        .expect("the test binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{test} in a child:\n{text}");
+    text
+}
+
+#[test]
+fn a_missing_nccl_is_an_error_value() {
+    match in_child().as_deref() {
+        Some("a_missing_nccl_is_an_error_value") => {
+            let _m = MockDriver::global();
+            let e = Communicator::init_all(&[Device::new(0).unwrap()]).unwrap_err();
+            assert_eq!(e.to_string(), "ncclCommInitAll: no usable NCCL");
+            let Error::NcclLoad { source, .. } = &e else {
+                panic!("{e:?}")
+            };
+            let text = source.to_string();
+            assert!(
+                text.contains("/nonexistent/libnccl.so.2 (no such file)"),
+                "{text}"
+            );
+            assert!(matches!(
+                NcclId::new(),
+                Err(Error::NcclLoad {
+                    call: "ncclGetUniqueId",
+                    ..
+                })
+            ));
+            println!("child: {e}: {text}");
+        }
+        Some(_) => {}
+        None => {
+            let out = in_child_with(
+                "a_missing_nccl_is_an_error_value",
+                std::path::Path::new("/nonexistent/libnccl.so.2"),
+            );
+            assert!(
+                out.contains("child: ncclCommInitAll: no usable NCCL"),
+                "{out}"
+            );
+            // Opened explicitly: the loader's errors.
+            match Nccl::open("/nonexistent/libnccl.so.2") {
+                Err(NcclLoadError::NotFound { tried }) => assert_eq!(tried.len(), 1),
+                other => panic!("{other:?}"),
+            }
+            match Nccl::open("libm.so.6") {
+                Err(e @ NcclLoadError::NotNccl { .. }) => {
+                    assert_eq!(
+                        e.to_string(),
+                        "libm.so.6 is not NCCL: it does not export ncclGetVersion"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn an_nccl_missing_a_function_is_an_error_value() {
+    match in_child().as_deref() {
+        Some("an_nccl_missing_a_function_is_an_error_value") => {
+            let _m = MockDriver::global();
+            NcclId::new().expect("the partial NCCL has ncclGetUniqueId");
+            let e = Communicator::init_all(&[Device::new(0).unwrap()]).unwrap_err();
+            let Error::NcclLoad { call, source } = &e else {
+                panic!("{e:?}")
+            };
+            assert_eq!(*call, "ncclCommInitAll");
+            assert_eq!(
+                source.to_string(),
+                "ncclCommInitAll is not exported by NCCL 2.27.7"
+            );
+            println!("child: {e}: {source}");
+        }
+        Some(_) => {}
+        None => {
+            let path = partial_nccl_path();
+            let out = in_child_with("an_nccl_missing_a_function_is_an_error_value", &path);
+            assert!(
+                out.contains("child: ncclCommInitAll: no usable NCCL"),
+                "{out}"
+            );
+            let nccl = Nccl::open(&path).expect("it has ncclGetVersion");
+            assert_eq!(nccl.version(), 22707);
+            assert!(matches!(
+                nccl.ncclAllReduce(),
+                Err(NcclLoadError::MissingSymbol {
+                    name: "ncclAllReduce",
+                    version: 22707
+                })
+            ));
+            // Asked twice: the cached answer.
+            assert!(nccl.ncclAllReduce().is_err());
+            assert!(nccl.ncclGetUniqueId().is_ok());
+        }
+    }
+}
