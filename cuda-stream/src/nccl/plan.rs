@@ -8,11 +8,12 @@ use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::ffi;
 use crate::graph::user_objects::keep_alive;
-use crate::memory::allocation::Allocation;
+use crate::memory::allocation::{Allocation, InCapture};
+use crate::memory::buffer_ops::capture_graph;
 use crate::memory::use_tracking::Access;
 use crate::nccl::call::{nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
-use crate::peer::tracked::{TrackedUse, around_streams, capture_graph_of};
+use crate::peer::tracked::{TrackedUse, around_streams};
 use crate::stream::view::bind_if_special;
 
 /// The NCCL call of a plan, given the raw stream.
@@ -64,15 +65,29 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         let ctx = p.comm.context().raw();
         let _bound = bind_if_special(p.stream, ctx)?;
         if is_capturing(p.stream)? {
-            let graph = capture_graph_of(p.stream)?;
+            // The memory layer's rule for captures: buffers from outside are tied to the graph
+            // (after the host waited for their conflicting uses elsewhere), a graph buffer of
+            // this capture is tracked inside it, a borrowed one is refused.
+            let (graph, capture) = capture_graph(p.stream)?;
+            let mut held: Vec<Arc<Allocation>> = Vec::new();
             for (a, access) in &p.buffers {
-                a.uses.settle_for_capture(p.stream, *access)?;
+                match a.in_capture(p.stream, capture, *access)? {
+                    InCapture::Tie if a.ptr != 0 => held.push((*a).clone()),
+                    InCapture::Tie => {}
+                    InCapture::Track => tracked.push(TrackedUse {
+                        uses: &a.uses,
+                        access: *access,
+                        stream: p.stream,
+                    }),
+                }
             }
-            let held: Vec<Arc<Allocation>> = p.buffers.iter().map(|(a, _)| (*a).clone()).collect();
             if !held.is_empty() {
                 keep_alive(ctx, graph, held)?;
             }
         } else {
+            for (a, _) in &p.buffers {
+                a.check_outside_capture()?;
+            }
             for (a, access) in &p.buffers {
                 tracked.push(TrackedUse {
                     uses: &a.uses,

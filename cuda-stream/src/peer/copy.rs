@@ -6,8 +6,8 @@ use crate::base::plain_data::DeviceCopy;
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::Context;
 use crate::ffi;
-use crate::graph::user_objects::keep_alive;
 use crate::memory::buffer::DeviceBuffer;
+use crate::memory::buffer_ops::enqueue_with_uses;
 use crate::memory::use_tracking::Access;
 use crate::peer::tracked::{TrackedUse, around_streams, capture_graph_of};
 use crate::stream::view::{Enqueue, bind_if_special};
@@ -100,12 +100,18 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
         let (dst, src_alloc) = (self.alloc_ref(), src.alloc_ref());
         if capturing {
-            let graph = capture_graph_of(raw)?;
-            dst.uses.settle_for_capture(raw, Access::Write)?;
-            src_alloc.uses.settle_for_capture(raw, Access::Read)?;
-            keep_alive(stream_ctx, graph, (dst.clone(), src_alloc.clone()))?;
-            return copy(raw);
+            // The memory layer's rule for captures: buffers from outside are tied to the graph
+            // (after the host waited for their conflicting uses elsewhere), a graph buffer of
+            // this capture is tracked inside it, a borrowed one is refused.
+            return enqueue_with_uses(
+                raw,
+                stream_ctx,
+                &[(dst, Access::Write), (src_alloc, Access::Read)],
+                || copy(raw),
+            );
         }
+        dst.check_outside_capture()?;
+        src_alloc.check_outside_capture()?;
         let (home_ctx, remote_ctx) = if home_is_dst {
             (dst_ctx, src_ctx)
         } else {
