@@ -164,3 +164,45 @@ fn borrowed_memory_is_ordered_against_its_owners_stream() {
     // SAFETY: nothing uses the stream any more.
     unsafe { raw_stream_destroy(owner_raw) };
 }
+
+#[test]
+fn a_replay_is_ordered_against_other_streams_uses_of_its_buffers() {
+    let Some(ctx) = gpu() else { return };
+    let _turn = alongside_others();
+    let k = kernels(&ctx);
+    let mut s = ctx.new_stream().unwrap();
+    let other = ctx.new_stream().unwrap();
+    let mut out = DeviceBuffer::<u32>::zeroed(&ctx, &other, 1).unwrap();
+    other.synchronize().unwrap();
+    let delay = ns(Duration::from_micros(300));
+    let store = k
+        .f("store_after_spin")
+        .typed::<(&mut DeviceBuffer<u32>, u32, u64)>()
+        .unwrap();
+    let graph = s
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            // SAFETY: store_after_spin writes p[0] only.
+            unsafe { store.launch(&cap, one(), (&mut out, 77u32, delay)) }
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    let (mut early, mut late) = (0, 0);
+    let n = rounds(200);
+    for _ in 0..n {
+        out.fill(&other, 0).unwrap(); // the replay waits for this on `s`
+        exec.launch(&s).unwrap(); // writes 77 after a spin
+        if out.to_vec(&other).unwrap() != [77] {
+            early += 1; // read on `other` before the replay's write
+        }
+        exec.launch(&s).unwrap();
+        out.fill(&other, 5).unwrap(); // must land after the replay
+        if out.to_vec(&other).unwrap() != [5] {
+            late += 1;
+        }
+    }
+    assert_eq!(
+        (early, late),
+        (0, 0),
+        "of {n} rounds: reads before a replay's write, writes overtaken by a replay"
+    );
+}

@@ -5,6 +5,8 @@
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
 pub(crate) mod user_objects;
 
+pub(crate) mod replay_uses;
+
 pub(crate) mod replay;
 
 pub(crate) mod capture_view;

@@ -15,6 +15,7 @@ use crate::base::newest_abi::Newest;
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred};
 use crate::ffi;
+use crate::graph::replay_uses::{self, Held};
 use crate::graph::user_objects::HostRoute;
 use crate::stream::view::{AsStream, Stream};
 
@@ -97,6 +98,8 @@ pub struct Graph {
     raw: ffi::CUgraph,
     ctx: ffi::CUcontext,
     route: Option<Arc<HostRoute>>,
+    /// The buffers whose work was captured into it: its replays are recorded as their uses.
+    replayed: Arc<[Held]>,
     /// Keeps the context alive (a primary one this crate could retain), so that a destroy
     /// deferred by the host-function rule is made before the context's release.
     keep: Option<Context>,
@@ -132,6 +135,7 @@ impl Graph {
             raw,
             ctx,
             route,
+            replayed: replay_uses::take(raw),
             keep,
             _not_sync: PhantomData,
         }
@@ -225,6 +229,7 @@ impl Graph {
             raw,
             ctx: self.ctx,
             route: self.route.clone(),
+            replayed: self.replayed.clone(),
             keep: self.keep.clone(),
             _not_sync: PhantomData,
         })
@@ -237,7 +242,13 @@ impl Graph {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the route and the context retain are
         // released here.
-        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
+        let _parts = unsafe {
+            (
+                ptr::read(&this.route),
+                ptr::read(&this.keep),
+                ptr::read(&this.replayed),
+            )
+        };
         this.raw
     }
 
@@ -248,7 +259,13 @@ impl Graph {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context retain is released after
         // the destroy.
-        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
+        let _parts = unsafe {
+            (
+                ptr::read(&this.route),
+                ptr::read(&this.keep),
+                ptr::read(&this.replayed),
+            )
+        };
         destroy_or_defer(this.raw as usize, destroy_graph, "cuGraphDestroy")
     }
 }
@@ -378,6 +395,8 @@ pub struct GraphExec {
     raw: ffi::CUgraphExec,
     ctx: ffi::CUcontext,
     route: Option<Arc<HostRoute>>,
+    /// The graph's buffers: each launch waits for their other uses and is recorded as theirs.
+    replayed: Arc<[Held]>,
     keep: Option<Context>,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -420,8 +439,11 @@ impl GraphExec {
             route.set(stream.raw(), stream.context_raw());
         }
         let _bound = stream.bind_if_default()?;
-        // SAFETY: the executable graph and the stream are live and of the same context.
-        check(unsafe { f(self.raw, stream.raw()) }, "cuGraphLaunch")
+        // The buffers the graph uses: the launch waits for their other uses and counts as one.
+        replay_uses::around_launch(&self.replayed, stream.raw(), || {
+            // SAFETY: the executable graph and the stream are live and of the same context.
+            check(unsafe { f(self.raw, stream.raw()) }, "cuGraphLaunch")
+        })
     }
 
     /// Uploads the graph's work to the device on `stream` (`cuGraphUpload`), so that the first
@@ -455,6 +477,7 @@ impl GraphExec {
         exec_update(self.raw, graph.raw)?;
         // Panics of the new host functions go where this executable graph is launched.
         self.route = graph.route.clone();
+        self.replayed = graph.replayed.clone();
         Ok(())
     }
 
@@ -464,7 +487,13 @@ impl GraphExec {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the route and the context retain are
         // released here.
-        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
+        let _parts = unsafe {
+            (
+                ptr::read(&this.route),
+                ptr::read(&this.keep),
+                ptr::read(&this.replayed),
+            )
+        };
         this.raw
     }
 
@@ -475,7 +504,13 @@ impl GraphExec {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context retain is released after
         // the destroy.
-        let _parts = unsafe { (ptr::read(&this.route), ptr::read(&this.keep)) };
+        let _parts = unsafe {
+            (
+                ptr::read(&this.route),
+                ptr::read(&this.keep),
+                ptr::read(&this.replayed),
+            )
+        };
         destroy_or_defer(this.raw as usize, destroy_exec, "cuGraphExecDestroy")
     }
 }

@@ -45,8 +45,10 @@ use crate::stream::view::{AsStream, Enqueue, bind_if_special};
 /// their replays. A use inside a capture is ordered by the graph; an earlier use on another
 /// stream that it conflicts with cannot become an edge of the graph, so the host waits for it
 /// before the node is recorded (usually long complete: an event query). Allocation inside a
-/// capture is refused ([`Error::Capturing`]). Replays of a graph are not recorded as uses:
-/// order work after a replay on the replay's stream, or wait for it.
+/// capture is refused ([`Error::Capturing`]; a [`GraphBuffer`](crate::GraphBuffer) is memory
+/// that lives inside one replay). Each launch of an executable graph counts as a write of every
+/// buffer its graph holds: it waits for their other uses, and later uses on other streams wait
+/// for it.
 ///
 /// ```no_run
 /// use cuda_stream::{Context, DeviceBuffer};

@@ -2,14 +2,16 @@
 //! `keep_alive_in`. Each records its use on its stream (waiting first for the uses it conflicts
 //! with), or in a graph capture ties the allocation to the capture's graph.
 
+use std::any::Any;
 use std::mem::size_of;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::base::capture_mode::CaptureStatus;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::base::plain_data::DeviceCopy;
 use crate::driver::capture_query::{capture_info, is_capturing};
 use crate::ffi;
+use crate::graph::replay_uses::{self, Held};
 use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer::DeviceBuffer;
@@ -64,16 +66,52 @@ pub(crate) fn enqueue_with_uses(
         }
     }
     // Before the node exists, in one user object.
-    match tied.len() {
-        0 => {}
-        1 => keep_alive(ctx, graph, tied.pop().expect("one"))?,
-        _ => keep_alive(ctx, graph, tied)?,
-    }
+    tie_to_graph(ctx, graph, tied)?;
     if tracked.is_empty() {
         op()
     } else {
         Uses::around_all(&mut tracked, raw, op)
     }
+}
+
+/// Makes `graph` (a capture's) keep `allocs` allocated for as long as it or a graph made from
+/// it exists (one user object), and registers them as used by its replays: each launch of an
+/// executable graph made from it waits for their other uses and is recorded as a write of each.
+pub(crate) fn tie_to_graph(
+    ctx: ffi::CUcontext,
+    graph: ffi::CUgraph,
+    mut allocs: Vec<Arc<Allocation>>,
+) -> Result<()> {
+    match allocs.len() {
+        0 => return Ok(()),
+        1 => keep_alive(ctx, graph, Arc::clone(&allocs[0]))?,
+        _ => keep_alive(ctx, graph, allocs.clone())?,
+    }
+    for a in allocs.drain(..) {
+        let weak: Held = Arc::downgrade(&(a as Arc<dyn Any + Send + Sync>));
+        replay_uses::register(graph, weak, around_replay);
+    }
+    Ok(())
+}
+
+/// The replay hook: orders a launch on `stream` after the other uses of the graph's buffers
+/// still alive (as a write of each: the graph may write any of them) and records it.
+fn around_replay(
+    held: &[Held],
+    stream: ffi::CUstream,
+    launch: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    // A launch recorded into another capture (a child graph node) is ordered by that capture.
+    if is_capturing(stream)? {
+        return launch();
+    }
+    let allocs: Vec<Arc<Allocation>> = held
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter_map(|a| a.downcast::<Allocation>().ok())
+        .collect();
+    let mut list: Vec<_> = allocs.iter().map(|a| (&a.uses, Access::Write)).collect();
+    Uses::around_all(&mut list, stream, launch)
 }
 
 impl<T: DeviceCopy> DeviceBuffer<T> {

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::ffi;
-use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
-use crate::memory::buffer_ops::capture_graph;
+use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
 use crate::memory::use_tracking::Access;
 use crate::nccl::call::{nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
@@ -81,9 +80,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
                     }),
                 }
             }
-            if !held.is_empty() {
-                keep_alive(ctx, graph, held)?;
-            }
+            tie_to_graph(ctx, graph, held)?;
         } else {
             for (a, _) in &p.buffers {
                 a.check_outside_capture()?;

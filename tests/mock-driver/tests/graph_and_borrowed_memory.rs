@@ -20,6 +20,11 @@ static LOCK: Mutex<()> = Mutex::new(());
 fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
+    // Frees that graphs queued when the previous test let them go are made against its state,
+    // before the reset.
+    settle(m);
+    cuda_stream::drain_deferred();
+    settle(m);
     m.set_memory_pools(1, false);
     m.reset();
     (guard, m)
@@ -276,5 +281,46 @@ fn a_pinned_buffer_copies_to_a_buffer_of_another_context() {
     assert_eq!(host.as_slice().unwrap(), [6; 16]);
     drop((dev, host));
     settle(m);
+    assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
+}
+
+#[test]
+fn a_replay_is_a_use_of_the_buffers_its_graph_holds() {
+    let (_lock, m) = mock();
+    {
+        let ctx = Context::primary(0).unwrap();
+        let mut s = ctx.new_stream().unwrap();
+        let other = ctx.new_stream().unwrap();
+        let out = DeviceBuffer::<u32>::zeroed(&ctx, &other, 8).unwrap();
+        other.synchronize().unwrap();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| out.fill(&cap, 5))
+            .unwrap();
+        let exec = graph.instantiate().unwrap();
+        out.fill(&other, 1).unwrap();
+        // The replay is held back on `s`; a read on another stream must wait for it.
+        let hold = gate(&s);
+        exec.launch(&s).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(hold);
+        });
+        assert_eq!(out.to_vec(&other).unwrap(), [5; 8], "read after the replay");
+        release.join().unwrap();
+        // A write elsewhere after a held-back replay lands last.
+        let hold = gate(&s);
+        exec.launch(&s).unwrap();
+        out.fill(&other, 9).unwrap();
+        drop(hold);
+        assert_eq!(
+            out.to_vec(&other).unwrap(),
+            [9; 8],
+            "written after the replay"
+        );
+        drop((exec, graph, out));
+        settle(m);
+        cuda_stream::drain_deferred();
+        settle(m);
+    }
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
 }
