@@ -7,9 +7,9 @@ use crate::driver::capture_query::is_capturing;
 use crate::driver::context::Context;
 use crate::ffi;
 use crate::memory::buffer::DeviceBuffer;
-use crate::memory::buffer_ops::enqueue_with_uses;
+use crate::memory::buffer_ops::{capture_graph, enqueue_with_uses};
 use crate::memory::use_tracking::Access;
-use crate::peer::tracked::{TrackedUse, around_streams, capture_graph_of};
+use crate::peer::tracked::{TrackedUse, around_streams};
 use crate::stream::view::{Enqueue, bind_if_special};
 
 impl<T: DeviceCopy> DeviceBuffer<T> {
@@ -94,7 +94,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let capturing = is_capturing(raw)?;
         if bytes == 0 {
             if capturing {
-                capture_graph_of(raw)?;
+                capture_graph(raw)?;
             }
             return Ok(());
         }

@@ -3,9 +3,7 @@
 //! communicators): each tracker waits and records on its own stream, and the trackers are locked
 //! in one global order.
 
-use crate::base::capture_mode::CaptureStatus;
 use crate::base::error::{Error, Result, check, driver_fn};
-use crate::driver::capture_query::capture_info;
 use crate::ffi;
 use crate::memory::use_tracking::{Access, Uses};
 
@@ -78,14 +76,4 @@ pub(crate) fn synchronize(stream: ffi::CUstream) -> Result<()> {
     let f = driver_fn!(cuStreamSynchronize);
     // SAFETY: the stream is live (the caller's, or a context's service stream).
     check(unsafe { f(stream) }, "cuStreamSynchronize")
-}
-
-/// The graph `raw` is being captured into (`cuStreamGetCaptureInfo`), owned by the capture;
-/// [`Error::NotCapturing`] with the status if the capture was invalidated (or has just ended).
-#[cold]
-pub(crate) fn capture_graph_of(raw: ffi::CUstream) -> Result<ffi::CUgraph> {
-    match capture_info(raw)? {
-        (CaptureStatus::Active { .. }, graph) if !graph.is_null() => Ok(graph),
-        (status, _) => Err(Error::NotCapturing { status }),
-    }
 }
