@@ -53,13 +53,15 @@ fn communicators_of_one_process_are_made_and_destroyed() {
         return;
     }
     let (_g, n, m) = fake();
+    // Communicators whose destroy failed in the fault test stay alive for the whole process.
+    let alive = n.live_comms();
     let comms = Communicator::init_all(&[Device::new(0).unwrap(), Device::new(1).unwrap()])
         .expect("two ranks");
-    assert_eq!(n.live_comms(), 2);
+    assert_eq!(n.live_comms(), alive + 2);
     assert_eq!((comms[1].rank(), comms[1].size()), (1, 2));
     assert_eq!(comms[1].context().device().ordinal(), 1);
     drop(comms);
-    assert_eq!(n.live_comms(), 0);
+    assert_eq!(n.live_comms(), alive);
     assert_eq!(n.calls("ncclCommDestroy"), 2);
     let id = NcclId::new().unwrap();
     assert_eq!(NcclId::from_bytes(id.as_bytes()).unwrap(), id);
@@ -67,7 +69,7 @@ fn communicators_of_one_process_are_made_and_destroyed() {
     let c = Communicator::init_rank(&ctx, 1, &id, 0).unwrap();
     c.check_async().unwrap();
     c.close().unwrap();
-    assert_eq!(n.live_comms(), 0);
+    assert_eq!(n.live_comms(), alive);
     assert_eq!(m.live_streams(), 0);
 }
 
@@ -120,6 +122,7 @@ fn an_async_error_is_reported_on_the_next_call_and_the_drop_aborts() {
         return;
     }
     let (_g, n, _m) = fake();
+    let alive = n.live_comms();
     let comm = Communicator::init_all(&[Device::new(0).unwrap()])
         .unwrap()
         .remove(0);
@@ -143,7 +146,7 @@ fn an_async_error_is_reported_on_the_next_call_and_the_drop_aborts() {
         (n.calls("ncclCommAbort"), n.calls("ncclCommDestroy")),
         (1, 0)
     );
-    assert_eq!(n.live_comms(), 0);
+    assert_eq!(n.live_comms(), alive);
 }
 
 #[test]
@@ -152,6 +155,7 @@ fn collectives_pass_their_arguments_and_check_theirs() {
         return;
     }
     let (_g, n, _m) = fake();
+    let alive = n.live_comms();
     let comm = Communicator::init_all(&[Device::new(0).unwrap()])
         .unwrap()
         .remove(0);
@@ -204,6 +208,7 @@ fn groups_always_end_and_record_their_calls() {
         return;
     }
     let (_g, n, _m) = fake();
+    let alive = n.live_comms();
     let comm = Communicator::init_all(&[Device::new(0).unwrap()])
         .unwrap()
         .remove(0);
