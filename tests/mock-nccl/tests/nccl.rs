@@ -155,7 +155,6 @@ fn collectives_pass_their_arguments_and_check_theirs() {
         return;
     }
     let (_g, n, _m) = fake();
-    let alive = n.live_comms();
     let comm = Communicator::init_all(&[Device::new(0).unwrap()])
         .unwrap()
         .remove(0);
@@ -208,7 +207,6 @@ fn groups_always_end_and_record_their_calls() {
         return;
     }
     let (_g, n, _m) = fake();
-    let alive = n.live_comms();
     let comm = Communicator::init_all(&[Device::new(0).unwrap()])
         .unwrap()
         .remove(0);
