@@ -1,7 +1,8 @@
 //! The two driver queries about a stream's capture that the layers above share: whether it is
 //! capturing (`stream::host_fn` refuses run-once host functions then) and its capture status
 //! and graph (`graph::capture`). Each call is made in one place, which chooses the newest ABI
-//! the driver has (`cuStreamGetCaptureInfo_v3`, else `_v2`).
+//! the driver has (`cuStreamGetCaptureInfo_v3`, else `_v2`). Also the wait for an event that a
+//! capturing thread may make: polled, since a blocking wait would invalidate its capture.
 
 use std::ptr;
 
@@ -68,4 +69,19 @@ pub(crate) fn capture_info(raw: ffi::CUstream) -> Result<(CaptureStatus, ffi::CU
         graph = ptr::null_mut();
     }
     Ok((status, graph))
+}
+
+/// Polls `ev` (`cuEventQuery`) until it has completed, sleeping a little longer each time.
+pub(crate) fn poll_until_done(ev: ffi::CUevent) -> Result<()> {
+    let query = driver_fn!(cuEventQuery);
+    let mut pause = std::time::Duration::from_micros(1);
+    loop {
+        // SAFETY: the event is live (the caller's, of any context).
+        let rc = unsafe { query(ev) };
+        if rc != ffi::CUresult::CUDA_ERROR_NOT_READY {
+            return check(rc, "cuEventQuery");
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_micros(200));
+    }
 }

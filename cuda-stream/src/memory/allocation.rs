@@ -86,16 +86,17 @@ impl Allocation {
             Some(p) => p.raw(),
             None => default_pool_raw(ctx.device())?,
         };
-        let uses = Uses::new(ctx);
         let mut ptr = 0;
-        let made = uses.around(stream, Access::Write, || {
+        {
             let f = driver_fn!(cuMemAllocFromPoolAsync);
             let _bound = bind_if_special(stream, ctx.raw())?;
             // SAFETY: `ptr` is a valid out-pointer; the pool is live and of the stream's device;
             // the stream is live (the caller's borrow) and of `ctx`.
             let rc = unsafe { f(&mut ptr, bytes, raw_pool, stream) };
-            check(rc, "cuMemAllocFromPoolAsync")
-        });
+            check(rc, "cuMemAllocFromPoolAsync")?;
+        }
+        // The allocation is the memory's first use: a write on `stream`.
+        let (uses, made) = Uses::written_on(ctx, stream);
         let alloc = Allocation {
             ptr,
             ctx: ctx.clone(),
@@ -353,7 +354,7 @@ impl Drop for Allocation {
             let moved = Allocation {
                 ptr: std::mem::replace(&mut self.ptr, 0),
                 ctx: self.ctx.clone(),
-                uses: self.uses.clone(),
+                uses: std::mem::replace(&mut self.uses, Uses::new(&self.ctx)),
                 origin: std::mem::replace(&mut self.origin, Origin::Plain),
             };
             let queued = Box::into_raw(Box::new(moved)) as usize;

@@ -242,7 +242,7 @@ pub(crate) fn create_raw(
     if raw.is_null() {
         return Err(Error::NullHandle { what: "stream" });
     }
-    known_streams::created(raw);
+    known_streams::created(raw, ctx);
     Ok(raw)
 }
 

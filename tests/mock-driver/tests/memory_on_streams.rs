@@ -1,7 +1,8 @@
 //! Memory on streams against the mock's counters: uses on two streams are ordered and never
 //! reach freed memory, a stream-ordered free waits behind queued work, the no-pool path (device
 //! 1, switched off) frees only after the uses' events complete, a page-locked buffer dropped
-//! with a copy in flight is freed after it, and a buffer used on one owned stream needs no event.
+//! with a copy in flight is freed after it, a buffer used on one owned stream needs no event, and
+//! a use on a stream that has ended since is waited for through the stream's final event.
 
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
@@ -147,4 +148,69 @@ fn a_buffer_used_on_one_owned_stream_creates_no_event() {
         "no event for a buffer that never left its stream"
     );
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
+}
+
+#[test]
+fn a_use_on_a_stream_that_ended_is_waited_for_through_its_final_event() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let x = DeviceBuffer::<u32>::zeroed(&ctx, &a, 64).unwrap();
+    let y = DeviceBuffer::<u32>::zeroed(&ctx, &b, 64).unwrap();
+    let hold = gate(&a);
+    x.fill(&a, 9).unwrap(); // lazy: no event yet
+    let records = m.calls("cuEventRecord");
+    drop(a); // ends with the fill queued: one final event for every buffer used there
+    assert_eq!(m.calls("cuEventRecord"), records + 1, "the final event");
+    // The mock runs all work in order on one thread, so the data alone cannot show a missing
+    // wait: the calls do.
+    let (waits, records) = (m.calls("cuStreamWaitEvent"), m.calls("cuEventRecord"));
+    y.copy_from(&b, &x).unwrap();
+    assert_eq!(
+        (m.calls("cuStreamWaitEvent"), m.calls("cuEventRecord")),
+        (waits + 1, records + 1),
+        "b waits for the final event (and marks its read: the buffer moves between streams)"
+    );
+    drop(hold);
+    assert_eq!(y.to_vec(&b).unwrap(), [9; 64]);
+    drop(x);
+    settle(m);
+    assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
+}
+
+#[test]
+fn a_buffer_whose_stream_ended_is_freed_after_its_use() {
+    let (_lock, m) = mock();
+    for device in [0, 1] {
+        m.reset();
+        let ctx = Context::primary(device).unwrap();
+        let a = ctx.new_stream().unwrap();
+        let live = m.live_allocations();
+        let x = DeviceBuffer::<u32>::zeroed(&ctx, &a, 16).unwrap();
+        let hold = gate(&a);
+        x.fill(&a, 1).unwrap();
+        drop(a);
+        let waits = m.calls("cuStreamWaitEvent");
+        drop(x); // pools: freed on the service stream behind the final event; else deferred
+        assert_eq!(
+            m.calls("cuStreamWaitEvent"),
+            waits + 1,
+            "device {device}: the service stream waits for the final event"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        poll_pending_frees();
+        assert_eq!(
+            m.live_allocations(),
+            live + 1,
+            "device {device}: not freed under the fill"
+        );
+        drop(hold);
+        settle(m);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while poll_pending_frees() > 0 || m.live_allocations() > live {
+            assert!(Instant::now() < deadline, "device {device}: never freed");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
+    }
 }

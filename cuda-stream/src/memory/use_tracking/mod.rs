@@ -5,10 +5,11 @@
 //!
 //! What a use costs depends on its stream:
 //!
-//! - a stream this crate created, or the legacy default stream: nothing but a lock and a
-//!   comparison. Only the handle is kept (*lazy*): a later use on another stream records an
-//!   event on it then, which covers the use. Such a stream tells the tracker before it ends
-//!   (`stream::known_streams`), while it can still record the event;
+//! - a stream this crate created, or a stream that lives as long as the context (the legacy
+//!   default stream, the context's service stream): nothing but a lock and a comparison. Only
+//!   the handle is kept (*lazy*), with the stream's end (`stream::known_streams`): a later use on
+//!   another stream records an event on it then, which covers the use, or waits for the final
+//!   event the stream recorded as it ended;
 //! - any other stream (borrowed from another library, the per-thread default stream): an event
 //!   recorded after each use, since the stream may end without notice.
 //!
@@ -19,20 +20,19 @@
 //! writes by hand.
 //!
 //! Every driver call here runs under the tracker's lock, so two threads using one buffer are
-//! ordered, and a stream cannot end between the check and the record. Nothing under the lock
-//! can destroy a stream (no deferred destroy is drained), so the end of a stream, which takes
-//! the same lock, cannot be announced to a tracker by the thread that holds it.
+//! ordered; a call on the stream of a lazy use also holds that stream's end locked, so the
+//! stream cannot end meanwhile. Locks are taken in that order only (tracker, then the global
+//! list of streams or a stream's end); a stream's end takes no tracker's lock.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
-use crate::driver::deferred_destroy::in_host_fn;
 use crate::ffi;
-use crate::graph::capture_mode_guard::exchange_capture_mode;
-use crate::stream::known_streams::{self, StreamUser};
+use crate::stream::known_streams::{self, End, StreamEnd};
 use crate::stream::view::bind_if_special;
+
+mod capture;
 
 /// What a use does to the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,21 +46,24 @@ pub(crate) enum Access {
 /// How a recorded use is waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mark {
-    /// By recording an event on its stream when needed: the stream outlives the use's record
-    /// (it tells the tracker before it ends).
+    /// By recording an event on its stream when needed while the stream lives, else by the
+    /// stream's final event. Only on a stream whose end is known (`Use::end`) or that lives as
+    /// long as the context.
     Lazy,
     /// By this event, recorded after the use and owned here.
     Event(ffi::CUevent),
-    /// The stream ended inside a host function, where no event could be recorded: only the
-    /// context's completion covers the use.
+    /// The stream ended where no event could be recorded: only the context's completion covers
+    /// the use.
     Lost,
     /// Complete: nothing to wait for.
     Done,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Use {
     stream: ffi::CUstream,
+    /// The stream's end, for a stream this crate created (`None` for any other).
+    end: Option<Arc<StreamEnd>>,
     mark: Mark,
 }
 
@@ -69,8 +72,9 @@ struct State {
     write: Option<Use>,
     /// Reads since the last write, one per stream.
     reads: Vec<Use>,
-    /// Streams looked up in `known_streams`: registered (true), or unknown (false).
-    streams: Vec<(usize, bool)>,
+    /// The last stream looked up and found not to be this crate's (0: none), so that a buffer
+    /// used again and again on a borrowed stream looks it up once.
+    unknown: usize,
     /// The allocation moves between streams: each use is marked by an event recorded right
     /// after it. A lazy mark is recorded only when another stream asks, and then covers
     /// everything its stream has enqueued since, later uses of other buffers included, which
@@ -81,25 +85,16 @@ struct State {
 // SAFETY: the raw handles are driver objects usable from any thread; the state is locked.
 unsafe impl Send for State {}
 
+#[derive(Debug)]
 struct Inner {
     ctx: Context,
     state: Mutex<State>,
 }
 
-/// The uses of one allocation; shared by its buffer and the graphs that hold the allocation.
-/// A clone shares the same uses; the last one gives their events back.
-#[derive(Clone)]
-pub(crate) struct Uses(Arc<Inner>);
-
-impl std::fmt::Debug for Uses {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.0.lock();
-        f.debug_struct("Uses")
-            .field("write", &s.write)
-            .field("reads", &s.reads)
-            .finish()
-    }
-}
+/// The uses of one allocation, held by the allocation (which its buffer and the graphs that
+/// hold it share).
+#[derive(Debug)]
+pub(crate) struct Uses(Inner);
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -125,8 +120,21 @@ impl Inner {
         let _bound = bind_if_special(stream, self.raw_ctx())?;
         let f = driver_fn!(cuEventRecord);
         // SAFETY: the event is ours and of this context; the stream is live (a lazy use's
-        // stream tells us before it ends; otherwise it is the caller's).
+        // stream is held by its end's lock, or lives as long as the context; otherwise it is
+        // the caller's).
         check(unsafe { f(ev, stream) }, "cuEventRecord")
+    }
+
+    /// A new event of ours recorded on `stream`.
+    fn record_new(&self, stream: ffi::CUstream) -> Result<ffi::CUevent> {
+        let ev = self.event()?;
+        match self.record(ev, stream) {
+            Ok(()) => Ok(ev),
+            Err(e) => {
+                self.release(ev);
+                Err(e)
+            }
+        }
     }
 
     /// Makes `waiter` wait for `ev` (`cuStreamWaitEvent`).
@@ -138,30 +146,81 @@ impl Inner {
         check(unsafe { f(waiter, ev, 0) }, "cuStreamWaitEvent")
     }
 
-    /// Makes `waiter` wait for the use `u` (nothing if it is on `waiter` itself): a lazy use
-    /// becomes an evented one (the event is recorded now and kept, so other waiters reuse it).
+    /// Waits on the host for the context's work (the end of a use nothing marks).
+    #[cold]
+    fn synchronize_context(&self) -> Result<()> {
+        let _bound = bind(self.raw_ctx())?;
+        let f = driver_fn!(cuCtxSynchronize);
+        // SAFETY: the context is current.
+        check(unsafe { f() }, "cuCtxSynchronize")
+    }
+
+    /// Whether `stream` lives as long as the context (the legacy default stream, the service
+    /// stream), which the tracker holds.
+    fn context_lived(&self, stream: ffi::CUstream) -> bool {
+        matches!(stream as usize, 0 | 1) || self.ctx.service_stream_if_created() == Some(stream)
+    }
+
+    /// Whether the use `u` was made on `stream`, a live stream of the caller's: the same handle,
+    /// and `u`'s stream has not ended since (a handle may be reused by a later stream). Never
+    /// for a stream whose end is unknown, except those that live as long as the context.
+    #[inline]
+    fn same_stream(&self, u: &Use, stream: ffi::CUstream) -> bool {
+        u.stream == stream
+            && match &u.end {
+                Some(end) => !end.has_ended(),
+                None => self.context_lived(stream),
+            }
+    }
+
+    /// The end of `stream` if this crate created it (looked up, or the cached answer that it
+    /// did not).
+    fn find_end(&self, state: &mut State, stream: ffi::CUstream) -> Option<Arc<StreamEnd>> {
+        let raw = stream as usize;
+        if raw <= 2 || raw == state.unknown {
+            return None;
+        }
+        let end = known_streams::end_of(stream);
+        if end.is_none() {
+            state.unknown = raw;
+        }
+        end
+    }
+
+    /// Makes `waiter` wait for the use `u` (nothing if it is on `waiter` itself): a lazy use on
+    /// a live stream becomes an evented one (the event is recorded now and kept, so other
+    /// waiters reuse it); one on a stream that has ended is waited for by its final event.
     fn wait_for(&self, waiter: ffi::CUstream, u: &mut Use) -> Result<()> {
-        if u.mark == Mark::Done || (u.stream == waiter && u.mark != Mark::Lost) {
+        if u.mark == Mark::Done || (u.mark != Mark::Lost && self.same_stream(u, waiter)) {
             return Ok(());
         }
         match u.mark {
             Mark::Lazy => {
-                let ev = self.event()?;
-                if let Err(e) = self.record(ev, u.stream) {
-                    self.release(ev);
-                    return Err(e);
+                let ended = {
+                    let guard = u.end.as_ref().map(|e| e.lock());
+                    match guard.as_deref() {
+                        None | Some(End::Live) => {
+                            u.mark = Mark::Event(self.record_new(u.stream)?);
+                            None
+                        }
+                        Some(&ended) => Some(ended),
+                    }
+                };
+                match (ended, u.mark) {
+                    (None, Mark::Event(ev)) => self.wait(waiter, ev),
+                    (Some(End::Marked(fev)), _) => self.wait(waiter, fev),
+                    _ => {
+                        self.synchronize_context()?;
+                        u.mark = Mark::Done;
+                        Ok(())
+                    }
                 }
-                u.mark = Mark::Event(ev);
-                self.wait(waiter, ev)
             }
             Mark::Event(ev) => self.wait(waiter, ev),
             Mark::Lost => {
                 // The stream is gone and nothing marks the end of the use: wait for the
                 // context's work (rare: a stream handed over or ended inside a host function).
-                let _bound = bind(self.raw_ctx())?;
-                let f = driver_fn!(cuCtxSynchronize);
-                // SAFETY: the context is current.
-                check(unsafe { f() }, "cuCtxSynchronize")?;
+                self.synchronize_context()?;
                 u.mark = Mark::Done;
                 Ok(())
             }
@@ -169,52 +228,81 @@ impl Inner {
         }
     }
 
-    /// Whether a use on `stream` may stay lazy, registering this tracker with the stream on its
-    /// first lazy use there.
-    fn lasting(self: &Arc<Self>, state: &mut State, stream: ffi::CUstream) -> bool {
-        if let Some(&(_, known)) = state.streams.iter().find(|(s, _)| *s == stream as usize) {
-            return known;
-        }
-        match stream as usize {
-            // The legacy default stream lives as long as the context, which the tracker holds.
-            0 | 1 => return true,
-            // The per-thread default stream is another stream on every thread.
-            2 => return false,
-            // The context's service stream also lives as long as the context.
-            _ if self.ctx.service_stream_if_created() == Some(stream) => return true,
-            _ => {}
-        }
-        let weak: Weak<dyn StreamUser> = Arc::downgrade(self) as Weak<dyn StreamUser>;
-        let known = known_streams::add_user(stream, weak);
-        state.streams.push((stream as usize, known));
-        known
+    /// Gives the lazy use `u` an event of its own, recorded after it: on its stream while it
+    /// lives, else after the stream's final event (on the context's service stream). A stream
+    /// that ended where no event could be recorded leaves the use lost.
+    fn own_event(&self, u: &mut Use) -> Result<()> {
+        let guard = u.end.as_ref().map(|e| e.lock());
+        let ev = match guard.as_deref() {
+            None | Some(End::Live) => self.record_new(u.stream)?,
+            Some(&End::Marked(fev)) => {
+                let service = self.ctx.service_stream()?;
+                self.wait(service, fev)?;
+                self.record_new(service)?
+            }
+            Some(End::Lost) => {
+                u.mark = Mark::Lost;
+                return Ok(());
+            }
+        };
+        u.mark = Mark::Event(ev);
+        Ok(())
     }
 
-    /// The mark of a new use on `stream` just enqueued, reusing `old` (the stream's previous
-    /// mark in this role) where it can.
-    fn mark_after(
-        self: &Arc<Self>,
+    /// The use of new work on `stream` just enqueued, reusing `old` (the stream's previous use
+    /// in this role, consumed) where it can; on an error (no event could be recorded) the use is
+    /// lost, and the error comes with it.
+    fn use_after(
+        &self,
         state: &mut State,
         stream: ffi::CUstream,
-        old: Option<Mark>,
-    ) -> Result<Mark> {
-        if !state.eager && self.lasting(state, stream) {
-            if let Some(Mark::Event(ev)) = old {
-                self.release(ev);
+        old: Option<Use>,
+    ) -> (Use, Option<Error>) {
+        let (old_ev, old_end) = match old {
+            Some(Use {
+                mark,
+                end,
+                stream: s,
+            }) if s == stream => (
+                match mark {
+                    Mark::Event(ev) => Some(ev),
+                    _ => None,
+                },
+                end.filter(|e| !e.has_ended()),
+            ),
+            Some(u) => {
+                self.release_use(u);
+                (None, None)
             }
-            return Ok(Mark::Lazy);
-        }
-        let ev = match old {
-            Some(Mark::Event(ev)) => ev,
-            _ => self.event()?,
+            None => (None, None),
         };
-        match self.record(ev, stream) {
-            Ok(()) => Ok(Mark::Event(ev)),
-            Err(e) => {
+        let end = match old_end {
+            Some(e) => Some(e),
+            None => self.find_end(state, stream),
+        };
+        if !state.eager && (end.is_some() || self.context_lived(stream)) {
+            if let Some(ev) = old_ev {
                 self.release(ev);
-                Err(e)
             }
+            let u = Use {
+                stream,
+                end,
+                mark: Mark::Lazy,
+            };
+            return (u, None);
         }
+        let recorded = match old_ev {
+            Some(ev) => self
+                .record(ev, stream)
+                .map(|()| ev)
+                .inspect_err(|_| self.release(ev)),
+            None => self.record_new(stream),
+        };
+        let (mark, err) = match recorded {
+            Ok(ev) => (Mark::Event(ev), None),
+            Err(e) => (Mark::Lost, Some(e)),
+        };
+        (Use { stream, end, mark }, err)
     }
 
     fn release_use(&self, u: Use) {
@@ -224,51 +312,43 @@ impl Inner {
     }
 }
 
-impl StreamUser for Inner {
-    fn stream_ending(&self, stream: ffi::CUstream) {
-        let mut state = self.lock();
-        state.streams.retain(|(s, _)| *s != stream as usize);
-        let host_fn = in_host_fn();
-        let State { write, reads, .. } = &mut *state;
-        for u in write.iter_mut().chain(reads.iter_mut()) {
-            if u.stream != stream || u.mark != Mark::Lazy {
-                continue;
-            }
-            u.mark = Mark::Lost;
-            if host_fn {
-                continue;
-            }
-            if let Ok(ev) = self.event() {
-                if self.record(ev, stream).is_ok() {
-                    u.mark = Mark::Event(ev);
-                } else {
-                    self.release(ev);
-                }
-            }
-        }
-    }
-}
-
 impl Uses {
     /// No use yet, for memory of `ctx`.
     pub(crate) fn new(ctx: &Context) -> Uses {
-        Uses(Arc::new(Inner {
+        Uses(Inner {
             ctx: ctx.clone(),
             state: Mutex::new(State::default()),
-        }))
+        })
+    }
+
+    /// Memory of `ctx` just written by work enqueued on `stream` (its allocation), with no
+    /// earlier use: the use is recorded without the checks and waits of
+    /// [`around`](Uses::around). An error says the use could not be marked (it is recorded as
+    /// covered by the context's completion only).
+    pub(crate) fn written_on(ctx: &Context, stream: ffi::CUstream) -> (Uses, Result<()>) {
+        let mut inner = Inner {
+            ctx: ctx.clone(),
+            state: Mutex::new(State::default()),
+        };
+        let mut state = State::default();
+        let (u, failed) = inner.use_after(&mut state, stream, None);
+        state.write = Some(u);
+        // Not shared yet: no lock.
+        *inner.state.get_mut().unwrap_or_else(|e| e.into_inner()) = state;
+        (Uses(inner), failed.map_or(Ok(()), Err))
     }
 
     /// No use yet, for memory of `ctx` that moves between streams from the start: every use is
     /// marked by an event recorded right after it (a graph allocation, whose uses are all in
     /// one capture, where a lazy mark could be asked for after a fork has joined).
     pub(crate) fn new_eager(ctx: &Context) -> Uses {
-        Uses(Arc::new(Inner {
+        Uses(Inner {
             ctx: ctx.clone(),
             state: Mutex::new(State {
                 eager: true,
                 ..State::default()
             }),
-        }))
+        })
     }
 
     /// Runs `op`, which enqueues work of kind `access` on `stream` (of the buffer's context,
@@ -310,13 +390,13 @@ impl Uses {
         // The hot path of a buffer used on one stream of this crate: the use would leave the
         // state as it is (the same stream's lazy mark, nothing to wait for), so only the work
         // runs, under the lock.
-        let lazy_here = |u: &Use| u.stream == stream && u.mark == Mark::Lazy;
+        let lazy_here = |u: &Use| u.mark == Mark::Lazy && inner.same_stream(u, stream);
         let unchanged = match access {
             Access::Write => s.reads.is_empty() && s.write.as_ref().is_some_and(lazy_here),
             Access::Read => {
                 s.write
                     .as_ref()
-                    .is_none_or(|w| w.stream == stream || w.mark == Mark::Done)
+                    .is_none_or(|w| w.mark == Mark::Done || inner.same_stream(w, stream))
                     && s.reads.iter().any(lazy_here)
             }
         };
@@ -331,8 +411,10 @@ impl Uses {
         if let Some(w) = s.write.as_mut() {
             inner.wait_for(stream, w).map_err(not_enqueued)?;
         }
-        if access == Access::Write {
-            for r in s.reads.iter_mut() {
+        // A write waits for every read; a read for an earlier read recorded under the same
+        // handle that may be another stream's (it replaces that record below).
+        for r in s.reads.iter_mut() {
+            if access == Access::Write || r.stream == stream {
                 inner.wait_for(stream, r).map_err(not_enqueued)?;
             }
         }
@@ -340,39 +422,30 @@ impl Uses {
             Err(f) if !f.enqueued => return Err(f),
             r => r.map_err(|f| f.err),
         };
-        let mut failed = None;
         // The work is enqueued: it is recorded even when no event can mark it (then only the
         // context's completion covers it, `Mark::Lost`), so that the free still waits for it.
-        // `mark_after` consumes the stream's previous mark in this role either way.
-        let mut marked = |r: Result<Mark>| {
-            r.unwrap_or_else(|e| {
-                failed.get_or_insert(e);
-                Mark::Lost
-            })
-        };
-        match access {
+        // `use_after` consumes the stream's previous use in this role either way.
+        let failed = match access {
             Access::Write => {
-                let same = s.write.filter(|w| w.stream == stream).map(|w| w.mark);
-                let mark = marked(inner.mark_after(s, stream, same));
-                if let Some(old) = s.write.replace(Use { stream, mark }) {
-                    if old.stream != stream {
-                        inner.release_use(old);
-                    }
-                }
+                let old = s.write.take();
+                let (u, failed) = inner.use_after(s, stream, old);
+                s.write = Some(u);
                 for r in std::mem::take(&mut s.reads) {
                     inner.release_use(r);
                 }
+                failed
             }
             Access::Read => {
-                let i = s.reads.iter().position(|r| r.stream == stream);
-                let old = i.map(|i| s.reads[i].mark);
-                let mark = marked(inner.mark_after(s, stream, old));
-                match i {
-                    Some(i) => s.reads[i].mark = mark,
-                    None => s.reads.push(Use { stream, mark }),
-                }
+                let old = s
+                    .reads
+                    .iter()
+                    .position(|r| r.stream == stream)
+                    .map(|i| s.reads.swap_remove(i));
+                let (u, failed) = inner.use_after(s, stream, old);
+                s.reads.push(u);
+                failed
             }
-        }
+        };
         // The work's own error first, else the marking's.
         match (out, failed) {
             (Ok(out), None) => Ok(out),
@@ -392,9 +465,9 @@ impl Uses {
         stream: ffi::CUstream,
         op: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        list.sort_by_key(|(u, _)| Arc::as_ptr(&u.0) as usize);
+        list.sort_by_key(|(u, _)| u.key());
         list.dedup_by(|later, kept| {
-            let same = Arc::ptr_eq(&later.0.0, &kept.0.0);
+            let same = later.0.key() == kept.0.key();
             if same && later.1 == Access::Write {
                 kept.1 = Access::Write;
             }
@@ -408,80 +481,6 @@ impl Uses {
         .map_err(|f| f.err)
     }
 
-    /// For work recorded into a graph capture on `stream`: the graph orders its own nodes, and
-    /// the graph holds the memory, so no use is recorded. An earlier use on another stream that
-    /// this access conflicts with cannot be waited for from inside the capture (its event is not
-    /// part of the graph), so the host waits for it here, before the node is recorded: an event
-    /// recorded after it (`cuEventRecord` on its stream, which is not capturing), asked
-    /// (`cuEventQuery`) until it has completed, with the thread's capture mode relaxed meanwhile
-    /// (`cuThreadExchangeStreamCaptureMode`). A use on a
-    /// stream that has joined a capture since is refused.
-    pub(crate) fn settle_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
-        let inner = &self.0;
-        let mut state = inner.lock();
-        let State { write, reads, .. } = &mut *state;
-        let conflicting = write
-            .iter_mut()
-            .chain(reads.iter_mut().filter(|_| access == Access::Write));
-        for u in conflicting {
-            if u.stream == stream || u.mark == Mark::Done {
-                continue;
-            }
-            // What follows is for work outside the capture (an event made and recorded on
-            // another stream, asked about, waited for), so it cannot break the capture; but the
-            // driver refuses such calls from a thread with a capture of its own (and during a
-            // global-mode capture) unless the thread's mode is relaxed, and invalidates the
-            // capture. Relaxed for this use, then restored.
-            let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
-            if u.mark == Mark::Lazy {
-                let _bound = bind_if_special(u.stream, inner.raw_ctx())?;
-                if crate::driver::capture_query::is_capturing(u.stream)? {
-                    return Err(Error::Refused {
-                        call: "cuEventRecord",
-                        reason: "the buffer's earlier use is on a stream that has joined a \
-                                 capture since: use the buffer on the capturing stream",
-                    });
-                }
-                let ev = inner.event()?;
-                if let Err(e) = inner.record(ev, u.stream) {
-                    inner.release(ev);
-                    return Err(e);
-                }
-                u.mark = Mark::Event(ev);
-            }
-            match u.mark {
-                Mark::Event(ev) => {
-                    // Polled, not `cuEventSynchronize`: a blocking wait invalidates the
-                    // thread's capture on driver 580 even in relaxed mode (measured on the
-                    // H100), a query does not.
-                    let query = driver_fn!(cuEventQuery);
-                    let mut pause = std::time::Duration::from_micros(1);
-                    loop {
-                        // SAFETY: the event is live (the tracker's).
-                        let rc = unsafe { query(ev) };
-                        if rc != ffi::CUresult::CUDA_ERROR_NOT_READY {
-                            check(rc, "cuEventQuery")?;
-                            break;
-                        }
-                        std::thread::sleep(pause);
-                        pause = (pause * 2).min(std::time::Duration::from_micros(200));
-                    }
-                    inner.release(ev);
-                    u.mark = Mark::Done;
-                }
-                Mark::Lost => {
-                    return Err(Error::Refused {
-                        call: "cuEventQuery",
-                        reason: "the buffer's earlier use was on a stream that ended inside a \
-                                 host function: synchronise the context before the capture",
-                    });
-                }
-                Mark::Lazy | Mark::Done => {}
-            }
-        }
-        Ok(())
-    }
-
     /// `stream`'s work so far has completed (the caller synchronised it): uses on it need no
     /// more waiting.
     pub(crate) fn completed_on(&self, stream: ffi::CUstream) {
@@ -489,7 +488,7 @@ impl Uses {
         let mut state = inner.lock();
         let State { write, reads, .. } = &mut *state;
         for u in write.iter_mut().chain(reads.iter_mut()) {
-            if u.stream == stream && u.mark != Mark::Lost {
+            if u.mark != Mark::Lost && inner.same_stream(u, stream) {
                 if let Mark::Event(ev) = u.mark {
                     inner.release(ev);
                 }
@@ -499,9 +498,10 @@ impl Uses {
     }
 
     /// Enqueues `free` (a stream-ordered free of the memory) after every recorded use: on the
-    /// stream of a lazy use, which then needs no event, or else on `fallback()` (the context's
-    /// service stream), after waits for each use. All under the tracker's lock, so no stream
-    /// ends meanwhile. The tracker keeps no use afterwards. On an error nothing is freed.
+    /// stream of a lazy use while it lives (its end locked meanwhile), which then needs no
+    /// event, or else on `fallback()` (the context's service stream), after waits for each use.
+    /// All under the tracker's lock. The tracker keeps no use afterwards. On an error nothing
+    /// is freed.
     pub(crate) fn free_after_uses(
         &self,
         fallback: impl FnOnce() -> Result<ffi::CUstream>,
@@ -510,19 +510,42 @@ impl Uses {
         let inner = &self.0;
         let mut state = inner.lock();
         let State { write, reads, .. } = &mut *state;
+        // The usual case: one write on a stream of this crate, never waited for elsewhere (a
+        // buffer allocated, used and freed on one stream). Freed there, its end locked.
+        if let (Some(w), true) = (write.as_ref(), reads.is_empty()) {
+            if w.mark == Mark::Lazy {
+                let guard = w.end.as_ref().map(|e| e.lock());
+                if guard.as_deref().is_none_or(|st| *st == End::Live) {
+                    free(w.stream)?;
+                    drop(guard);
+                    if let Some(w) = write.take() {
+                        inner.release_use(w);
+                    }
+                    return Ok(());
+                }
+            }
+        }
         let lazy = write
             .iter()
             .chain(reads.iter())
-            .find(|u| u.mark == Mark::Lazy)
-            .map(|u| u.stream);
-        let stream = match lazy {
-            Some(s) => s,
-            None => fallback()?,
+            .find(|u| u.mark == Mark::Lazy && u.end.as_ref().is_none_or(|e| !e.has_ended()))
+            .map(|u| (u.stream, u.end.clone()));
+        let (found, end) = match lazy {
+            Some((stream, end)) => (Some(stream), end),
+            None => (None, None),
+        };
+        // The chosen stream cannot end while its end is locked (and says it lives).
+        let guard = end.as_ref().map(|e| e.lock());
+        let live = guard.as_deref().is_none_or(|st| *st == End::Live);
+        let stream = match found {
+            Some(stream) if live => stream,
+            _ => fallback()?,
         };
         for u in write.iter_mut().chain(reads.iter_mut()) {
             inner.wait_for(stream, u)?;
         }
         free(stream)?;
+        drop(guard);
         if let Some(w) = write.take() {
             inner.release_use(w);
         }
@@ -554,9 +577,10 @@ impl Uses {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Records an event after every lazy use (on its stream) and returns the events of all
-    /// uses, for a free that waits by polling them; `Err` when a use is lost (only the
-    /// context's completion covers it). The tracker keeps no use afterwards.
+    /// Gives every lazy use an event of its own (recorded on its stream, or after the stream's
+    /// final event) and returns the events of all uses, for a free that waits by polling them;
+    /// `Err` when a use is lost (only the context's completion covers it). The tracker keeps no
+    /// use afterwards.
     pub(crate) fn take_events(&self) -> std::result::Result<Vec<ffi::CUevent>, Error> {
         let inner = &self.0;
         let mut state = inner.lock();
@@ -566,14 +590,8 @@ impl Uses {
         let mut lost = None;
         for mut u in uses {
             if u.mark == Mark::Lazy {
-                match inner.event().and_then(|ev| {
-                    inner
-                        .record(ev, u.stream)
-                        .map(|()| ev)
-                        .inspect_err(|_| inner.release(ev))
-                }) {
-                    Ok(ev) => u.mark = Mark::Event(ev),
-                    Err(e) => lost = Some(e),
+                if let Err(e) = inner.own_event(&mut u) {
+                    lost = Some(e);
                 }
             }
             match u.mark {
@@ -607,9 +625,9 @@ impl Uses {
 
     /// The tracker's address: the order in which nested [`around`](Uses::around) calls over
     /// several trackers lock them (as [`around_all`](Uses::around_all) does), so that two threads
-    /// cannot deadlock.
+    /// cannot deadlock. Stable while the tracker is borrowed.
     pub(crate) fn key(&self) -> usize {
-        Arc::as_ptr(&self.0) as usize
+        &self.0 as *const Inner as usize
     }
 }
 
@@ -638,7 +656,11 @@ fn nest(
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let state = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if state.write.is_none() && state.reads.is_empty() {
+            return;
+        }
+        let state = std::mem::take(state);
         for u in state.write.into_iter().chain(state.reads) {
             self.release_use(u);
         }
