@@ -228,7 +228,9 @@ pub use kernel::module::{Function, JitOptions, Module};
 pub use kernel::occupancy::BlockSize;
 pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, TypedKernel};
 pub use memory::borrowed::BorrowedBuffer;
-pub use memory::buffer::{BufferUse, DeviceBuffer, pending_frees, poll_pending_frees};
+pub use memory::buffer::{
+    BufferUse, DeviceBuffer, IntoRawError, pending_frees, poll_pending_frees,
+};
 pub use memory::graph_buffer::GraphBuffer;
 pub use memory::pinned::PinnedHostBuffer;
 pub use memory::pool::{MemPool, PoolUsage};

@@ -255,7 +255,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// the host for every recorded use first, so the caller may free it at once. While a graph
     /// holds the allocation (work on the buffer was captured into it, and it or an executable
     /// graph made from it still exists) the memory cannot be handed over: the graph would free
-    /// it too. The buffer then comes back unchanged as the error, as it does when the wait fails.
+    /// it too. The buffer then comes back unchanged in the [`IntoRawError`], as it does when the
+    /// wait fails (with the driver's error).
     ///
     /// ```no_run
     /// # use cuda_stream::{Context, DeviceBuffer};
@@ -263,26 +264,35 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// let buf = DeviceBuffer::<u32>::alloc(&ctx, 16)?;
     /// match buf.into_raw() {
     ///     Ok((ptr, len)) => { /* hand `ptr` to C code, which frees it */ }
-    ///     Err(buf) => drop(buf), // a graph still holds it: it frees the memory last
+    ///     Err(e) => {
+    ///         eprintln!("kept: {e}"); // a graph holds it, or the wait failed
+    ///         drop(e.into_buffer()); // freed after its uses (by the last graph, if one holds it)
+    ///     }
     /// }
     /// # Ok::<(), cuda_stream::Error>(())
     /// ```
-    pub fn into_raw(self) -> std::result::Result<(ffi::CUdeviceptr, usize), DeviceBuffer<T>> {
+    pub fn into_raw(self) -> std::result::Result<(ffi::CUdeviceptr, usize), IntoRawError<T>> {
         let DeviceBuffer {
             ptr, len, alloc, ..
         } = self;
-        let back = |alloc| DeviceBuffer {
-            ptr,
-            len,
-            alloc,
-            _values: PhantomData,
+        let back = |alloc, error| IntoRawError {
+            buffer: DeviceBuffer {
+                ptr,
+                len,
+                alloc,
+                _values: PhantomData,
+            },
+            error,
         };
         match Arc::try_unwrap(alloc) {
             Ok(alloc) => match alloc.into_raw() {
                 Ok(ptr) => Ok((ptr, len)),
-                Err(failed) => Err(back(Arc::new(failed.0))),
+                Err(failed) => {
+                    let (alloc, error) = *failed;
+                    Err(back(Arc::new(alloc), Some(error)))
+                }
             },
-            Err(alloc) => Err(back(alloc)),
+            Err(alloc) => Err(back(alloc, None)),
         }
     }
 
@@ -390,4 +400,59 @@ pub fn pending_frees() -> usize {
 pub fn poll_pending_frees() -> usize {
     crate::memory::allocation::poll_pending_frees();
     crate::memory::allocation::pending_frees()
+}
+
+/// Why [`DeviceBuffer::into_raw`] handed nothing over: a graph holds the memory, or waiting for
+/// the buffer's uses failed. The buffer comes back unchanged ([`into_buffer`]
+/// (IntoRawError::into_buffer)); the driver's error of the wait is the [`source`]
+/// (std::error::Error::source).
+pub struct IntoRawError<T: DeviceCopy> {
+    buffer: DeviceBuffer<T>,
+    error: Option<Error>,
+}
+
+impl<T: DeviceCopy> IntoRawError<T> {
+    /// The buffer, as it was.
+    pub fn into_buffer(self) -> DeviceBuffer<T> {
+        self.buffer
+    }
+
+    /// The buffer, as it was.
+    pub fn buffer(&self) -> &DeviceBuffer<T> {
+        &self.buffer
+    }
+
+    /// The error of the wait for the buffer's uses; `None` when a graph holds the memory.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// Whether a graph holding the memory is the reason (retry once the graphs are gone).
+    pub fn is_held_by_graphs(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+impl<T: DeviceCopy> fmt::Debug for IntoRawError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IntoRawError")
+            .field("buffer", &self.buffer)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> fmt::Display for IntoRawError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.error {
+            None => f.write_str("a graph still holds the buffer's memory"),
+            Some(_) => f.write_str("waiting for the buffer's uses failed"),
+        }
+    }
+}
+
+impl<T: DeviceCopy> std::error::Error for IntoRawError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.as_ref().map(|e| e as _)
+    }
 }

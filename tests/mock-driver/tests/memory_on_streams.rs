@@ -2,7 +2,8 @@
 //! reach freed memory, a stream-ordered free waits behind queued work, the no-pool path (device
 //! 1, switched off) frees only after the uses' events complete, a page-locked buffer dropped
 //! with a copy in flight is freed after it, a buffer used on one owned stream needs no event, and
-//! a use on a stream that has ended since is waited for through the stream's final event.
+//! a use on a stream that has ended since is waited for through the stream's final event; a
+//! failed wait of `into_raw` gives the buffer back with the error.
 
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
@@ -213,4 +214,37 @@ fn a_buffer_whose_stream_ended_is_freed_after_its_use() {
         }
         assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
     }
+}
+
+#[test]
+fn into_raw_gives_the_buffer_back_with_the_error_when_its_wait_fails() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let live = m.live_allocations();
+    let x = DeviceBuffer::<u32>::zeroed(&ctx, &s, 16).unwrap();
+    x.fill(&s, 5).unwrap();
+    m.fail(
+        "cuEventSynchronize",
+        1,
+        cuda_stream::ffi::CUresult::CUDA_ERROR_LAUNCH_FAILED,
+    );
+    let kept = x.into_raw().unwrap_err();
+    assert!(!kept.is_held_by_graphs());
+    assert_eq!(kept.to_string(), "waiting for the buffer's uses failed");
+    let cause = std::error::Error::source(&kept).expect("the driver's error");
+    assert_eq!(
+        cause.to_string(),
+        "cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED"
+    );
+    let x = kept.into_buffer();
+    assert_eq!(x.to_vec(&s).unwrap(), [5; 16], "the buffer is unchanged");
+    let (ptr, len) = x.into_raw().expect("the wait succeeds now");
+    assert_eq!((len, m.live_allocations()), (16, live + 1));
+    // SAFETY: handed over by `into_raw` with no work pending; freed once.
+    let rc = unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) };
+    assert_eq!(rc, cuda_stream::ffi::CUresult::CUDA_SUCCESS);
+    s.synchronize().unwrap();
+    assert_eq!(m.live_allocations(), live);
+    assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
 }

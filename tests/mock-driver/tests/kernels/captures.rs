@@ -134,7 +134,10 @@ fn captured_fills_and_copies_keep_their_buffers_until_the_last_graph_goes() {
         }
 
         // While a graph holds it, `out` cannot be handed over raw: it comes back unchanged.
-        let out = out.into_raw().unwrap_err();
+        let kept = out.into_raw().unwrap_err();
+        assert!(kept.is_held_by_graphs());
+        assert_eq!(kept.to_string(), "a graph still holds the buffer's memory");
+        let out = kept.into_buffer();
         assert_eq!(out.len(), N);
         drop(exec);
         settle_graph_frees(m);
