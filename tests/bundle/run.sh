@@ -56,6 +56,12 @@ budget=${SANITIZER_BUDGET_S:-480}
 per_binary=${SANITIZER_PER_BINARY_S:-120}
 plain_per_binary=${PER_BINARY_S:-300}
 bench_s=${BENCH_S:-300}
+# BENCH_ONLY=hot_path,memory runs only those groups of rows (see cuda-stream-bench --help);
+# BENCH_PEERS=0 leaves the Python peers out.
+bench_only=()
+if [ -n "${BENCH_ONLY:-}" ]; then
+    bench_only=(--only "$BENCH_ONLY")
+fi
 only=${SANITIZER_ONLY:-}
 log_dir=${OUT:-/tmp}/gpu-logs
 mkdir -p "$log_dir"
@@ -194,19 +200,23 @@ if [ $bench -eq 1 ] && [ -x "$here/bin/cuda-stream-bench" ]; then
         echo "== benchmark, run $run of 2"
         rm -f "$log_dir/bench-$run.json"
         timeout -k 10 "$bench_s" "$here/bin/cuda-stream-bench" "${bench_quick[@]}" "${pin[@]}" \
-            --json "$log_dir/bench-$run.json" 2>&1 \
+            "${bench_only[@]}" --json "$log_dir/bench-$run.json" 2>&1 \
             | tee "$log_dir/bench-$run.log"
         record "benchmark run $run" "${PIPESTATUS[0]}"
     done
-    if [ -f "$here/bench/peers.py" ]; then
+    peers=()
+    if [ -f "$here/bench/peers.py" ] && [ "${BENCH_PEERS:-1}" != 0 ]; then
         echo "== Python peers (PyTorch, CuPy, cuda.core)"
         rm -f "$log_dir/peers.json"
         PYTHONUNBUFFERED=1 timeout -k 10 1000 python3 "$here/bench/peers.py" "${bench_quick[@]}" --json "$log_dir/peers.json" \
             2>&1 | tee "$log_dir/peers.log"
         record "python peers" "${PIPESTATUS[0]}"
+        peers=(--peers "$log_dir/peers.json")
+    fi
+    if [ -f "$here/bench/combine.py" ]; then
         echo "== benchmark: both runs and every column"
         python3 "$here/bench/combine.py" "$log_dir/bench-1.json" "$log_dir/bench-2.json" \
-            --peers "$log_dir/peers.json" | tee "$log_dir/bench-combined.md"
+            "${peers[@]}" | tee "$log_dir/bench-combined.md"
         record "benchmark tables" "${PIPESTATUS[0]}"
     fi
 fi

@@ -61,6 +61,12 @@ impl std::fmt::Debug for StreamEnd {
 }
 
 impl StreamEnd {
+    /// The stream's handle (valid only while the stream lives).
+    #[inline]
+    pub(crate) fn raw(&self) -> usize {
+        self.raw
+    }
+
     /// Whether the stream has ended. `false` means the handle named this stream when asked; a
     /// caller that holds the stream alive by other means (it is enqueueing work on a live handle
     /// equal to this one) may rely on it.

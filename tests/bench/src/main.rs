@@ -47,6 +47,7 @@ use crate::report::Machine;
 
 fn usage() -> &'static str {
     "usage: cuda-stream-bench [--quick] [--reps N] [--no-cudarc] [--pin-cpu N] [--json FILE]\n\
+     \x20                        [--only GROUP,...]\n\
      Times cuda-stream operations against the raw CUDA driver calls (and cudarc's) on GPU 0 and\n\
      prints Markdown tables.\n  \
        --quick       few iterations: a smoke test, the numbers are not meaningful\n  \
@@ -54,6 +55,8 @@ fn usage() -> &'static str {
        --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
        --pin-cpu N   run the measuring thread on CPU N only (the driver's threads stay free)\n  \
        --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)\n  \
+       --only G,...  only these groups of rows (create, hot_path, host_fn, pool_async_scope,\n  \
+                     graphs, memory, launches), without the first-use and bandwidth lines\n  \
        --multi-gpu   only the two-GPU rows: NCCL all-reduce and peer copy bandwidth"
 }
 
@@ -73,6 +76,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
     let mut reps = None;
     let mut pin_cpu = None;
     let mut multi_gpu = false;
+    let mut only = 0;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -80,6 +84,15 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             "--no-cudarc" => cudarc = false,
             "--multi-gpu" => multi_gpu = true,
             "--json" => json = Some(args.next().ok_or("--json needs a file name")?),
+            "--only" => {
+                let list = args.next().ok_or("--only needs groups of rows")?;
+                for g in list.split(',') {
+                    let Some(bit) = rows::GROUPS.iter().position(|k| *k == g) else {
+                        return Err(format!("--only {g:?}: one of {}", rows::GROUPS.join(", ")));
+                    };
+                    only |= 1 << bit;
+                }
+            }
             "--reps" => {
                 let n = args.next().ok_or("--reps needs a number")?;
                 match n.parse::<usize>() {
@@ -104,6 +117,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
         }
     }
     cfg.cudarc = cudarc;
+    cfg.only = only;
     if let Some(n) = reps {
         cfg.reps = n;
     }
@@ -155,7 +169,11 @@ fn main() -> ExitCode {
         eprintln!("no CUDA driver found: {}", chain(&e));
         return ExitCode::from(2);
     }
-    let first = first_use::measure(&cfg);
+    let first = if cfg.only == 0 {
+        first_use::measure(&cfg)
+    } else {
+        Err("not measured (--only)".to_string())
+    };
     // After the first-use children (which would inherit the pinning).
     if let Some(cpu) = pin_cpu {
         if let Err(e) = pin::pin_this_thread(cpu) {
@@ -205,8 +223,10 @@ fn main() -> ExitCode {
         "The rows took {:.1} s (first use not included).",
         started.elapsed().as_secs_f64()
     );
-    first_use::print(&cfg, &first);
-    bandwidth::one_gpu(&ctx, cfg.quick);
+    if cfg.only == 0 {
+        first_use::print(&cfg, &first);
+        bandwidth::one_gpu(&ctx, cfg.quick);
+    }
     if let Some(path) = json {
         let text = report::json(&cfg, &machine, &rows, &first);
         if let Err(e) = std::fs::write(&path, text) {
@@ -237,6 +257,9 @@ mod tests {
         assert_eq!(a.json.as_deref(), Some("out.json"));
         assert!(parse(&["--help"]).unwrap().is_none());
         assert!(parse(&["--json"]).unwrap_err().contains("file name"));
+        let a = parse(&["--only", "hot_path,memory"]).unwrap().unwrap();
+        assert!(a.cfg.runs("memory") && !a.cfg.runs("graphs"));
+        assert!(parse(&["--only", "mem"]).unwrap_err().contains("one of"));
         assert!(parse(&["--fast"]).unwrap_err().contains("--fast"));
         assert_eq!(parse(&["--reps", "32"]).unwrap().unwrap().cfg.reps, 32);
         // --quick sets its own count; a later --reps overrides it, in any order.

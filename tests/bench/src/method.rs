@@ -29,6 +29,17 @@ pub(crate) struct Config {
     pub(crate) children: usize,
     /// Whether to run the cudarc column (`--no-cudarc` leaves it out).
     pub(crate) cudarc: bool,
+    /// The groups of rows to run (`--only`), a bit per entry of `rows::GROUPS`; all when 0.
+    /// With a choice, the first-use children and the bandwidth lines are left out too.
+    pub(crate) only: u32,
+}
+
+impl Config {
+    /// Whether the group of rows `group` (an entry of `rows::GROUPS`) runs.
+    pub(crate) fn runs(&self, group: &str) -> bool {
+        let bit = crate::rows::GROUPS.iter().position(|g| *g == group);
+        self.only == 0 || bit.is_some_and(|b| self.only & (1 << b) != 0)
+    }
 }
 
 impl Config {
@@ -42,6 +53,7 @@ impl Config {
             host_batch: 100_000,
             children: 5,
             cudarc: true,
+            only: 0,
         }
     }
 
@@ -55,6 +67,7 @@ impl Config {
             host_batch: 1_000,
             children: 2,
             cudarc: true,
+            only: 0,
         }
     }
 }

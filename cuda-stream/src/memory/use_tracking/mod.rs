@@ -75,6 +75,9 @@ struct State {
     /// The last stream looked up and found not to be this crate's (0: none), so that a buffer
     /// used again and again on a borrowed stream looks it up once.
     unknown: usize,
+    /// The ends of the last two streams this crate created that the allocation moved between
+    /// (kept once it is eager), so that a buffer passed back and forth looks neither up again.
+    ends: [Option<Arc<StreamEnd>>; 2],
     /// The allocation moves between streams: each use is marked by an event recorded right
     /// after it. A lazy mark is recorded only when another stream asks, and then covers
     /// everything its stream has enqueued since, later uses of other buffers included, which
@@ -180,9 +183,19 @@ impl Inner {
         if raw <= 2 || raw == state.unknown {
             return None;
         }
+        let cached = state.ends.iter().flatten();
+        if let Some(e) = cached.filter(|e| !e.has_ended()).find(|e| e.raw() == raw) {
+            return Some(Arc::clone(e));
+        }
         let end = known_streams::end_of(stream);
-        if end.is_none() {
-            state.unknown = raw;
+        match &end {
+            None => state.unknown = raw,
+            Some(e) if state.eager => {
+                // The newest first; the older of the two goes.
+                state.ends.swap(0, 1);
+                state.ends[0] = Some(Arc::clone(e));
+            }
+            Some(_) => {}
         }
         end
     }

@@ -97,12 +97,44 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
         cudarc: cudarc.ok(),
     };
     let mut rows = Rows::default();
-    create::rows(&fx, &mut rows)?;
-    hot_path::rows(&fx, &mut rows)?;
-    host_fn::rows(&fx, &mut rows)?;
-    pool_async_scope::rows(&fx, &mut rows)?;
-    graphs::rows(&fx, &mut rows)?;
-    memory::rows(&fx, &mut rows)?;
-    launches::rows(&fx, &mut rows)?;
+    type Group = fn(&Fixture<'_>, &mut Rows) -> Result<(), Error>;
+    let groups: [(&str, Group); 7] = [
+        ("create", create::rows),
+        ("hot_path", hot_path::rows),
+        ("host_fn", host_fn::rows),
+        ("pool_async_scope", pool_async_scope::rows),
+        ("graphs", graphs::rows),
+        ("memory", memory::rows),
+        ("launches", launches::rows),
+    ];
+    for (name, group) in groups {
+        if cfg.runs(name) {
+            group(&fx, &mut rows)?;
+        }
+    }
     Ok((rows, status))
+}
+
+/// The names `--only` takes.
+pub(crate) const GROUPS: [&str; 7] = [
+    "create",
+    "hot_path",
+    "host_fn",
+    "pool_async_scope",
+    "graphs",
+    "memory",
+    "launches",
+];
+
+#[cfg(test)]
+#[test]
+fn every_group_is_named() {
+    for (i, g) in GROUPS.iter().enumerate() {
+        let cfg = crate::method::Config {
+            only: 1 << i,
+            ..crate::method::Config::quick()
+        };
+        assert!(cfg.runs(g));
+        assert_eq!(GROUPS.iter().filter(|g| cfg.runs(g)).count(), 1);
+    }
 }
