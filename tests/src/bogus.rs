@@ -81,6 +81,7 @@ macro_rules! bogus_cases {
         device_attribute_out_of_range,
         function_attribute_out_of_range,
         function_dynamic_shared_memory_too_large,
+        occupancy_with_sizes_the_kernel_cannot_take,
         open_ipc_with_garbage_bytes,
         open_ipc_of_a_destroyed_event,
         ptx_that_is_not_ptx,
@@ -251,6 +252,43 @@ pub fn function_attribute_out_of_range(env: &Env) {
 
 /// `Function::set_max_dynamic_shared_memory` with sizes no device has: above `i32::MAX` the
 /// crate refuses it, below the driver does.
+/// Occupancy questions with block sizes the kernel cannot take and more dynamic shared memory
+/// than it may ask for, answered before the driver is asked: a block of no threads and too much
+/// shared memory are refused, a block larger than the kernel's limit (or than an `int`) fits 0
+/// times; the limits themselves are answered by the driver.
+pub fn occupancy_with_sizes_the_kernel_cannot_take(env: &Env) {
+    let module = noop_module(env);
+    let f = module.function("noop").expect("noop");
+    let max = f.max_threads_per_block();
+    assert!(max > 0, "the function's block limit is known");
+    let occupancy = [
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        "cuOccupancyMaxPotentialBlockSize",
+    ];
+    env.no_call_of(&occupancy, || {
+        invalid_argument(f.max_active_blocks_per_multiprocessor(0, 0));
+    });
+    for block in [max + 1, 1 << 31, u32::MAX] {
+        let n = env.no_call_of(&occupancy, || {
+            f.max_active_blocks_per_multiprocessor(block, 0)
+        });
+        println!("  a block of {block} threads: {n:?}");
+        assert_eq!(n.ok(), Some(0));
+    }
+    let limit = f.max_dynamic_shared_memory().expect("the kernel's limit");
+    for bytes in [limit + 1, 1 << 31, u32::MAX] {
+        env.no_call_of(&occupancy, || {
+            invalid_argument(f.max_active_blocks_per_multiprocessor(32, bytes));
+            invalid_argument(f.max_potential_block_size(bytes));
+        });
+    }
+    let n = f.max_active_blocks_per_multiprocessor(max, limit);
+    println!("  a block of {max} threads and {limit} bytes: {n:?}");
+    assert!(n.is_ok(), "{n:?}");
+    let size = f.max_potential_block_size(limit).expect("a block size");
+    assert!((1..=max).contains(&size.block), "{size:?}");
+}
+
 pub fn function_dynamic_shared_memory_too_large(env: &Env) {
     let module = noop_module(env);
     let f = module.function("noop").expect("noop");

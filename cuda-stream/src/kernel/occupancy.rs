@@ -17,9 +17,31 @@ pub struct BlockSize {
 }
 
 impl Function<'_> {
+    /// Refuses more dynamic shared memory per block than a launch of this kernel may ask for
+    /// ([`Function::max_dynamic_shared_memory`]), before the occupancy calculator is asked.
+    fn check_dynamic_shared_memory(self, bytes: u32) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let limit = self.max_dynamic_shared_memory()?;
+        if bytes > limit {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "{bytes} bytes of dynamic shared memory per block for `{}`, which may ask \
+                     for {limit} (raise it with set_max_dynamic_shared_memory)",
+                    self.name()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The block size with the highest occupancy for this kernel on its device, with
-    /// `dynamic_shared_memory` bytes per block (`cuOccupancyMaxPotentialBlockSize`).
+    /// `dynamic_shared_memory` bytes per block (`cuOccupancyMaxPotentialBlockSize`). More
+    /// dynamic shared memory than a launch of the kernel may ask for is
+    /// [`Error::InvalidArgument`].
     pub fn max_potential_block_size(self, dynamic_shared_memory: u32) -> Result<BlockSize> {
+        self.check_dynamic_shared_memory(dynamic_shared_memory)?;
         let f = driver_fn!(cuOccupancyMaxPotentialBlockSize);
         let _bound = bind(self.context_raw())?;
         let (mut min_grid, mut block) = (0, 0);
@@ -48,15 +70,28 @@ impl Function<'_> {
 
     /// How many blocks of `block_size` threads and `dynamic_shared_memory` bytes each can be
     /// resident on one multiprocessor at once
-    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`); 0 if the kernel cannot run so.
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`); 0 if the kernel cannot run so (a block
+    /// of more than [`Function::max_threads_per_block`] is answered so without asking the
+    /// driver). A block of no threads, or more dynamic shared memory than a launch of the kernel
+    /// may ask for, is [`Error::InvalidArgument`].
     pub fn max_active_blocks_per_multiprocessor(
         self,
         block_size: u32,
         dynamic_shared_memory: u32,
     ) -> Result<u32> {
-        let block = i32::try_from(block_size).map_err(|_| Error::InvalidArgument {
-            reason: format!("a block of {block_size} threads"),
-        })?;
+        if block_size == 0 {
+            return Err(Error::InvalidArgument {
+                reason: format!("a block of no threads for `{}`", self.name()),
+            });
+        }
+        let max = self.max_threads_per_block();
+        self.check_dynamic_shared_memory(dynamic_shared_memory)?;
+        let Ok(block) = i32::try_from(block_size) else {
+            return Ok(0);
+        };
+        if max != 0 && block_size > max {
+            return Ok(0);
+        }
         let f = driver_fn!(cuOccupancyMaxActiveBlocksPerMultiprocessor);
         let _bound = bind(self.context_raw())?;
         let mut blocks = 0;
