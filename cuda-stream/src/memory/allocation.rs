@@ -55,12 +55,18 @@ pub(crate) enum InCapture {
 /// it.
 pub(crate) struct Allocation {
     pub(crate) ptr: ffi::CUdeviceptr,
-    pub(crate) ctx: Context,
+    /// The uses, which hold the memory's context.
     pub(crate) uses: Uses,
     pub(crate) origin: Origin,
 }
 
 impl Allocation {
+    /// The memory's context.
+    #[inline]
+    pub(crate) fn ctx(&self) -> &Context {
+        self.uses.ctx()
+    }
+
     /// `bytes` (> 0) bytes in `ctx` for work on `stream` (of `ctx`, not capturing): from `pool`
     /// (or the device's default pool) on `stream` where the device has pools, recorded as a
     /// write on `stream` so that use on any other stream waits for the allocation; else
@@ -99,7 +105,6 @@ impl Allocation {
         let (uses, made) = Uses::written_on(ctx, stream);
         let alloc = Allocation {
             ptr,
-            ctx: ctx.clone(),
             uses,
             origin: Origin::Pool(pool.cloned()),
         };
@@ -129,7 +134,6 @@ impl Allocation {
         check(unsafe { f(&mut ptr, bytes) }, "cuMemAlloc")?;
         Ok(Allocation {
             ptr,
-            ctx: ctx.clone(),
             uses: Uses::new(ctx),
             origin: Origin::Plain,
         })
@@ -140,7 +144,6 @@ impl Allocation {
     pub(crate) fn adopt(ctx: &Context, ptr: ffi::CUdeviceptr) -> Allocation {
         Allocation {
             ptr,
-            ctx: ctx.clone(),
             uses: Uses::new(ctx),
             origin: Origin::Adopted,
         }
@@ -150,9 +153,9 @@ impl Allocation {
     pub(crate) fn pool(&self) -> Result<Option<MemPool>> {
         match &self.origin {
             Origin::Pool(Some(p)) => Ok(Some(p.clone())),
-            Origin::Pool(None) => MemPool::default_for(&self.ctx).map(Some),
+            Origin::Pool(None) => MemPool::default_for(self.ctx()).map(Some),
             Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } => Ok(None),
-            Origin::Graph { .. } => MemPool::default_for(&self.ctx).map(Some),
+            Origin::Graph { .. } => MemPool::default_for(self.ctx()).map(Some),
         }
     }
 
@@ -165,7 +168,6 @@ impl Allocation {
     ) -> Result<Allocation> {
         let alloc = Allocation {
             ptr,
-            ctx: ctx.clone(),
             uses: Uses::new(ctx),
             origin: Origin::Borrowed {
                 owner: owner as usize,
@@ -199,7 +201,6 @@ impl Allocation {
         });
         let alloc = Allocation {
             ptr,
-            ctx: ctx.clone(),
             uses,
             origin: Origin::Graph {
                 stream: stream as usize,
@@ -281,26 +282,26 @@ impl Allocation {
         self.free_ptr(ptr)
     }
 
-    fn free_ptr(&self, ptr: ffi::CUdeviceptr) -> Result<()> {
+    fn free_ptr(&mut self, ptr: ffi::CUdeviceptr) -> Result<()> {
         if ptr == 0 {
             return Ok(());
         }
         match self.origin {
             Origin::Pool(_) => self.uses.free_after_uses(
-                || self.ctx.service_stream(),
-                |stream| {
+                |ctx| ctx.service_stream(),
+                |stream, ctx| {
                     let f = driver_fn!(cuMemFreeAsync);
-                    let _bound = bind_if_special(stream, self.ctx.raw())?;
+                    let _bound = bind_if_special(stream, ctx.raw())?;
                     // SAFETY: the allocation is ours and freed once; `stream` waits for every
                     // use recorded on it, and no use can be enqueued after this.
                     check(unsafe { f(ptr, stream) }, "cuMemFreeAsync")
                 },
             ),
             Origin::Graph { stream, .. } => self.uses.free_after_uses(
-                || Ok(stream as ffi::CUstream),
-                |stream| {
+                |_| Ok(stream as ffi::CUstream),
+                |stream, ctx| {
                     let f = driver_fn!(cuMemFreeAsync);
-                    let _bound = bind_if_special(stream, self.ctx.raw())?;
+                    let _bound = bind_if_special(stream, ctx.raw())?;
                     // SAFETY: the graph allocation is ours and freed once, in its capture (the
                     // buffer cannot leave it), after every use recorded there.
                     check(unsafe { f(ptr, stream) }, "cuMemFreeAsync")
@@ -314,10 +315,13 @@ impl Allocation {
                     // No event marks a use (one could not be recorded, or its stream ended
                     // inside a host function): only the context's completion covers it. The
                     // memory is freed after it, and the error that forced the wait reported.
-                    Err(e) => return free_plain_after_context(&self.ctx, ptr).and(Err(e)),
+                    Err(e) => return free_plain_after_context(self.ctx(), ptr).and(Err(e)),
                 };
-                let events = events.into_iter().map(|e| (self.ctx.clone(), e)).collect();
-                free_when_done(&self.ctx, ptr as usize, events, |ctx, ptr| {
+                let events = events
+                    .into_iter()
+                    .map(|e| (self.ctx().clone(), e))
+                    .collect();
+                free_when_done(self.ctx(), ptr as usize, events, |ctx, ptr| {
                     free_plain_now(ctx, ptr as ffi::CUdeviceptr)
                 })
             }
@@ -351,10 +355,10 @@ impl Drop for Allocation {
             return;
         }
         if in_host_fn() {
+            let ctx = self.ctx().clone();
             let moved = Allocation {
                 ptr: std::mem::replace(&mut self.ptr, 0),
-                ctx: self.ctx.clone(),
-                uses: std::mem::replace(&mut self.uses, Uses::new(&self.ctx)),
+                uses: std::mem::replace(&mut self.uses, Uses::new(&ctx)),
                 origin: std::mem::replace(&mut self.origin, Origin::Plain),
             };
             let queued = Box::into_raw(Box::new(moved)) as usize;

@@ -78,7 +78,7 @@ impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
         f.debug_struct("DeviceBuffer")
             .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("len", &self.len)
-            .field("ctx", &self.alloc.ctx.raw())
+            .field("ctx", &self.alloc.ctx().raw())
             .field("held_by_graphs", &self.is_held_by_graphs())
             .finish()
     }
@@ -113,7 +113,7 @@ impl<'a> BufferUse<'a> {
 
     /// The allocation's context.
     pub(crate) fn context_raw(&self) -> ffi::CUcontext {
-        self.alloc.ctx.raw()
+        self.alloc.ctx().raw()
     }
 
     /// The allocation and the access, for the launch's
@@ -328,7 +328,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// The context the memory belongs to.
     pub fn context(&self) -> &Context {
-        &self.alloc.ctx
+        self.alloc.ctx()
     }
 
     /// The pool the memory came from: `Some` for stream-ordered memory (the device's default

@@ -39,7 +39,7 @@ impl<'a> Planned<'a> {
         if stream_ctx != ctx {
             return Err(Error::ContextMismatch { what: "the stream" });
         }
-        if buffers.iter().any(|(a, _)| a.ctx.raw() != ctx) {
+        if buffers.iter().any(|(a, _)| a.ctx().raw() != ctx) {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         Ok(Planned {

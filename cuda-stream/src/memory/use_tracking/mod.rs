@@ -318,6 +318,45 @@ impl Inner {
         (Use { stream, end, mark }, err)
     }
 
+    /// The body of [`Uses::free_after_uses`], on the tracker's state taken out of it.
+    fn free_after(
+        &self,
+        state: &mut State,
+        fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
+        free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
+    ) -> Result<()> {
+        let inner = self;
+        let State { write, reads, .. } = state;
+        let lazy = write
+            .iter()
+            .chain(reads.iter())
+            .find(|u| u.mark == Mark::Lazy && u.end.as_ref().is_none_or(|e| !e.has_ended()))
+            .map(|u| (u.stream, u.end.clone()));
+        let (found, end) = match lazy {
+            Some((stream, end)) => (Some(stream), end),
+            None => (None, None),
+        };
+        // The chosen stream cannot end while its end is locked (and says it lives).
+        let guard = end.as_ref().map(|e| e.lock());
+        let live = guard.as_deref().is_none_or(|st| *st == End::Live);
+        let stream = match found {
+            Some(stream) if live => stream,
+            _ => fallback(&self.ctx)?,
+        };
+        for u in write.iter_mut().chain(reads.iter_mut()) {
+            inner.wait_for(stream, u)?;
+        }
+        free(stream, &self.ctx)?;
+        drop(guard);
+        if let Some(w) = write.take() {
+            inner.release_use(w);
+        }
+        for r in reads.drain(..) {
+            inner.release_use(r);
+        }
+        Ok(())
+    }
+
     fn release_use(&self, u: Use) {
         if let Mark::Event(ev) = u.mark {
             self.release(ev);
@@ -326,6 +365,12 @@ impl Inner {
 }
 
 impl Uses {
+    /// The memory's context.
+    #[inline]
+    pub(crate) fn ctx(&self) -> &Context {
+        &self.0.ctx
+    }
+
     /// No use yet, for memory of `ctx`.
     pub(crate) fn new(ctx: &Context) -> Uses {
         Uses(Inner {
@@ -513,59 +558,33 @@ impl Uses {
     /// Enqueues `free` (a stream-ordered free of the memory) after every recorded use: on the
     /// stream of a lazy use while it lives (its end locked meanwhile), which then needs no
     /// event, or else on `fallback()` (the context's service stream), after waits for each use.
-    /// All under the tracker's lock. The tracker keeps no use afterwards. On an error nothing
-    /// is freed.
+    /// Nothing else refers to a tracker being freed (`&mut`): no lock. The tracker keeps no use
+    /// afterwards; on an error nothing is freed, and the uses stay.
     pub(crate) fn free_after_uses(
-        &self,
-        fallback: impl FnOnce() -> Result<ffi::CUstream>,
-        free: impl FnOnce(ffi::CUstream) -> Result<()>,
+        &mut self,
+        fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
+        free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
     ) -> Result<()> {
-        let inner = &self.0;
-        let mut state = inner.lock();
-        let State { write, reads, .. } = &mut *state;
+        let Inner { ctx, state } = &mut self.0;
+        let slot = state.get_mut().unwrap_or_else(|e| e.into_inner());
         // The usual case: one write on a stream of this crate, never waited for elsewhere (a
         // buffer allocated, used and freed on one stream). Freed there, its end locked.
-        if let (Some(w), true) = (write.as_ref(), reads.is_empty()) {
+        if let (Some(w), true) = (&slot.write, slot.reads.is_empty()) {
             if w.mark == Mark::Lazy {
                 let guard = w.end.as_ref().map(|e| e.lock());
                 if guard.as_deref().is_none_or(|st| *st == End::Live) {
-                    free(w.stream)?;
+                    free(w.stream, ctx)?;
                     drop(guard);
-                    if let Some(w) = write.take() {
-                        inner.release_use(w);
-                    }
+                    // A lazy use owns no event: only its end's reference goes.
+                    slot.write = None;
                     return Ok(());
                 }
             }
         }
-        let lazy = write
-            .iter()
-            .chain(reads.iter())
-            .find(|u| u.mark == Mark::Lazy && u.end.as_ref().is_none_or(|e| !e.has_ended()))
-            .map(|u| (u.stream, u.end.clone()));
-        let (found, end) = match lazy {
-            Some((stream, end)) => (Some(stream), end),
-            None => (None, None),
-        };
-        // The chosen stream cannot end while its end is locked (and says it lives).
-        let guard = end.as_ref().map(|e| e.lock());
-        let live = guard.as_deref().is_none_or(|st| *st == End::Live);
-        let stream = match found {
-            Some(stream) if live => stream,
-            _ => fallback()?,
-        };
-        for u in write.iter_mut().chain(reads.iter_mut()) {
-            inner.wait_for(stream, u)?;
-        }
-        free(stream)?;
-        drop(guard);
-        if let Some(w) = write.take() {
-            inner.release_use(w);
-        }
-        for r in reads.drain(..) {
-            inner.release_use(r);
-        }
-        Ok(())
+        let mut state = std::mem::take(slot);
+        let r = self.0.free_after(&mut state, fallback, free);
+        *self.0.state.get_mut().unwrap_or_else(|e| e.into_inner()) = state;
+        r
     }
 
     /// Makes `owner` wait for every recorded use on other streams (the end of a borrow: the
