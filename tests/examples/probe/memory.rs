@@ -1,5 +1,6 @@
-//! Memory cases: a stream-ordered alloc + free of 1 MiB and a fill of a buffer used on one
-//! stream, through `DeviceBuffer` and through the same driver calls by hand.
+//! Memory cases: a stream-ordered alloc + free of 1 MiB, a fill of a buffer used on one
+//! stream and fills alternating between two streams, through `DeviceBuffer` and through the same
+//! driver calls by hand.
 
 use std::hint::black_box;
 
@@ -59,6 +60,39 @@ impl Fixture {
                     }
                 }
                 self.stream.synchronize().expect("synchronize");
+            }
+            "fill-cross-raw" | "fill-cross-safe" => {
+                // A buffer filled on two streams in turn: each fill waits for the other's.
+                let other = self.ctx.new_stream().expect("a second stream");
+                let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.stream, 1).expect("zeroed");
+                let memset = sys::fns::cuMemsetD32Async().expect("cuMemsetD32Async");
+                let record = sys::fns::cuEventRecord().expect("cuEventRecord");
+                let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
+                let e = [(); 2].map(|()| {
+                    cuda_stream::Event::new(&self.ctx, cuda_stream::EventOptions::new())
+                        .expect("Event::new")
+                });
+                let p = buf.device_ptr();
+                let (s1, s2) = (s, other.raw());
+                for _ in 0..iters {
+                    if name == "fill-cross-raw" {
+                        for (a, b, ev) in [(s1, s2, e[0].raw()), (s2, s1, e[1].raw())] {
+                            capturing(a);
+                            // SAFETY: `p` holds one u32 and outlives the work (synchronised
+                            // below); the events and streams are live, of one context.
+                            unsafe {
+                                ok(memset(p, 7, 1, a));
+                                ok(record(ev, a));
+                                ok(wait(b, ev, 0));
+                            }
+                        }
+                    } else {
+                        buf.fill(&self.stream, black_box(1)).expect("fill");
+                        buf.fill(&other, black_box(2)).expect("fill");
+                    }
+                }
+                self.stream.synchronize().expect("synchronize");
+                other.synchronize().expect("synchronize");
             }
             _ => return false,
         }

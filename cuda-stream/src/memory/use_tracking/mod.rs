@@ -271,22 +271,20 @@ impl Inner {
         stream: ffi::CUstream,
         old: Option<Use>,
     ) -> (Use, Option<Error>) {
+        // The old use's event is ours to record again, whatever its stream (a wait already
+        // enqueued on it keeps what it waits for); its end only if it is this stream's.
         let (old_ev, old_end) = match old {
             Some(Use {
                 mark,
                 end,
                 stream: s,
-            }) if s == stream => (
+            }) => (
                 match mark {
                     Mark::Event(ev) => Some(ev),
                     _ => None,
                 },
-                end.filter(|e| !e.has_ended()),
+                end.filter(|e| s == stream && !e.has_ended()),
             ),
-            Some(u) => {
-                self.release_use(u);
-                (None, None)
-            }
             None => (None, None),
         };
         let end = match old_end {
@@ -488,8 +486,10 @@ impl Uses {
                 let old = s.write.take();
                 let (u, failed) = inner.use_after(s, stream, old);
                 s.write = Some(u);
-                for r in std::mem::take(&mut s.reads) {
-                    inner.release_use(r);
+                if !s.reads.is_empty() {
+                    for r in s.reads.drain(..) {
+                        inner.release_use(r);
+                    }
                 }
                 failed
             }
