@@ -323,7 +323,6 @@ impl Inner {
         fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
         free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
     ) -> Result<()> {
-        let inner = self;
         let State { write, reads, .. } = state;
         let lazy = write
             .iter()
@@ -342,15 +341,15 @@ impl Inner {
             _ => fallback(&self.ctx)?,
         };
         for u in write.iter_mut().chain(reads.iter_mut()) {
-            inner.wait_for(stream, u)?;
+            self.wait_for(stream, u)?;
         }
         free(stream, &self.ctx)?;
         drop(guard);
         if let Some(w) = write.take() {
-            inner.release_use(w);
+            self.release_use(w);
         }
         for r in reads.drain(..) {
-            inner.release_use(r);
+            self.release_use(r);
         }
         Ok(())
     }
