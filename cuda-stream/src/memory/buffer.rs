@@ -403,9 +403,9 @@ pub fn poll_pending_frees() -> usize {
 }
 
 /// Why [`DeviceBuffer::into_raw`] handed nothing over: a graph holds the memory, or waiting for
-/// the buffer's uses failed. The buffer comes back unchanged ([`into_buffer`]
-/// (IntoRawError::into_buffer)); the driver's error of the wait is the [`source`]
-/// (std::error::Error::source).
+/// the buffer's uses failed. The buffer comes back unchanged
+/// ([`into_buffer`](IntoRawError::into_buffer)); the driver's error of the wait is the
+/// [`source`](std::error::Error::source).
 pub struct IntoRawError<T: DeviceCopy> {
     buffer: DeviceBuffer<T>,
     error: Option<Error>,
