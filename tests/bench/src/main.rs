@@ -87,8 +87,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, St
             "--only" => {
                 let list = args.next().ok_or("--only needs groups of rows")?;
                 for g in list.split(',') {
-                    let Some(bit) = rows::GROUPS.iter().position(|k| *k == g) else {
-                        return Err(format!("--only {g:?}: one of {}", rows::GROUPS.join(", ")));
+                    let Some(bit) = rows::group_index(g) else {
+                        let names: Vec<&str> = rows::GROUPS.iter().map(|(n, _)| *n).collect();
+                        return Err(format!("--only {g:?}: one of {}", names.join(", ")));
                     };
                     only |= 1 << bit;
                 }

@@ -37,7 +37,7 @@ pub(crate) struct Config {
 impl Config {
     /// Whether the group of rows `group` (an entry of `rows::GROUPS`) runs.
     pub(crate) fn runs(&self, group: &str) -> bool {
-        let bit = crate::rows::GROUPS.iter().position(|g| *g == group);
+        let bit = crate::rows::group_index(group);
         self.only == 0 || bit.is_some_and(|b| self.only & (1 << b) != 0)
     }
 }

@@ -97,17 +97,7 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
         cudarc: cudarc.ok(),
     };
     let mut rows = Rows::default();
-    type Group = fn(&Fixture<'_>, &mut Rows) -> Result<(), Error>;
-    let groups: [(&str, Group); 7] = [
-        ("create", create::rows),
-        ("hot_path", hot_path::rows),
-        ("host_fn", host_fn::rows),
-        ("pool_async_scope", pool_async_scope::rows),
-        ("graphs", graphs::rows),
-        ("memory", memory::rows),
-        ("launches", launches::rows),
-    ];
-    for (name, group) in groups {
+    for (name, group) in GROUPS {
         if cfg.runs(name) {
             group(&fx, &mut rows)?;
         }
@@ -115,26 +105,34 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
     Ok((rows, status))
 }
 
-/// The names `--only` takes.
-pub(crate) const GROUPS: [&str; 7] = [
-    "create",
-    "hot_path",
-    "host_fn",
-    "pool_async_scope",
-    "graphs",
-    "memory",
-    "launches",
+/// A group of rows: one module's `rows`.
+type Group = fn(&Fixture<'_>, &mut Rows) -> Result<(), Error>;
+
+/// Every group of rows, in the order they run, by the name `--only` takes.
+pub(crate) const GROUPS: [(&str, Group); 7] = [
+    ("create", create::rows),
+    ("hot_path", hot_path::rows),
+    ("host_fn", host_fn::rows),
+    ("pool_async_scope", pool_async_scope::rows),
+    ("graphs", graphs::rows),
+    ("memory", memory::rows),
+    ("launches", launches::rows),
 ];
+
+/// The position of group `name` in [`GROUPS`], if there is one.
+pub(crate) fn group_index(name: &str) -> Option<usize> {
+    GROUPS.iter().position(|(g, _)| *g == name)
+}
 
 #[cfg(test)]
 #[test]
 fn every_group_is_named() {
-    for (i, g) in GROUPS.iter().enumerate() {
+    for (i, (g, _)) in GROUPS.iter().enumerate() {
         let cfg = crate::method::Config {
             only: 1 << i,
             ..crate::method::Config::quick()
         };
         assert!(cfg.runs(g));
-        assert_eq!(GROUPS.iter().filter(|g| cfg.runs(g)).count(), 1);
+        assert_eq!(GROUPS.iter().filter(|(g, _)| cfg.runs(g)).count(), 1);
     }
 }
