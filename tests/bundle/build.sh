@@ -57,6 +57,9 @@ cp tests/bench/peers.py tests/bench/combine.py "$out/bench/"
 # The experiments behind the benchmark's analysis (tests/perf/gpu-experiments.sh).
 cargo build --release -p cuda-stream-tests --example probe
 cp target/release/examples/probe "$out/bin/probe"
+# What the driver and NCCL do with the current context, in raw calls (`bin/contexts`).
+cargo build --release -p cuda-stream-tests --example contexts --features nccl
+cp target/release/examples/contexts "$out/bin/contexts"
 cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
     cargo build --release -p cuda-stream-interop --features nccl
