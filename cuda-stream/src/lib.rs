@@ -178,7 +178,7 @@
 //!
 //! Above them, several devices: `peer` ([`Device::can_access_peer`],
 //! [`Context::enable_peer_access`], [`DeviceBuffer::copy_from_peer`], and use tracking over
-//! several streams, `tracked`), then `nccl` (feature `nccl`: NCCL collectives on streams,
+//! several streams and contexts, `memory::across`), then `nccl` (feature `nccl`: NCCL collectives on streams,
 //! `Communicator`, `Group`, `NcclId`).
 //!
 #![doc = ""]
@@ -233,7 +233,7 @@ pub use memory::buffer::{
 };
 pub use memory::graph_buffer::GraphBuffer;
 pub use memory::pinned::PinnedHostBuffer;
-pub use memory::pool::{MemPool, PoolUsage};
+pub use memory::pool::{MemPool, PoolAccess, PoolUsage};
 pub use memory::raw::{
     memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async, memset_d16_async,
     memset_d32_async,

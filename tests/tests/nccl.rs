@@ -9,6 +9,7 @@
 //! `CUDA_SYS_LIBNCCL`) or without a second GPU.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use cuda_stream::nccl::{Communicator, Group, NcclId, ReduceOp, group, nccl_version};
 use cuda_stream::{
@@ -201,9 +202,9 @@ fn nccl_and_the_crate_refuse_bad_arguments() {
         "{e}"
     );
     println!("root 5 of 1: {e}");
-    // NCCL checks the devices of ncclCommInitAll.
+    // The crate refuses a device that does not exist before NCCL sees it.
     let e = Communicator::init_all(&[Device::from_raw(4096)]).unwrap_err();
-    assert_eq!(e.call(), Some("ncclCommInitAll"), "{e}");
+    assert_eq!(e.call(), Some("cuDevicePrimaryCtxRetain"), "{e}");
     println!("device 4096: {e}");
     // The crate checks lengths before NCCL sees them.
     let short = DeviceBuffer::<f32>::zeroed(&ctx, &s, 8).unwrap();
@@ -267,7 +268,42 @@ fn two_gpus_all_reduce_in_one_process() {
     }
 }
 
-/// Rank 1's side of [`two_processes_one_rank_each`], in a child process.
+/// How long a rank waits for its peer (to join, or for a collective to finish) before it gives
+/// up and aborts: a failure on one rank fails the test in seconds instead of hanging it.
+const PEER_WAIT: Duration = Duration::from_secs(60);
+
+/// Waits for `s`'s work until `PEER_WAIT` has passed; on time out aborts `comm` (which stops its
+/// work in flight) and fails with `who`.
+fn wait_or_abort(comm: Communicator, s: &OwnedStream, who: &str) -> Communicator {
+    let start = Instant::now();
+    while !s
+        .query()
+        .unwrap_or_else(|e| panic!("{who}: {}", error_chain(&e)))
+    {
+        if start.elapsed() > PEER_WAIT {
+            let aborted = comm.abort();
+            panic!("{who}: the collective did not finish in {PEER_WAIT:?}; aborted: {aborted:?}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    comm
+}
+
+/// The calling thread's current context (raw), and whether device 0's primary context is
+/// active in this process.
+fn context_state() -> (cuda_stream::ffi::CUcontext, bool) {
+    let current = cuda_stream::current_context_raw().unwrap();
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: valid out-pointers; device 0 exists.
+    let rc = unsafe { cuda_stream::ffi::cuDevicePrimaryCtxGetState(0, &mut flags, &mut active) };
+    assert_eq!(rc, cuda_stream::ffi::CUresult::CUDA_SUCCESS);
+    (current, active != 0)
+}
+
+/// Rank 1's side of [`two_processes_one_rank_each`], in a child process: device 1 only. NCCL
+/// works on the runtime's current device; on main, its all-reduce from a thread with nothing
+/// current made device 0's primary context current (and active) in this process, and the
+/// `to_vec` after it failed (`cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE`).
 fn rank1(id_file: &str) {
     let bytes = std::fs::read(id_file).expect("the id file");
     let id = NcclId::from_bytes(&bytes).unwrap();
@@ -276,8 +312,18 @@ fn rank1(id_file: &str) {
         .unwrap_or_else(|e| panic!("rank 1: {}", error_chain(&e)));
     let s = ctx.new_stream().unwrap();
     let mut x = DeviceBuffer::from_host(&ctx, &s, &vec![2u64; 1 << 16]).unwrap();
-    comm.all_reduce_in_place(&s, &mut x, ReduceOp::Sum).unwrap();
+    let (before, _) = context_state();
+    comm.all_reduce_in_place(&s, &mut x, ReduceOp::Sum)
+        .unwrap_or_else(|e| panic!("rank 1: {}", error_chain(&e)));
+    let (after, device0_active) = context_state();
+    println!(
+        "rank 1: current context before the all-reduce {before:?}, after {after:?}; device 0's \
+         primary context active in this process: {device0_active}"
+    );
+    assert_eq!(after, before, "rank 1: NCCL changed the current context");
+    let comm = wait_or_abort(comm, &s, "rank 1");
     assert_eq!(x.to_vec(&s).unwrap(), vec![3; 1 << 16]);
+    comm.close().unwrap();
     println!("rank 1: all-reduce checked");
 }
 
@@ -292,19 +338,86 @@ fn two_processes_one_rank_each() {
     let id = NcclId::new().unwrap();
     let file = std::env::temp_dir().join(format!("cuda-stream-nccl-id-{}", std::process::id()));
     std::fs::write(&file, id.as_bytes()).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "two_processes_one_rank_each", "--nocapture"])
         .env(CHILD_VAR, &file)
         .env("NCCL_NVLS_ENABLE", "0")
         .spawn()
         .expect("rank 1's process starts");
-    let comm = Communicator::init_rank(&c0, 2, &id, 0)
-        .unwrap_or_else(|e| panic!("rank 0: {}", error_chain(&e)));
-    let s = c0.new_stream().unwrap();
-    let mut x = DeviceBuffer::from_host(&c0, &s, &vec![1u64; 1 << 16]).unwrap();
-    comm.all_reduce_in_place(&s, &mut x, ReduceOp::Sum).unwrap();
-    assert_eq!(x.to_vec(&s).unwrap(), vec![3; 1 << 16]);
-    let out = child.wait_with_output().expect("rank 1's process ends");
+    // Rank 0 on a thread of its own: `ncclCommInitRank` blocks until rank 1 joins, which a
+    // failed child never does. The test waits for the child and for this thread, each with a
+    // deadline, and fails (leaving a blocked thread behind, which the process's exit ends).
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let rank0 = std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let comm = Communicator::init_rank(&c0, 2, &id, 0)
+                .unwrap_or_else(|e| panic!("rank 0: {}", error_chain(&e)));
+            let s = c0.new_stream().unwrap();
+            let mut x = DeviceBuffer::from_host(&c0, &s, &vec![1u64; 1 << 16]).unwrap();
+            comm.all_reduce_in_place(&s, &mut x, ReduceOp::Sum)
+                .unwrap_or_else(|e| panic!("rank 0: {}", error_chain(&e)));
+            let comm = wait_or_abort(comm, &s, "rank 0");
+            assert_eq!(x.to_vec(&s).unwrap(), vec![3; 1 << 16]);
+            comm.close().unwrap();
+        }));
+        let _ = done_tx.send(r.is_ok());
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("rank 1's status") {
+            break Some(st);
+        }
+        if start.elapsed() > PEER_WAIT * 2 {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let _ = std::fs::remove_file(&file);
-    assert!(out.status.success(), "rank 1 failed: {}", out.status);
+    match status {
+        Some(st) => assert!(st.success(), "rank 1 failed: {st}"),
+        None => panic!("rank 1 did not finish in {:?}: killed", PEER_WAIT * 2),
+    }
+    match done_rx.recv_timeout(PEER_WAIT) {
+        Ok(true) => {
+            rank0.join().unwrap();
+        }
+        Ok(false) => panic!("rank 0 failed (see its panic above)"),
+        Err(_) => panic!("rank 0 did not finish in {PEER_WAIT:?} after rank 1 ended"),
+    }
+}
+
+/// NCCL works on the CUDA runtime's current device and makes the device it found current again
+/// afterwards (device 0 when nothing was current). Every call of the crate binds its
+/// communicator's context, so the thread's current context is the caller's afterwards, and host
+/// copies of either device's buffers work (on main: `cuMemcpyHtoDAsync:
+/// CUDA_ERROR_INVALID_VALUE` for device 1 after `init_all`).
+#[test]
+fn nccl_leaves_the_current_context_as_it_found_it() {
+    let Some((c0, c1)) = two_gpus() else { return };
+    let _turn = alone();
+    for (label, before) in [("nothing", None), ("device 1", Some(&c1))] {
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let _bound = before.map(|c| c.bind().unwrap());
+                let want = context_state().0;
+                let comms = Communicator::init_all(&[c0.device(), c1.device()])
+                    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+                assert_eq!(context_state().0, want, "{label} current: after init_all");
+                let (s0, s1) = (c0.new_stream().unwrap(), c1.new_stream().unwrap());
+                let mut x0 = DeviceBuffer::from_host(&c0, &s0, &[1.0f32; 4096]).unwrap();
+                let mut x1 = DeviceBuffer::from_host(&c1, &s1, &[2.0f32; 4096]).unwrap();
+                let mut g = Group::new();
+                g.all_reduce_in_place(&comms[0], &s0, &mut x0, ReduceOp::Sum)
+                    .unwrap();
+                g.all_reduce_in_place(&comms[1], &s1, &mut x1, ReduceOp::Sum)
+                    .unwrap();
+                g.run().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+                assert_eq!(context_state().0, want, "{label} current: after a group");
+                assert_eq!(x1.to_vec(&s1).unwrap(), vec![3.0; 4096]);
+                assert_eq!(x0.to_vec(&s0).unwrap(), vec![3.0; 4096]);
+                println!("{label} current: NCCL left it so");
+            });
+        });
+    }
 }

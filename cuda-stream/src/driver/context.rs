@@ -431,6 +431,17 @@ pub(crate) fn bind(ctx: ffi::CUcontext) -> Result<Bound> {
     })
 }
 
+/// Makes `ctx` current until the guard drops, without looking at what is current: for a caller
+/// that has just looked.
+#[inline]
+pub(crate) fn push_bound(ctx: ffi::CUcontext) -> Result<Bound> {
+    push(ctx)?;
+    Ok(Bound {
+        pushed: true,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
 #[cold]
 #[inline(never)]
 fn push(ctx: ffi::CUcontext) -> Result<bool> {

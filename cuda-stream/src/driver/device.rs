@@ -110,3 +110,18 @@ impl Device {
         Ok(v)
     }
 }
+
+impl Device {
+    /// Whether this device can address `peer`'s memory directly (`cuDeviceCanAccessPeer`):
+    /// NVLink or PCIe peer-to-peer between the two. A device is not its own peer: the driver
+    /// answers `false` for `peer == self`, and so does this (on one GPU every answer is `false`).
+    pub fn can_access_peer(self, peer: Device) -> Result<bool> {
+        init()?;
+        let f = driver_fn!(cuDeviceCanAccessPeer);
+        let mut can = 0;
+        // SAFETY: `can` is a valid out-pointer; the driver checks both ordinals.
+        let rc = unsafe { f(&mut can, self.raw(), peer.raw()) };
+        check(rc, "cuDeviceCanAccessPeer")?;
+        Ok(can != 0)
+    }
+}

@@ -5,16 +5,22 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr;
+use std::sync::Arc;
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::base::params::check_args;
 use crate::base::plain_data::{ArgKind, DeviceCopy};
+use crate::driver::context::Context;
 use crate::ffi;
 use crate::kernel::config::{LaunchAttributes, LaunchConfig};
 use crate::kernel::kernel_info::Feature;
 use crate::kernel::module::Function;
+use crate::memory::across::enqueue_across;
+use crate::memory::allocation::Allocation;
 use crate::memory::buffer::BufferUse;
 use crate::memory::buffer_ops::enqueue_with_uses;
+use crate::memory::pool::PoolAccess;
+use crate::memory::use_tracking::Access;
 use crate::stream::view::{Enqueue, bind_if_special};
 
 /// One kernel argument: a pointer to a value that the driver copies when the kernel is
@@ -186,8 +192,17 @@ impl Function<'_> {
     /// `cuLaunchKernelEx`; an attribute the driver or the device lacks is
     /// [`Error::UnsupportedAttribute`] (or [`Error::Unsupported`] for `cuLaunchKernelEx` itself).
     ///
-    /// Refused before the driver is called: a stream or a buffer of another context than the
-    /// module's ([`Error::ContextMismatch`]), an empty grid or block, a block of more threads
+    /// A buffer of another device may be passed where its pool grants this device the access
+    /// the kernel needs (read for [`read`](crate::DeviceBuffer::read), read-write for
+    /// [`write`](crate::DeviceBuffer::write)): [`Context::enable_peer_access`] grants the
+    /// default pool, [`MemPool::set_access`](crate::MemPool::set_access) any pool. Its uses are
+    /// tracked on its own device (ordered after its conflicting uses there, and recorded there).
+    /// Memory from no pool of another device is refused (context peer access would map it, but
+    /// the driver cannot be asked whether it is still enabled).
+    ///
+    /// Refused before the driver is called: a stream of another context than the module's, a
+    /// buffer of another context without that access ([`Error::ContextMismatch`]), an empty
+    /// grid or block, a block of more threads
     /// than [`max_threads_per_block`](Function::max_threads_per_block), or a grid that is not a
     /// multiple of its clusters ([`Error::InvalidLaunch`]). A kernel that faults while it runs
     /// (an illegal address, a trap) is reported by a later synchronisation, as a driver error
@@ -297,16 +312,12 @@ impl Function<'_> {
             heap.resize(args.len(), ptr::null_mut());
             &mut heap
         };
-        let mut tracked = false;
+        let (mut tracked, mut foreign) = (false, false);
         for (p, a) in params.iter_mut().zip(args) {
             *p = a.ptr;
             if let Some(b) = &a.buffer {
-                if b.context_raw() != ctx {
-                    return Err(Error::ContextMismatch {
-                        what: "a buffer argument",
-                    });
-                }
                 tracked = true;
+                foreign |= b.context_raw() != ctx;
             }
         }
         let params: &[*mut c_void] = params;
@@ -321,6 +332,9 @@ impl Function<'_> {
             .iter()
             .filter_map(|a| a.buffer.as_ref().map(BufferUse::alloc_use))
             .collect();
+        if foreign {
+            return launch_with_peer_buffers(raw, ctx, &list, launch);
+        }
         enqueue_with_uses(raw, ctx, &list, launch)
     }
 
@@ -469,4 +483,39 @@ impl Function<'_> {
         let rc = unsafe { f(&c, self.raw(), params, ptr::null_mut()) };
         check(rc, "cuLaunchKernelEx")
     }
+}
+
+/// A launch on `raw` (a stream of `ctx`) whose buffer arguments include memory of other
+/// devices: each must come from a pool that grants this device the access the kernel needs
+/// ([`MemPool::set_access`](crate::MemPool::set_access), which
+/// [`Context::enable_peer_access`](crate::Context::enable_peer_access) makes for the default
+/// pool), else the kernel would fault on the device; its uses are tracked on its own context
+/// ([`enqueue_across`]).
+#[cold]
+fn launch_with_peer_buffers(
+    raw: ffi::CUstream,
+    ctx: ffi::CUcontext,
+    list: &[(&Arc<Allocation>, Access)],
+    launch: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let home = Context::find_live(ctx).ok_or(Error::ContextMismatch {
+        what: "the kernel's module",
+    })?;
+    for (a, access) in list {
+        if a.ctx().raw() == ctx {
+            continue;
+        }
+        let needed = match access {
+            Access::Read => PoolAccess::Read,
+            Access::Write => PoolAccess::ReadWrite,
+        };
+        if a.ctx().device() == home.device() || a.peer_access(home.device())? < needed {
+            return Err(Error::ContextMismatch {
+                what: "a buffer argument of another context, which this device may not \
+                       address (grant its pool access: Context::enable_peer_access or \
+                       MemPool::set_access)",
+            });
+        }
+    }
+    enqueue_across(raw, &home, list, launch)
 }

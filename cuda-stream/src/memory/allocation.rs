@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn};
+use crate::driver::device::Device;
 use crate::ffi;
-use crate::memory::pool::{MemPool, default_pool_raw, pools_supported};
+use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
 use crate::memory::use_tracking::{Access, Uses};
 use crate::stream::view::bind_if_special;
 
@@ -157,6 +158,29 @@ impl Allocation {
             Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } => Ok(None),
             Origin::Graph { .. } => MemPool::default_for(self.ctx()).map(Some),
         }
+    }
+
+    /// The raw pool the memory came from, if any, without making a [`MemPool`] value for a
+    /// default pool.
+    pub(crate) fn pool_raw(&self) -> Result<Option<ffi::CUmemoryPool>> {
+        match &self.origin {
+            Origin::Pool(Some(p)) => Ok(Some(p.raw())),
+            Origin::Pool(None) | Origin::Graph { .. } => {
+                default_pool_raw(self.ctx().device()).map(Some)
+            }
+            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } => Ok(None),
+        }
+    }
+
+    /// What work of `device` (another device than the memory's) may do with this memory: what
+    /// this process granted `device` on the memory's pool ([`MemPool::set_access`]). Memory
+    /// from no pool (`cuMemAlloc`, adopted or borrowed) is [`PoolAccess::None`]: context peer
+    /// access would map it, but the driver cannot be asked whether it is enabled now.
+    pub(crate) fn peer_access(&self, device: Device) -> Result<PoolAccess> {
+        Ok(match self.pool_raw()? {
+            Some(pool) => granted(pool, device),
+            None => PoolAccess::None,
+        })
     }
 
     /// Another library's memory (`owner`, of `ctx`) at `ptr`, whose earlier work on `owner`

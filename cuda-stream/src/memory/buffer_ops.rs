@@ -17,7 +17,7 @@ use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer::DeviceBuffer;
 use crate::memory::fill_pattern::{bytes_of, memset_word, unfillable};
 use crate::memory::use_tracking::{Access, Uses};
-use crate::stream::view::{AsStream, Enqueue, bind_if_special};
+use crate::stream::view::{AsStream, Enqueue, bind_for_copy, bind_if_special};
 
 /// The graph `raw` is being captured into (`cuStreamGetCaptureInfo`), owned by the capture,
 /// and the capture's id; [`Error::NotCapturing`] with the status if the capture was invalidated
@@ -142,6 +142,20 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
     }
 
+    /// [`enqueue_use`](Self::enqueue_use) for a copy: with the stream's context bound where
+    /// another one is current (see [`bind_for_copy`]).
+    fn enqueue_copy<U: DeviceCopy>(
+        &self,
+        stream: &impl Enqueue,
+        access: Access,
+        other: Option<&DeviceBuffer<U>>,
+        op: impl FnOnce(ffi::CUstream) -> Result<()>,
+    ) -> Result<()> {
+        let (raw, ctx) = stream.enqueue_handle();
+        let _bound = bind_for_copy(raw, ctx)?;
+        self.enqueue_use(stream, access, other, op)
+    }
+
     /// Zeroes the buffer on `stream` (a recorded write).
     pub(crate) fn zero(&self, stream: &impl Enqueue) -> Result<()> {
         if self.byte_len() == 0 {
@@ -251,7 +265,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         let bytes = self.byte_len();
-        self.enqueue_use(stream, Access::Write, Some(src), |raw| {
+        self.enqueue_copy(stream, Access::Write, Some(src), |raw| {
             let f = driver_fn!(cuMemcpyDtoDAsync);
             // SAFETY: two distinct live allocations of `bytes` bytes each, freed only after this
             // use (recorded) or held by the capture's graph; the stream is of their context.
@@ -275,7 +289,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.refuse_capture(&stream, "DeviceBuffer::copy_from_host")?;
         let bytes = self.byte_len();
         if bytes > 0 {
-            self.enqueue_use::<T>(&stream, Access::Write, None, |raw| {
+            self.enqueue_copy::<T>(&stream, Access::Write, None, |raw| {
                 let f = driver_fn!(cuMemcpyHtoDAsync);
                 // SAFETY: `src` is borrowed until this function returns, after the stream has
                 // been synchronised below; the buffer holds `bytes` bytes.
@@ -323,7 +337,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.refuse_capture(&stream, "DeviceBuffer::copy_to_host")?;
         let bytes = self.byte_len();
         if bytes > 0 {
-            self.enqueue_use::<T>(&stream, Access::Read, None, |raw| {
+            self.enqueue_copy::<T>(&stream, Access::Read, None, |raw| {
                 let f = driver_fn!(cuMemcpyDtoHAsync);
                 // SAFETY: the caller keeps `dst` writable until this returns, after the stream
                 // has been synchronised below; the buffer holds `bytes` bytes.
@@ -374,7 +388,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(());
         }
-        self.enqueue_use::<T>(stream, Access::Write, None, |raw| {
+        self.enqueue_copy::<T>(stream, Access::Write, None, |raw| {
             let f = driver_fn!(cuMemcpyHtoDAsync);
             // SAFETY: the buffer holds `bytes` bytes; the caller keeps `src` alive and unchanged.
             let rc = unsafe { f(self.device_ptr(), src.as_ptr().cast(), bytes, raw) };
@@ -406,7 +420,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         let dst = dst.as_mut_ptr();
-        self.enqueue_use::<T>(stream, Access::Read, None, |raw| {
+        self.enqueue_copy::<T>(stream, Access::Read, None, |raw| {
             let f = driver_fn!(cuMemcpyDtoHAsync);
             // SAFETY: the buffer holds `bytes` bytes; the caller keeps `dst` untouched meanwhile.
             let rc = unsafe { f(dst.cast(), self.device_ptr(), bytes, raw) };

@@ -1,5 +1,6 @@
 //! Device memory on streams: `DeviceBuffer` and the raw memset/memcpy forms, all taking any
-//! `Enqueue` (a stream or a capture). Imports `base`, `driver`, `stream` and `graph`.
+//! `Enqueue` (a stream or a capture), and use tracking across streams and contexts (`across`).
+//! Imports `base`, `driver`, `stream` and `graph`.
 
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
 pub(crate) mod raw;
@@ -15,6 +16,8 @@ pub(crate) mod allocation;
 pub(crate) mod buffer;
 
 pub(crate) mod buffer_ops;
+
+pub(crate) mod across;
 
 pub(crate) mod pinned;
 

@@ -14,7 +14,7 @@ use crate::ffi;
 use crate::memory::allocation::{free_when_done, poll_pending_frees};
 use crate::memory::buffer::{DeviceBuffer, byte_size};
 use crate::memory::use_tracking::Access;
-use crate::stream::view::{Enqueue, bind_if_special};
+use crate::stream::view::{Enqueue, bind_for_copy};
 
 /// `len` values of `T` in page-locked host memory (`cuMemHostAlloc`, portable to every
 /// context), which the GPU's copy engines read and write directly, so that copies to and from
@@ -337,7 +337,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if stream_ctx != self.context().raw() {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
-        let _bound = bind_if_special(raw, stream_ctx)?;
+        let _bound = bind_for_copy(raw, stream_ctx)?;
         if crate::driver::capture_query::is_capturing(raw)? {
             return Err(Error::Capturing {
                 op: if to_host {

@@ -4,7 +4,7 @@
 use crate::base::error::{Result, check, driver_fn};
 use crate::base::plain_data::DeviceCopy;
 use crate::ffi;
-use crate::stream::view::{Enqueue, bind_if_special};
+use crate::stream::view::{Enqueue, bind_for_copy, bind_if_special};
 
 /// `cuMemsetD8Async`: sets `count` bytes at `dst` to `value`, after the work enqueued on
 /// `stream` so far. Returns at once; works on every stream (a default stream's context is made
@@ -93,7 +93,7 @@ pub unsafe fn memcpy_dtod_async(
 ) -> Result<()> {
     let (raw, ctx) = stream.enqueue_handle();
     let f = driver_fn!(cuMemcpyDtoDAsync);
-    let _bound = bind_if_special(raw, ctx)?;
+    let _bound = bind_for_copy(raw, ctx)?;
     // SAFETY: the caller vouches for both ranges; the stream is live while borrowed.
     check(unsafe { f(dst, src, bytes, raw) }, "cuMemcpyDtoDAsync")
 }
@@ -117,7 +117,7 @@ pub unsafe fn memcpy_htod_async<T: DeviceCopy>(
 ) -> Result<()> {
     let (raw, ctx) = stream.enqueue_handle();
     let f = driver_fn!(cuMemcpyHtoDAsync);
-    let _bound = bind_if_special(raw, ctx)?;
+    let _bound = bind_for_copy(raw, ctx)?;
     // SAFETY: `src` is readable for its size now; the caller keeps it so and vouches for `dst`.
     let rc = unsafe { f(dst, src.as_ptr().cast(), size_of_val(src), raw) };
     check(rc, "cuMemcpyHtoDAsync")
@@ -142,7 +142,7 @@ pub unsafe fn memcpy_dtoh_async<T: DeviceCopy>(
 ) -> Result<()> {
     let (raw, ctx) = stream.enqueue_handle();
     let f = driver_fn!(cuMemcpyDtoHAsync);
-    let _bound = bind_if_special(raw, ctx)?;
+    let _bound = bind_for_copy(raw, ctx)?;
     // SAFETY: `dst` is writable for its size now; the caller keeps it so until the copy is done,
     // and vouches for `src`.
     let rc = unsafe { f(dst.as_mut_ptr().cast(), src, size_of_val(dst), raw) };

@@ -61,35 +61,34 @@ impl Communicator {
         let list: Vec<c_int> = devices.iter().map(|d| d.raw()).collect();
         crate::driver::device::init()?;
         let f = nccl_fn!(ncclCommInitAll);
+        // The contexts first (a device that does not exist is refused here, before NCCL):
+        // the first is bound for the call.
+        let ctxs = devices
+            .iter()
+            .map(|d| d.primary_context())
+            .collect::<Result<Vec<Context>>>()?;
         let mut raws: Vec<ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
-        // SAFETY: `raws` has room for `n` handles and `list` holds `n` ordinals (NCCL checks
-        // them).
-        let rc = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
-        nccl_check(rc, "ncclCommInitAll")?;
-        let mut out = Vec::with_capacity(raws.len());
-        let mut failed = None;
-        for (i, (raw, d)) in raws.iter().zip(devices).enumerate() {
-            if failed.is_some() {
-                destroy_raw(*raw, false);
-                continue;
-            }
-            match Context::primary(d.ordinal()) {
-                Ok(ctx) => out.push(Communicator {
-                    raw: *raw,
-                    ctx,
-                    rank: i,
-                    size: devices.len(),
-                }),
-                Err(e) => {
-                    destroy_raw(*raw, false);
-                    failed = Some(e);
-                }
-            }
+        {
+            // NCCL makes each device current in turn, then the one it found current again:
+            // with the first device's context bound it finds that one, and the calling
+            // thread's current context is the caller's afterwards (see `plan::issue`).
+            let _bound = bind(ctxs[0].raw())?;
+            // SAFETY: `raws` has room for `n` handles and `list` holds `n` ordinals (NCCL
+            // checks them).
+            let rc = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
+            nccl_check(rc, "ncclCommInitAll")?;
         }
-        match failed {
-            None => Ok(out),
-            Some(e) => Err(e),
-        }
+        Ok(raws
+            .into_iter()
+            .zip(ctxs)
+            .enumerate()
+            .map(|(i, (raw, ctx))| Communicator {
+                raw,
+                ctx,
+                rank: i,
+                size: devices.len(),
+            })
+            .collect())
     }
 
     /// Rank `rank` of `nranks` on `ctx`'s device (`ncclCommInitRank`), joined by `id` (the same

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
+use crate::driver::context::bind;
 use crate::ffi;
+use crate::memory::across::{TrackedUse, around_streams};
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
 use crate::memory::use_tracking::Access;
 use crate::nccl::call::{nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
-use crate::peer::tracked::{TrackedUse, around_streams};
 use crate::stream::view::bind_if_special;
 
 /// The NCCL call of a plan, given the raw stream.
@@ -98,11 +99,20 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         .into_iter()
         .map(|p| (p.stream, p.comm.context().raw(), p.call))
         .collect();
+    // NCCL works on the CUDA runtime's current device: it asks which device is current, makes
+    // the communicator's current for the work and then makes the one it found current again.
+    // With no context current the runtime answers device 0, so NCCL left device 0's primary
+    // context current on the calling thread (measured: tests/examples/contexts.rs), made it
+    // active in processes that never used device 0, and later copies of pool memory of other
+    // devices on that thread failed. Each call (each group) runs with its communicator's context
+    // bound, so NCCL finds the device it needs current, and the thread's current context is the
+    // caller's afterwards.
+    let first_ctx = calls.first().map(|c| c.1);
     around_streams(tracked, |enqueued| {
         if !grouped {
             let mut out = Ok(());
             for (stream, ctx, call) in calls {
-                let _bound = bind_if_special(stream, ctx)?;
+                let _bound = bind(ctx)?;
                 out = call(stream);
                 *enqueued = out.is_ok();
             }
@@ -110,6 +120,14 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         }
         let start = nccl_fn!(ncclGroupStart);
         let end = nccl_fn!(ncclGroupEnd);
+        // Inside a group NCCL only records the calls; its end launches the work of every
+        // communicator, switching devices as it goes. The whole group runs bound to the first
+        // call's context, which NCCL finds current and leaves so. A call on a default stream is
+        // bound to its own context (NCCL resolves the handle through the current context).
+        let _bound = match first_ctx {
+            Some(ctx) => Some(bind(ctx)?),
+            None => None,
+        };
         // SAFETY: no arguments; every start is matched by the end below.
         nccl_check(unsafe { start() }, "ncclGroupStart")?;
         let mut first_err = None;

@@ -75,6 +75,18 @@ impl MockNccl {
         }
     }
 
+    /// Makes the fake NCCL emulate the CUDA runtime's current device (which NCCL sets and
+    /// restores around its work) against the driver library at `path`: the mock driver the
+    /// test loaded. Returns whether it opened.
+    pub fn use_driver(&self, path: &Path) -> bool {
+        let Ok(c) = std::ffi::CString::new(path.to_string_lossy().into_owned()) else {
+            return false;
+        };
+        let f = self.f::<unsafe extern "C" fn(*const c_char) -> c_int>(b"mock_nccl_use_driver\0");
+        // SAFETY: a NUL-terminated string, alive for the call.
+        unsafe { f(c.as_ptr()) != 0 }
+    }
+
     /// Forgets failure rules, counts and records.
     pub fn reset(&self) {
         self.f::<extern "C" fn()>(b"mock_nccl_reset\0")()

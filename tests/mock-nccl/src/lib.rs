@@ -22,6 +22,7 @@ use std::sync::{Mutex, MutexGuard};
 use cuda_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
 mod control;
+mod cudart;
 
 pub use control::{
     MockNccl, find_next_to_exe, mock_nccl_file_name, mock_nccl_path, partial_nccl_file_name,
@@ -49,6 +50,8 @@ struct State {
     /// name -> (the call that fails, 0 for every call; the code).
     fail: HashMap<String, (u64, ncclResult_t)>,
     group_depth: i32,
+    /// The devices of the collectives issued in the open group, whose work its end launches.
+    group_devices: Vec<c_int>,
     /// name -> (count, datatype, stream) of the last call.
     last: HashMap<String, (usize, u32, usize)>,
 }
@@ -171,12 +174,14 @@ pub unsafe extern "C" fn ncclCommInitRank(
             // The other ranks would have to join: the fake has no peers.
             return ncclResult_t::ncclInvalidUsage;
         }
+        // NCCL's rank is on the runtime's current device.
+        let device = cudart::get_device();
         let c = new_comm(
             st,
             Comm {
                 rank,
                 size: nranks,
-                device: 0,
+                device,
                 async_error: OK,
             },
         );
@@ -214,6 +219,8 @@ pub unsafe extern "C" fn ncclCommInitAll(
         if devs.iter().any(|d| !(0..DEVICES).contains(d)) {
             return INVALID;
         }
+        // NCCL sets up each device in turn, then makes the one it found current again.
+        cudart::on_devices(&devs, |_| ());
         for (i, d) in devs.iter().enumerate() {
             let c = new_comm(
                 st,
@@ -348,6 +355,12 @@ fn collective(
         }
         st.last
             .insert(name.to_string(), (count, datatype.0, stream as usize));
+        // The work is launched on the communicator's device: now, or at the group's end.
+        if st.group_depth > 0 {
+            st.group_devices.push(c.device);
+        } else {
+            cudart::on_devices(&[c.device], |_| ());
+        }
         OK
     })
 }
@@ -512,10 +525,32 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
         return ncclResult_t::ncclInvalidUsage;
     }
     st.group_depth -= 1;
+    if st.group_depth == 0 {
+        let devices = std::mem::take(&mut st.group_devices);
+        drop(g);
+        cudart::on_devices(&devices, |_| ());
+    }
     injected.unwrap_or(OK)
 }
 
 // The control functions.
+
+/// Emulates the CUDA runtime's current device (see `cudart`) against the driver library at
+/// `path` (the mock driver the test loaded): 1 if it opened.
+///
+/// # Safety
+///
+/// `path` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mock_nccl_use_driver(path: *const c_char) -> c_int {
+    if path.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's contract.
+    let path = unsafe { CStr::from_ptr(path) };
+    let path = std::ffi::OsString::from(path.to_string_lossy().into_owned());
+    c_int::from(cudart::use_driver(&path))
+}
 
 /// Forgets the failure rules, the counts and the records (communicators stay).
 #[unsafe(no_mangle)]

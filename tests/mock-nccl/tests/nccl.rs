@@ -12,7 +12,9 @@ use cuda_mock_driver::MockDriver;
 use cuda_mock_nccl::{MockNccl, mock_nccl_path, partial_nccl_path};
 use cuda_stream::ffi::nccl::{Nccl, NcclLoadError, ncclDataType_t, ncclResult_t};
 use cuda_stream::nccl::{Communicator, Group, NcclId, ReduceOp, group};
-use cuda_stream::{CaptureMode, Context, Device, DeviceBuffer, Error, drain_deferred};
+use cuda_stream::{
+    CaptureMode, Context, Device, DeviceBuffer, Error, current_context_raw, drain_deferred,
+};
 
 static LOCK: Mutex<()> = Mutex::new(());
 const CHILD_VAR: &str = "CUDA_MOCK_NCCL_CHILD";
@@ -30,7 +32,13 @@ fn fake() -> (
         let path = mock_nccl_path();
         let nccl = Nccl::open(&path).expect("the fake NCCL opens");
         Nccl::install_global(nccl).expect("nothing loaded NCCL before");
-        MockNccl::open(&path).expect("its control functions resolve")
+        let n = MockNccl::open(&path).expect("its control functions resolve");
+        // The fake sets and restores the current device as NCCL does, through the mock.
+        assert!(
+            n.use_driver(m.path()),
+            "the fake NCCL opens the mock driver"
+        );
+        n
     });
     // Both primary contexts stay retained for the whole process (the mock frees a context's
     // memory when its last retain goes, even under queued work), and are idle before a test.
@@ -84,10 +92,15 @@ fn init_failures_are_errors_naming_the_call() {
     let e = Communicator::init_all(&[Device::new(0).unwrap()]).unwrap_err();
     assert_eq!(e.to_string(), "ncclCommInitAll: ncclSystemError");
     assert_eq!(e.call(), Some("ncclCommInitAll"));
-    // NCCL checks the devices (the mock driver has two).
+    // A device that does not exist is refused before NCCL (the mock driver has two).
     n.reset();
+    let calls = n.calls("ncclCommInitAll");
     let e = Communicator::init_all(&[Device::from_raw(7)]).unwrap_err();
-    assert_eq!(e.to_string(), "ncclCommInitAll: ncclInvalidArgument");
+    assert_eq!(
+        e.to_string(),
+        "cuDevicePrimaryCtxRetain: CUDA_ERROR_INVALID_DEVICE"
+    );
+    assert_eq!(n.calls("ncclCommInitAll"), calls);
     // An id that is not NCCL's.
     let ctx = Context::primary(0).unwrap();
     let bogus = NcclId::from_bytes(&[9; 128]).unwrap();
@@ -553,4 +566,75 @@ fn an_nccl_missing_a_function_is_an_error_value() {
             assert!(nccl.ncclGetUniqueId().is_ok());
         }
     }
+}
+
+/// NCCL makes the communicator's device current for its work and then the device it found
+/// (device 0 when nothing was current; the fake does the same through the mock driver): every
+/// call of the crate binds its communicator's context, so the calling thread's current context
+/// is the same afterwards, whatever it was.
+#[test]
+fn nccl_calls_leave_the_current_context_as_they_found_it() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, _n, _m) = fake();
+    let (c0, c1) = (Context::primary(0).unwrap(), Context::primary(1).unwrap());
+    for before in [None, Some(&c1), Some(&c0)] {
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let _bound = before.map(|c| c.bind().unwrap());
+                let want = before.map_or(std::ptr::null_mut(), |c| c.raw());
+                let now = || current_context_raw().unwrap();
+                let comms = Communicator::init_all(&[c0.device(), c1.device()]).unwrap();
+                assert_eq!(now(), want, "after ncclCommInitAll");
+                let (s0, s1) = (c0.new_stream().unwrap(), c1.new_stream().unwrap());
+                let mut x0 = DeviceBuffer::<f32>::zeroed(&c0, &s0, 64).unwrap();
+                let mut x1 = DeviceBuffer::<f32>::zeroed(&c1, &s1, 64).unwrap();
+                let mut g = Group::new();
+                g.all_reduce_in_place(&comms[0], &s0, &mut x0, ReduceOp::Sum)
+                    .unwrap();
+                g.all_reduce_in_place(&comms[1], &s1, &mut x1, ReduceOp::Sum)
+                    .unwrap();
+                g.run().unwrap();
+                assert_eq!(now(), want, "after a group");
+                // One rank's call alone (NCCL would wait for the other; the fake returns).
+                comms[1]
+                    .all_reduce_in_place(&s1, &mut x1, ReduceOp::Sum)
+                    .unwrap();
+                assert_eq!(now(), want, "after a collective");
+            });
+        });
+    }
+}
+
+/// The failure seen on two H100s: after NCCL ran on two devices with nothing current, device
+/// 0's context was current, and a host copy of a buffer of device 1 failed
+/// (`cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE`). Copies bind their context where another
+/// is current, and NCCL leaves nothing behind.
+#[test]
+fn host_copies_work_after_nccl_ran_on_two_devices() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, _n, m) = fake();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let comms = Communicator::init_all(&[Device::new(0).unwrap(), Device::new(1).unwrap()])
+                .unwrap();
+            let (c0, c1) = (comms[0].context().clone(), comms[1].context().clone());
+            let (s0, s1) = (c0.new_stream().unwrap(), c1.new_stream().unwrap());
+            let mut x0 = DeviceBuffer::from_host(&c0, &s0, &[1.0f32; 256]).unwrap();
+            let mut x1 = DeviceBuffer::from_host(&c1, &s1, &[2.0f32; 256]).unwrap();
+            let mut g = Group::new();
+            g.all_reduce_in_place(&comms[0], &s0, &mut x0, ReduceOp::Sum)
+                .unwrap();
+            g.all_reduce_in_place(&comms[1], &s1, &mut x1, ReduceOp::Sum)
+                .unwrap();
+            g.run().unwrap();
+            // The fake moves no data: the values are the uploads'.
+            assert_eq!(x1.to_vec(&s1).unwrap(), vec![2.0; 256]);
+            assert_eq!(x0.to_vec(&s0).unwrap(), vec![1.0; 256]);
+        });
+    });
+    assert_eq!(m.bad_uses(), 0);
 }

@@ -107,6 +107,8 @@ macro_rules! driver_function_list {
             cuMemPoolGetAttribute,
             cuMemPoolSetAttribute,
             cuMemPoolTrimTo,
+            cuMemPoolSetAccess,
+            cuMemPoolGetAccess,
             cuMemAllocFromPoolAsync,
             cuMemAllocAsync,
             cuMemFreeAsync,

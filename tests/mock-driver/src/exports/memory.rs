@@ -67,6 +67,37 @@ pub(crate) fn check_range(st: &mut State, ptr: u64, len: usize) -> Result<(), CU
     }
 }
 
+/// `CUDA_ERROR_INVALID_VALUE` for a copy touching `[ptr, ptr + len)` while a context of another
+/// device is current, where the range is pool memory whose pool has not granted that device
+/// access: measured on an H100 (driver 580.159, `tests/examples/contexts.rs`), every copy of
+/// pool memory (to or from pageable or pinned host memory, device to device) fails so, while
+/// memsets and kernels work, and with no context current or the memory's own device's the
+/// copies work. Memory from `cuMemAlloc` is not affected.
+pub(crate) fn check_copy_context(st: &State, ptr: u64, len: usize) -> Result<(), CUresult> {
+    let Some(current) = crate::state::threads::current() else {
+        return Ok(());
+    };
+    let current_device = st.ctx_device(current);
+    let Some((base, _)) = st.device.find(ptr, len) else {
+        return Ok(());
+    };
+    let rec = &st.device.allocs[&base];
+    let Some(pool) = rec.pool else {
+        return Ok(());
+    };
+    let own = st.ctx_device(rec.ctx);
+    let granted = st
+        .device
+        .pools
+        .get(pool)
+        .is_some_and(|p| p.access_of(current_device) != 0);
+    if current_device == own || granted {
+        Ok(())
+    } else {
+        Err(INVALID_VALUE)
+    }
+}
+
 /// `cuMemAlloc_v2`: `bytesize` bytes (filled with 0xa5, so forgotten initialisation shows) in
 /// the current context, at an address never handed out before. 0 bytes is
 /// `CUDA_ERROR_INVALID_VALUE`; more than 1 GiB is `CUDA_ERROR_OUT_OF_MEMORY`.
@@ -248,6 +279,8 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
         let s = tri!(st.stream(h_stream));
         tri!(check_range(&mut st, dst_device, byte_count));
         tri!(check_range(&mut st, src_device, byte_count));
+        tri!(check_copy_context(&st, dst_device, byte_count));
+        tri!(check_copy_context(&st, src_device, byte_count));
         if byte_count > 0 {
             let work = DeviceWork::CopyDtoD {
                 dst: dst_device,
@@ -284,6 +317,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
             return INVALID_VALUE;
         }
         tri!(check_range(&mut st, dst_device, byte_count));
+        tri!(check_copy_context(&st, dst_device, byte_count));
         if byte_count > 0 {
             let captured = DeviceWork::CopyHtoDAt {
                 dst: dst_device,
@@ -336,6 +370,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
             return INVALID_VALUE;
         }
         tri!(check_range(&mut st, src_device, byte_count));
+        tri!(check_copy_context(&st, src_device, byte_count));
         if byte_count == 0 {
             return SUCCESS;
         }

@@ -73,6 +73,8 @@ pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer_context: CUcontext, flags: c
 
 /// `cuMemcpyPeerAsync`: both contexts live, both ranges inside live allocations; queued as a
 /// device-to-device copy on the stream (with or without peer access, as the driver stages it).
+/// With no context current it is `CUDA_ERROR_INVALID_CONTEXT`, counted as a bad use: the real
+/// driver crashed there.
 ///
 /// # Safety
 ///
@@ -87,6 +89,12 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
     h_stream: CUstream,
 ) -> CUresult {
     api("cuMemcpyPeerAsync", false, |mut st| {
+        // The real driver (580.159) crashed the process here with no context current (a copy
+        // of pool memory without a grant, `tests/examples/contexts.rs`): an error, counted.
+        if crate::state::threads::current().is_none() {
+            st.counters.bad_uses += 1;
+            return CUresult::CUDA_ERROR_INVALID_CONTEXT;
+        }
         let s = tri!(st.stream(h_stream));
         tri!(live_ctx(&st, dst_context));
         tri!(live_ctx(&st, src_context));

@@ -17,13 +17,16 @@
 //!   `CUDA_ERROR_NOT_SUPPORTED` for its default pool and new pools.
 //! - An unknown or destroyed pool handle is `CUDA_ERROR_INVALID_VALUE`, counted as a bad use (a
 //!   bad destroy for `cuMemPoolDestroy`, as is destroying a default pool).
+//! - `cuMemPoolSetAccess` records the access of other devices (two distinct devices are peers
+//!   here); the pool's own device is `CUDA_ERROR_INVALID_DEVICE`. Copies of pool memory check
+//!   it against the current context (`exports/memory.rs`, `check_copy_context`).
 
 use std::ffi::{c_int, c_uint, c_void};
 
 use cuda_sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUdevice,
-    CUdeviceptr, CUmemAllocationType, CUmemLocationType, CUmemPool_attribute, CUmemPoolProps,
-    CUmemoryPool, CUresult, CUstream,
+    CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationType, CUmemLocation,
+    CUmemLocationType, CUmemPool_attribute, CUmemPoolProps, CUmemoryPool, CUresult, CUstream,
 };
 
 use super::call::{INVALID_VALUE, SUCCESS, api, guard, put, read};
@@ -395,4 +398,79 @@ pub extern "C" fn cuda_mock_live_pools() -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mock_live_host_allocations() -> u64 {
     read(|st| st.device.host.live())
+}
+
+/// `cuMemPoolSetAccess`: records each descriptor's device and flags (`PROT_NONE`, `READ`,
+/// `READWRITE`); a location that is not a device, an invalid device, the pool's own device
+/// (`CUDA_ERROR_INVALID_DEVICE`) or unknown flags make the call fail with nothing recorded.
+///
+/// # Safety
+///
+/// `map` is null or valid for `count` descriptors of reads.
+#[cfg_attr(exported = "cuMemPoolSetAccess", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    map: *const CUmemAccessDesc,
+    count: usize,
+) -> CUresult {
+    api("cuMemPoolSetAccess", false, |mut st| {
+        if map.is_null() && count > 0 {
+            return INVALID_VALUE;
+        }
+        let devices = st.devices;
+        let rec = tri!(self::pool(&mut st, pool));
+        let mut wanted = Vec::with_capacity(count);
+        for i in 0..count {
+            // SAFETY: the caller's contract: `count` readable descriptors.
+            let d = unsafe { map.add(i).read() };
+            if d.location.type_ != CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE
+                || d.location.id < 0
+                || d.location.id as usize >= devices
+                || d.flags.0 > 3
+                || d.flags.0 == 2
+            {
+                return INVALID_VALUE;
+            }
+            if d.location.id == rec.device {
+                return CUresult::CUDA_ERROR_INVALID_DEVICE;
+            }
+            wanted.push((d.location.id, d.flags.0));
+        }
+        for (device, flags) in wanted {
+            rec.access.retain(|(d, _)| *d != device);
+            if flags != 0 {
+                rec.access.push((device, flags));
+            }
+        }
+        SUCCESS
+    })
+}
+
+/// `cuMemPoolGetAccess`: the flags recorded for the location's device (read-write for the
+/// pool's own device, none for a device never granted).
+///
+/// # Safety
+///
+/// `flags` is null or valid for a write; `location` null or valid for a read.
+#[cfg_attr(exported = "cuMemPoolGetAccess", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemPoolGetAccess(
+    flags: *mut CUmemAccess_flags,
+    pool: CUmemoryPool,
+    location: *mut CUmemLocation,
+) -> CUresult {
+    api("cuMemPoolGetAccess", false, |mut st| {
+        if flags.is_null() || location.is_null() {
+            return INVALID_VALUE;
+        }
+        // SAFETY: non-null; the caller's contract makes it readable.
+        let loc = unsafe { location.read() };
+        if loc.type_ != CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE {
+            return INVALID_VALUE;
+        }
+        let rec = tri!(self::pool(&mut st, pool));
+        let f = rec.access_of(loc.id);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(flags, CUmemAccess_flags(f)) };
+        SUCCESS
+    })
 }

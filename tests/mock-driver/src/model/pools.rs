@@ -35,6 +35,21 @@ pub(crate) struct PoolRec {
     pub(crate) reserved_high: u64,
     /// Allocations from it still alive.
     pub(crate) live: u64,
+    /// Other devices granted access (`cuMemPoolSetAccess`): (device, `CUmemAccess_flags`).
+    pub(crate) access: Vec<(i32, u32)>,
+}
+
+impl PoolRec {
+    /// The access flags of `device`: read-write (3) for the pool's own device.
+    pub(crate) fn access_of(&self, device: i32) -> u32 {
+        if device == self.device {
+            return 3;
+        }
+        self.access
+            .iter()
+            .find(|(d, _)| *d == device)
+            .map_or(0, |a| a.1)
+    }
 }
 
 impl PoolRec {
@@ -114,6 +129,11 @@ impl Pools {
     }
 
     /// A pool that may be used: known and not destroyed.
+    /// A live pool (not destroyed).
+    pub(crate) fn get(&self, h: usize) -> Option<&PoolRec> {
+        self.pools.get(&h).filter(|p| !p.destroyed)
+    }
+
     pub(crate) fn get_mut(&mut self, h: usize) -> Option<&mut PoolRec> {
         self.pools.get_mut(&h).filter(|p| !p.destroyed)
     }

@@ -1,11 +1,14 @@
 //! Fault cases of several devices: peer queries, enabling peer access, and peer copies both ways
-//! (uses tracked on both devices; device 1 has no memory pools), plain and in a capture.
+//! (uses tracked on both devices; device 1 has no memory pools), plain and in a capture; a
+//! pool's access granted and read back; a kernel of device 1 on a buffer of device 0's pool.
 
-use cuda_stream::{CaptureMode, DeviceBuffer};
+use cuda_stream::{CaptureMode, DeviceBuffer, LaunchConfig, MemPool, Module, PoolAccess};
 
 use crate::harness::capture::then_graph_frees;
-use crate::harness::fixture::{Op, op, op_frees};
-use crate::harness::swallowed::{SWALLOW_DROP, SWALLOW_PLAIN_FREE};
+use crate::harness::fixture::{Op, PTX, op, op_frees};
+use crate::harness::swallowed::{
+    SWALLOW_DROP, SWALLOW_PLAIN_FREE, SWALLOW_POOL_DROP, SWALLOW_POOL_MODULE_DROP,
+};
 
 /// A capture with a buffer of device 1 (no memory pools) that the graph holds: the graph's
 /// frees ([`SWALLOW_GRAPH_FREES`]) and the polls of the plain free's events (`cuEventQuery`,
@@ -83,5 +86,34 @@ pub(crate) fn ops() -> Vec<Op> {
                 },
             )
         },
+        op("MemPool::set_access + access", SWALLOW_POOL_DROP, |fx| {
+            let pool = MemPool::new(&fx.ctx)?;
+            let d1 = fx.ctx1.device();
+            pool.set_access(d1, PoolAccess::Read)?;
+            assert_eq!(pool.access(d1)?, PoolAccess::Read);
+            pool.set_access(d1, PoolAccess::None)?;
+            assert_eq!(pool.access(d1)?, PoolAccess::None);
+            Ok(())
+        }),
+        op_frees(
+            "a typed kernel of device 1 reading a buffer of device 0's pool",
+            SWALLOW_POOL_MODULE_DROP,
+            |fx| {
+                let pool = MemPool::new(&fx.ctx)?;
+                pool.set_access(fx.ctx1.device(), PoolAccess::ReadWrite)?;
+                let s0 = fx.ctx.new_stream()?;
+                let s1 = fx.ctx1.new_stream()?;
+                let mut x = DeviceBuffer::<u32>::alloc_in(&pool, &s0, 4)?;
+                x.fill(&s0, 3)?;
+                let module = Module::from_ptx(&fx.ctx1, PTX)?;
+                let scale = module
+                    .function("scale")?
+                    .typed::<(&mut DeviceBuffer<u32>, u32)>()?;
+                // SAFETY: the mock runs no code for `scale`.
+                unsafe { scale.launch(&s1, LaunchConfig::new(1, 1), (&mut x, 4)) }?;
+                assert_eq!(x.to_vec(&s0)?, [3; 4]);
+                x.free()
+            },
+        ),
     ]
 }

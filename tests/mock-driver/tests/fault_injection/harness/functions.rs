@@ -75,6 +75,8 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "cuMemPoolGetAttribute",
     "cuMemPoolSetAttribute",
     "cuMemPoolTrimTo",
+    "cuMemPoolSetAccess",
+    "cuMemPoolGetAccess",
     "cuMemAllocFromPoolAsync",
     "cuMemAllocAsync",
     "cuMemFreeAsync",

@@ -102,6 +102,24 @@ pub(crate) const SWALLOW_POOL_DROP: &[&str] = &[
     "cuStreamWaitEvent",
     "cuMemPoolDestroy",
 ];
+/// A pool of the caller's and a module ([`SWALLOW_POOL_DROP`], and `cuModuleUnload`, which a
+/// drop cannot report either).
+pub(crate) const SWALLOW_POOL_MODULE_DROP: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuMemPoolDestroy",
+    "cuModuleUnload",
+];
 /// Buffers on a device without memory pools: [`SWALLOW_FREE_DROP`], and the `cuEventQuery` with
 /// which a free asks whether the buffer's uses have completed (a failure leaves the free waiting,
 /// asked again at the next poll: nothing is freed early, nothing leaks).
