@@ -10,7 +10,7 @@ use crate::memory::buffer::DeviceBuffer;
 use crate::memory::use_tracking::Access;
 use crate::nccl::call::{nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
-use crate::nccl::plan::{Planned, issue};
+use crate::nccl::plan::{Buffers, Planned, issue};
 use crate::nccl::types::{NcclType, ReduceOp};
 use crate::stream::view::Enqueue;
 
@@ -48,8 +48,10 @@ impl Communicator {
         let src = send.unwrap_or(recv);
         same_len(recv.len(), src.len())?;
         let (comm, count) = (self.raw(), recv.len());
-        let mut buffers = vec![(recv.alloc_ref(), Access::Write)];
-        buffers.extend(send.map(|s| (s.alloc_ref(), Access::Read)));
+        let buffers = Buffers::new(
+            (recv.alloc_ref(), Access::Write),
+            send.map(|s| (s.alloc_ref(), Access::Read)),
+        );
         let (s, r) = (send_ptr(src), recv_ptr(recv));
         Planned::new(
             self,
@@ -75,8 +77,10 @@ impl Communicator {
         let src = send.unwrap_or(recv);
         same_len(recv.len(), src.len())?;
         let (comm, count, root) = (self.raw(), recv.len(), rank_arg(root));
-        let mut buffers = vec![(recv.alloc_ref(), Access::Write)];
-        buffers.extend(send.map(|s| (s.alloc_ref(), Access::Read)));
+        let buffers = Buffers::new(
+            (recv.alloc_ref(), Access::Write),
+            send.map(|s| (s.alloc_ref(), Access::Read)),
+        );
         let (s, r) = (send_ptr(src), recv_ptr(recv));
         Planned::new(
             self,
@@ -103,10 +107,10 @@ impl Communicator {
         Planned::new(
             self,
             stream,
-            vec![
+            Buffers::new(
                 (recv.alloc_ref(), Access::Write),
-                (send.alloc_ref(), Access::Read),
-            ],
+                Some((send.alloc_ref(), Access::Read)),
+            ),
             Box::new(move |raw| {
                 let f = nccl_fn!(ncclAllGather);
                 // SAFETY: `send` holds `count` values, `recv` `count * size` (checked); live as
@@ -130,10 +134,10 @@ impl Communicator {
         Planned::new(
             self,
             stream,
-            vec![
+            Buffers::new(
                 (recv.alloc_ref(), Access::Write),
-                (send.alloc_ref(), Access::Read),
-            ],
+                Some((send.alloc_ref(), Access::Read)),
+            ),
             Box::new(move |raw| {
                 let f = nccl_fn!(ncclReduceScatter);
                 // SAFETY: `recv` holds `count` values, `send` `count * size` (checked); live
@@ -154,7 +158,7 @@ impl Communicator {
         Planned::new(
             self,
             stream,
-            vec![(buf.alloc_ref(), Access::Read)],
+            Buffers::new((buf.alloc_ref(), Access::Read), None),
             Box::new(move |raw| {
                 let f = nccl_fn!(ncclSend);
                 // SAFETY: `buf` holds `count` values, live as for all-reduce; NCCL checks the
@@ -175,7 +179,7 @@ impl Communicator {
         Planned::new(
             self,
             stream,
-            vec![(buf.alloc_ref(), Access::Write)],
+            Buffers::new((buf.alloc_ref(), Access::Write), None),
             Box::new(move |raw| {
                 let f = nccl_fn!(ncclRecv);
                 // SAFETY: as for send.

@@ -19,11 +19,32 @@ use crate::stream::view::bind_if_special;
 /// The NCCL call of a plan, given the raw stream.
 type Call<'a> = Box<dyn FnOnce(ffi::CUstream) -> Result<()> + 'a>;
 
+/// The buffers one NCCL call touches, with their access: at most two (what it writes, and what
+/// it reads), kept inline.
+#[derive(Clone, Copy)]
+pub(crate) struct Buffers<'a> {
+    first: (&'a Arc<Allocation>, Access),
+    second: Option<(&'a Arc<Allocation>, Access)>,
+}
+
+impl<'a> Buffers<'a> {
+    pub(crate) fn new(
+        first: (&'a Arc<Allocation>, Access),
+        second: Option<(&'a Arc<Allocation>, Access)>,
+    ) -> Buffers<'a> {
+        Buffers { first, second }
+    }
+
+    fn iter(self) -> impl Iterator<Item = (&'a Arc<Allocation>, Access)> {
+        std::iter::once(self.first).chain(self.second)
+    }
+}
+
 /// One NCCL call, checked and waiting to be issued.
 pub(crate) struct Planned<'a> {
     comm: &'a Communicator,
     stream: ffi::CUstream,
-    buffers: Vec<(&'a Arc<Allocation>, Access)>,
+    buffers: Buffers<'a>,
     call: Call<'a>,
 }
 
@@ -33,7 +54,7 @@ impl<'a> Planned<'a> {
     pub(crate) fn new(
         comm: &'a Communicator,
         (stream, stream_ctx): (ffi::CUstream, ffi::CUcontext),
-        buffers: Vec<(&'a Arc<Allocation>, Access)>,
+        buffers: Buffers<'a>,
         call: Call<'a>,
     ) -> Result<Planned<'a>> {
         let ctx = comm.context().raw();
@@ -60,7 +81,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
     for p in &plans {
         p.comm.check_async()?;
     }
-    let mut tracked = Vec::new();
+    let mut tracked = Vec::with_capacity(2 * plans.len());
     for p in &plans {
         let ctx = p.comm.context().raw();
         let _bound = bind_if_special(p.stream, ctx)?;
@@ -70,35 +91,31 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
             // this capture is tracked inside it, a borrowed one is refused.
             let (graph, capture) = capture_graph(p.stream)?;
             let mut held: Vec<Arc<Allocation>> = Vec::new();
-            for (a, access) in &p.buffers {
-                match a.in_capture(p.stream, capture, *access)? {
-                    InCapture::Tie if a.ptr != 0 => held.push((*a).clone()),
+            for (a, access) in p.buffers.iter() {
+                match a.in_capture(p.stream, capture, access)? {
+                    InCapture::Tie if a.ptr != 0 => held.push(a.clone()),
                     InCapture::Tie => {}
                     InCapture::Track => tracked.push(TrackedUse {
                         uses: &a.uses,
-                        access: *access,
+                        access,
                         stream: p.stream,
                     }),
                 }
             }
             tie_to_graph(ctx, graph, held)?;
         } else {
-            for (a, _) in &p.buffers {
+            for (a, _) in p.buffers.iter() {
                 a.check_outside_capture()?;
             }
-            for (a, access) in &p.buffers {
+            for (a, access) in p.buffers.iter() {
                 tracked.push(TrackedUse {
                     uses: &a.uses,
-                    access: *access,
+                    access,
                     stream: p.stream,
                 });
             }
         }
     }
-    let calls: Vec<(ffi::CUstream, ffi::CUcontext, Call<'_>)> = plans
-        .into_iter()
-        .map(|p| (p.stream, p.comm.context().raw(), p.call))
-        .collect();
     // NCCL works on the CUDA runtime's current device: it asks which device is current, makes
     // the communicator's current for the work and then makes the one it found current again.
     // With no context current the runtime answers device 0, so NCCL left device 0's primary
@@ -107,13 +124,13 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
     // devices on that thread failed. Each call (each group) runs with its communicator's context
     // bound, so NCCL finds the device it needs current, and the thread's current context is the
     // caller's afterwards.
-    let first_ctx = calls.first().map(|c| c.1);
+    let first_ctx = plans.first().map(|p| p.comm.context().raw());
     around_streams(tracked, |enqueued| {
         if !grouped {
             let mut out = Ok(());
-            for (stream, ctx, call) in calls {
-                let _bound = bind(ctx)?;
-                out = call(stream);
+            for p in plans {
+                let _bound = bind(p.comm.context().raw())?;
+                out = (p.call)(p.stream);
                 *enqueued = out.is_ok();
             }
             return out;
@@ -131,8 +148,9 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         // SAFETY: no arguments; every start is matched by the end below.
         nccl_check(unsafe { start() }, "ncclGroupStart")?;
         let mut first_err = None;
-        for (stream, ctx, call) in calls {
-            let r = bind_if_special(stream, ctx).and_then(|_bound| call(stream));
+        for p in plans {
+            let r = bind_if_special(p.stream, p.comm.context().raw())
+                .and_then(|_bound| (p.call)(p.stream));
             if let Err(e) = r {
                 first_err = Some(e);
                 break;
