@@ -166,6 +166,44 @@ fn a_captured_all_reduce_replays() {
     }
 }
 
+/// The `Communicator` dropped (and `close` refused) while an executable graph still holds a
+/// captured all-reduce: the graph keeps NCCL's communicator, so the replays run and give the
+/// right values; on main the drop destroyed it under the graph (`ncclCommDestroy`), and the
+/// replays ran NCCL's kernels against freed resources.
+#[test]
+fn a_replay_after_the_communicator_is_dropped() {
+    let Some(ctx) = nccl_gpu() else { return };
+    let _turn = alone();
+    for close in [false, true] {
+        let comm = one_rank(&ctx);
+        let mut s = ctx.new_stream().unwrap();
+        let x = DeviceBuffer::<i32>::zeroed(&ctx, &s, 1 << 16).unwrap();
+        let mut y = DeviceBuffer::<i32>::zeroed(&ctx, &s, 1 << 16).unwrap();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                comm.all_reduce(&cap, &x, &mut y, ReduceOp::Sum)
+            })
+            .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+        let exec = graph.instantiate().unwrap();
+        drop(graph);
+        if close {
+            let e = comm.close().unwrap_err();
+            assert!(matches!(e, Error::Refused { .. }), "{e}");
+        } else {
+            drop(comm);
+        }
+        for v in [3, -9] {
+            x.fill(&s, v).unwrap();
+            exec.launch(&s).unwrap();
+            assert_eq!(y.to_vec(&s).unwrap(), vec![v; 1 << 16], "replay with {v}");
+        }
+        drop(exec);
+        s.synchronize().unwrap();
+        cuda_stream::drain_deferred();
+    }
+    println!("replays after the communicator was dropped: values checked");
+}
+
 #[test]
 fn an_id_passed_as_bytes_makes_a_one_rank_communicator() {
     let Some(ctx) = nccl_gpu() else { return };

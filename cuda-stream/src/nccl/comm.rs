@@ -1,8 +1,12 @@
 //! [`Communicator`]: one rank of an NCCL communicator, on one device; made for the GPUs of one
 //! process or one rank per process, destroyed (or aborted) on `Drop`.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::error::{Error, Result};
 use crate::driver::context::{Context, bind};
@@ -20,22 +24,76 @@ use crate::nccl::types::NcclId;
 /// asynchronous error; [`close`](Communicator::close) and [`abort`](Communicator::abort) give the
 /// answer. Inside a host function the destroy is queued for an ordinary thread (NCCL makes
 /// CUDA calls).
+///
+/// A graph that captured work of the communicator (a collective on a capturing stream) holds
+/// its resources: the NCCL communicator is destroyed only once the `Communicator` and every
+/// graph and executable graph holding its work are gone, so a replay never runs on freed NCCL
+/// state. [`close`](Communicator::close) and [`abort`](Communicator::abort) then answer
+/// [`Error::Refused`], and the destroy (or abort) happens with the last graph.
 pub struct Communicator {
-    raw: ncclComm_t,
-    ctx: Context,
+    inner: Arc<CommInner>,
     rank: usize,
     size: usize,
+    // Not `Sync`: NCCL does not allow two threads to call into one communicator at once.
+    _not_sync: PhantomData<Cell<()>>,
 }
 
-// SAFETY: an NCCL communicator may be used from any thread, one at a time (`&mut`-free methods
-// are still calls into it, hence no `Sync`).
-unsafe impl Send for Communicator {}
+/// The NCCL communicator and its context, shared by its [`Communicator`] and the graphs that hold
+/// its work; the last owner destroys it (aborts it, if asked or if it is broken).
+struct CommInner {
+    raw: ncclComm_t,
+    ctx: Context,
+    /// Abort instead of destroy at the end ([`Communicator::abort`] while graphs held it).
+    abort: AtomicBool,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one at a time: calls go through the
+// `Communicator` (`Send`, not `Sync`); graphs only hold the value, and the last owner destroys it
+// once.
+unsafe impl Send for CommInner {}
+// SAFETY: as above; shared references make no NCCL call.
+unsafe impl Sync for CommInner {}
+
+impl CommInner {
+    fn new(raw: ncclComm_t, ctx: Context) -> Arc<CommInner> {
+        Arc::new(CommInner {
+            raw,
+            ctx,
+            abort: AtomicBool::new(false),
+        })
+    }
+
+    /// The handle, leaving a value whose drop does nothing.
+    fn take(mut self) -> ncclComm_t {
+        std::mem::replace(&mut self.raw, std::ptr::null_mut())
+    }
+}
+
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let abort = self.abort.load(Ordering::Relaxed);
+        if in_host_fn() {
+            let f = if abort {
+                abort_deferred
+            } else {
+                destroy_or_abort_deferred
+            };
+            defer([Deferred::new(self.raw as usize, f)]);
+            return;
+        }
+        let _bound = bind(self.ctx.raw());
+        destroy_raw(self.raw, abort);
+    }
+}
 
 impl fmt::Debug for Communicator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Communicator")
-            .field("raw", &self.raw)
-            .field("device", &self.ctx.device())
+            .field("raw", &self.inner.raw)
+            .field("device", &self.inner.ctx.device())
             .field("rank", &self.rank)
             .field("size", &self.size)
             .finish()
@@ -82,12 +140,7 @@ impl Communicator {
             .into_iter()
             .zip(ctxs)
             .enumerate()
-            .map(|(i, (raw, ctx))| Communicator {
-                raw,
-                ctx,
-                rank: i,
-                size: devices.len(),
-            })
+            .map(|(i, (raw, ctx))| Communicator::new(raw, ctx, i, devices.len()))
             .collect())
     }
 
@@ -114,12 +167,21 @@ impl Communicator {
         // SAFETY: `raw` is a valid out-pointer; the rank is in range.
         let rc = unsafe { f(&mut raw, n, id.raw(), rank as c_int) };
         nccl_check(rc, "ncclCommInitRank")?;
-        Ok(Communicator {
-            raw,
-            ctx: ctx.clone(),
+        Ok(Communicator::new(raw, ctx.clone(), rank, nranks))
+    }
+
+    fn new(raw: ncclComm_t, ctx: Context, rank: usize, size: usize) -> Communicator {
+        Communicator {
+            inner: CommInner::new(raw, ctx),
             rank,
-            size: nranks,
-        })
+            size,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// What a graph holding work of this communicator keeps alive (see [`Communicator`]).
+    pub(crate) fn keep_alive_value(&self) -> impl Send + Sync + 'static + use<> {
+        self.inner.clone()
     }
 
     /// This rank.
@@ -134,12 +196,12 @@ impl Communicator {
 
     /// The context (and so the device) of this rank.
     pub fn context(&self) -> &Context {
-        &self.ctx
+        &self.inner.ctx
     }
 
     /// The raw `ncclComm_t`, for raw NCCL calls (work they enqueue is not recorded as a use).
     pub fn raw(&self) -> ncclComm_t {
-        self.raw
+        self.inner.raw
     }
 
     /// The error the communicator has reported asynchronously, if any
@@ -149,40 +211,63 @@ impl Communicator {
         let f = nccl_fn!(ncclCommGetAsyncError);
         let mut state = ncclResult_t::ncclSuccess;
         // SAFETY: the communicator is live (owned); `state` is a valid out-pointer.
-        nccl_check(unsafe { f(self.raw, &mut state) }, "ncclCommGetAsyncError")?;
+        nccl_check(
+            unsafe { f(self.inner.raw, &mut state) },
+            "ncclCommGetAsyncError",
+        )?;
         nccl_check(state, "ncclCommGetAsyncError")
     }
 
     /// Destroys the communicator (`ncclCommDestroy`, after its work), returning NCCL's answer.
+    /// While a graph holds work of the communicator it cannot be destroyed: the answer is
+    /// [`Error::Refused`], and it is destroyed with the last such graph.
     pub fn close(self) -> Result<()> {
+        let inner = self.exclusive("ncclCommDestroy", false)?;
         // No CUDA call inside a host function (NCCL's destroy makes some): queued.
         if in_host_fn() {
-            defer([Deferred::new(self.take() as usize, destroy_deferred)]);
+            defer([Deferred::new(inner.take() as usize, destroy_deferred)]);
             return Err(Error::InHostFunction {
                 call: "ncclCommDestroy",
             });
         }
-        let _bound = bind(self.ctx.raw());
-        destroy(self.take(), false)
+        let _bound = bind(inner.ctx.raw());
+        let ctx = inner.ctx.clone();
+        let r = destroy(inner.take(), false);
+        drop(ctx);
+        r
     }
 
     /// Aborts the communicator (`ncclCommAbort`): its work in flight is stopped, and the other
-    /// ranks' calls fail. For a rank that gives up after an error.
+    /// ranks' calls fail. For a rank that gives up after an error. While a graph holds work of
+    /// the communicator the abort would free what its replays use: the answer is
+    /// [`Error::Refused`], and it is aborted (not destroyed) with the last such graph.
     pub fn abort(self) -> Result<()> {
+        let inner = self.exclusive("ncclCommAbort", true)?;
         // No CUDA call inside a host function (NCCL's destroy makes some): queued.
         if in_host_fn() {
-            defer([Deferred::new(self.take() as usize, abort_deferred)]);
+            defer([Deferred::new(inner.take() as usize, abort_deferred)]);
             return Err(Error::InHostFunction {
                 call: "ncclCommAbort",
             });
         }
-        let _bound = bind(self.ctx.raw());
-        destroy(self.take(), true)
+        let _bound = bind(inner.ctx.raw());
+        let ctx = inner.ctx.clone();
+        let r = destroy(inner.take(), true);
+        drop(ctx);
+        r
     }
 
-    /// The handle, leaving a value whose drop does nothing.
-    fn take(mut self) -> ncclComm_t {
-        std::mem::replace(&mut self.raw, std::ptr::null_mut())
+    /// The shared state, if no graph holds it; else [`Error::Refused`] naming `call`, with the
+    /// end left to the last graph (an abort if `abort`).
+    fn exclusive(self, call: &'static str, abort: bool) -> Result<CommInner> {
+        let inner = self.inner;
+        if abort {
+            inner.abort.store(true, Ordering::Relaxed);
+        }
+        Arc::try_unwrap(inner).map_err(|_| Error::Refused {
+            call,
+            reason: "graphs hold work of this communicator: it ends with the last of them",
+        })
     }
 }
 
@@ -228,18 +313,4 @@ fn abort_deferred(raw: usize) -> Result<()> {
 fn destroy_or_abort_deferred(raw: usize) -> Result<()> {
     destroy_raw(raw as ncclComm_t, false);
     Ok(())
-}
-
-impl Drop for Communicator {
-    fn drop(&mut self) {
-        if self.raw.is_null() {
-            return;
-        }
-        if in_host_fn() {
-            defer([Deferred::new(self.raw as usize, destroy_or_abort_deferred)]);
-            return;
-        }
-        let _bound = bind(self.ctx.raw());
-        destroy_raw(self.raw, false);
-    }
 }

@@ -16,7 +16,14 @@
 //! as one NCCL group (`ncclGroupStart` / `ncclGroupEnd`: send and recv pairs, one call per
 //! communicator of a process) go through a [`Group`], which issues them together when it runs.
 //! An error a communicator reports asynchronously (`ncclCommGetAsyncError`) is returned by its
-//! next call; a communicator is destroyed on `Drop` (aborted if it has such an error).
+//! next call; a communicator is destroyed on `Drop` (aborted if it has such an error), once no
+//! graph holds work of it: a collective captured into a graph ties its buffers and its
+//! communicator to the graph, so replays never run on freed memory or a destroyed communicator.
+//!
+//! NCCL works on the CUDA runtime's current device, and makes the device it found current again
+//! after its work (device 0, where no context was current). Every call of this module runs with
+//! its communicator's context bound (a group with its first call's), so NCCL finds the right
+//! device current and the calling thread's current context is the caller's afterwards.
 //!
 //! ```no_run
 //! use cuda_stream::nccl::{Communicator, NcclId, ReduceOp};

@@ -8,6 +8,7 @@ use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::bind;
 use crate::ffi;
+use crate::graph::user_objects::keep_alive;
 use crate::memory::across::{TrackedUse, around_streams};
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
@@ -103,6 +104,9 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
                 }
             }
             tie_to_graph(ctx, graph, held)?;
+            // The graph replays NCCL's kernels against the communicator's resources: it holds
+            // them, so dropping the `Communicator` destroys nothing while a graph can replay.
+            keep_alive(ctx, graph, p.comm.keep_alive_value())?;
         } else {
             for (a, _) in p.buffers.iter() {
                 a.check_outside_capture()?;

@@ -638,3 +638,79 @@ fn host_copies_work_after_nccl_ran_on_two_devices() {
     });
     assert_eq!(m.bad_uses(), 0);
 }
+
+/// A graph holding a captured collective keeps the NCCL communicator: dropping the
+/// `Communicator` destroys nothing while the graph or an executable graph made from it can
+/// replay the collective; `close` and `abort` are refused then; the last graph ends it (an abort
+/// if one was asked for). On main the drop destroyed the communicator at once, under the graph.
+#[test]
+fn a_graph_holding_a_collective_keeps_its_communicator() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, _m) = fake();
+    let alive = n.live_comms();
+    for end in ["drop", "close", "abort"] {
+        let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+            .unwrap()
+            .remove(0);
+        let ctx = comm.context().clone();
+        let mut s = ctx.new_stream().unwrap();
+        let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &s, 16).unwrap();
+        let graph = s
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                comm.all_reduce_in_place(&cap, &mut x, ReduceOp::Sum)
+            })
+            .unwrap();
+        let exec = graph.instantiate().unwrap();
+        assert_eq!(n.live_comms(), alive + 1);
+        let (destroys, aborts) = (n.calls("ncclCommDestroy"), n.calls("ncclCommAbort"));
+        match end {
+            "drop" => drop(comm),
+            "close" => assert!(
+                matches!(
+                    comm.close(),
+                    Err(Error::Refused {
+                        call: "ncclCommDestroy",
+                        ..
+                    })
+                ),
+                "close while a graph holds the communicator"
+            ),
+            _ => assert!(
+                matches!(
+                    comm.abort(),
+                    Err(Error::Refused {
+                        call: "ncclCommAbort",
+                        ..
+                    })
+                ),
+                "abort while a graph holds the communicator"
+            ),
+        }
+        assert_eq!(n.live_comms(), alive + 1, "{end}: the graphs hold it");
+        drop(graph);
+        exec.launch(&s).unwrap();
+        exec.launch(&s).unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(
+            n.live_comms(),
+            alive + 1,
+            "{end}: the executable graph holds it"
+        );
+        drop(exec);
+        s.synchronize().unwrap();
+        drain_deferred();
+        assert_eq!(n.live_comms(), alive, "{end}: ended with the last graph");
+        let (d, a) = (
+            n.calls("ncclCommDestroy") - destroys,
+            n.calls("ncclCommAbort") - aborts,
+        );
+        assert_eq!(
+            (d, a),
+            if end == "abort" { (0, 1) } else { (1, 0) },
+            "{end}"
+        );
+        drop(x);
+    }
+}
