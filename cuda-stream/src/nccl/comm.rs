@@ -211,10 +211,8 @@ impl Communicator {
         let f = nccl_fn!(ncclCommGetAsyncError);
         let mut state = ncclResult_t::ncclSuccess;
         // SAFETY: the communicator is live (owned); `state` is a valid out-pointer.
-        nccl_check(
-            unsafe { f(self.inner.raw, &mut state) },
-            "ncclCommGetAsyncError",
-        )?;
+        let rc = unsafe { f(self.inner.raw, &mut state) };
+        nccl_check(rc, "ncclCommGetAsyncError")?;
         nccl_check(state, "ncclCommGetAsyncError")
     }
 
