@@ -17,8 +17,9 @@
 //!
 //! ```ignore
 //! let path = cuda_mock_driver::mock_driver_path();
-//! cuda_sys::Driver::install_global(cuda_sys::Driver::open(&path)?).unwrap();
-//! let mock = cuda_mock_driver::MockDriver::open(&path)?; // same library, same state
+//! // SAFETY: the mock, built with this test (so are the control functions below).
+//! cuda_sys::Driver::install_global(unsafe { cuda_sys::Driver::open(&path) }?).unwrap();
+//! let mock = unsafe { cuda_mock_driver::MockDriver::open(&path) }?; // same library, same state
 //! mock.fail("cuStreamCreate", 2, cuda_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
 //! // ... exercise the code under test ...
 //! assert_eq!(mock.live_streams(), 0);
@@ -186,9 +187,10 @@
 //! exports), as this one does, and calls [`Flavour::path`].
 //!
 //! The mock becomes the driver either explicitly, with
-//! `cuda_sys::Driver::install_global(Driver::open(mock_driver_path())?)` before anything loads a
-//! driver ([`MockDriver::global`] does that once per process and returns the control handle),
-//! or for a whole process (an example, a child process) through cuda-sys's
+//! `cuda_sys::Driver::install_global(unsafe { Driver::open(mock_driver_path()) }?)` (`unsafe`:
+//! the caller vouches that the file is the mock) before anything loads a driver
+//! ([`MockDriver::global`] does that once per process and returns the control handle), or for
+//! a whole process (an example, a child process) through cuda-sys's
 //! `CUDA_SYS_LIBCUDA=/path/to/libcuda_mock_driver.so`.
 //!
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
@@ -414,17 +416,26 @@ impl MockDriver {
         static MOCK: std::sync::OnceLock<MockDriver> = std::sync::OnceLock::new();
         MOCK.get_or_init(|| {
             let path = mock_driver_path();
-            let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
+            // SAFETY: the mock driver, built with this test.
+            let driver =
+                unsafe { cuda_sys::Driver::open(&path) }.expect("the mock driver library opens");
             cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-            MockDriver::open(&path).expect("the mock's control functions resolve")
+            // SAFETY: the mock driver, built with this test.
+            unsafe { MockDriver::open(&path) }.expect("the mock's control functions resolve")
         })
     }
 
     /// Opens the mock library at `path` and resolves its control functions.
-    pub fn open(path: impl AsRef<Path>) -> Result<MockDriver, libloading::Error> {
+    ///
+    /// # Safety
+    ///
+    /// `path` is a build of this mock ([`mock_driver_path`], a [`Flavour::path`]): its control
+    /// functions are called through the types they are defined with here, which nothing can
+    /// check of another library (loading one runs its initialisers, too).
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<MockDriver, libloading::Error> {
         let path = path.as_ref();
-        // SAFETY: the mock's initialisers are Rust statics initialised lazily; loading it runs no
-        // code that could be unsound at any time.
+        // SAFETY: the mock (the caller's promise), whose initialisers are Rust statics
+        // initialised lazily; loading it runs no code that could be unsound at any time.
         let lib = unsafe { libloading::Library::new(path) }?;
         // SAFETY: each symbol is one of the mock's exports, declared with exactly these types in
         // `exports/`; the pointers are copied out and used only while `_lib` keeps the library

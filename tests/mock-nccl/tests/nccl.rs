@@ -28,9 +28,11 @@ fn fake() -> (
     static FAKE: OnceLock<MockNccl> = OnceLock::new();
     let n = FAKE.get_or_init(|| {
         let path = mock_nccl_path();
-        let nccl = Nccl::open(&path).expect("the fake NCCL opens");
+        // SAFETY: the fake NCCL, built with this test.
+        let nccl = unsafe { Nccl::open(&path) }.expect("the fake NCCL opens");
         Nccl::install_global(nccl).expect("nothing loaded NCCL before");
-        MockNccl::open(&path).expect("its control functions resolve")
+        // SAFETY: the fake NCCL, built with this test.
+        unsafe { MockNccl::open(&path) }.expect("its control functions resolve")
     });
     // Both primary contexts stay retained for the whole process (the mock frees a context's
     // memory when its last retain goes, even under queued work), and are idle before a test.
@@ -497,11 +499,14 @@ fn a_missing_nccl_is_an_error_value() {
                 "{out}"
             );
             // Opened explicitly: the loader's errors.
-            match Nccl::open("/nonexistent/libnccl.so.2") {
+            // SAFETY: a file that does not exist: nothing is loaded.
+            match unsafe { Nccl::open("/nonexistent/libnccl.so.2") } {
                 Err(NcclLoadError::NotFound { tried }) => assert_eq!(tried.len(), 1),
                 other => panic!("{other:?}"),
             }
-            match Nccl::open("libm.so.6") {
+            // SAFETY: the C library's libm, whose initialisers are sound to run; it exports no
+            // `ncclGetVersion`, so none of its functions is called.
+            match unsafe { Nccl::open("libm.so.6") } {
                 Err(e @ NcclLoadError::NotNccl { .. }) => {
                     assert_eq!(
                         e.to_string(),
@@ -539,7 +544,8 @@ fn an_nccl_missing_a_function_is_an_error_value() {
                 out.contains("child: ncclCommInitAll: no usable NCCL"),
                 "{out}"
             );
-            let nccl = Nccl::open(&path).expect("it has ncclGetVersion");
+            // SAFETY: the partial fake NCCL, built with this test.
+            let nccl = unsafe { Nccl::open(&path) }.expect("it has ncclGetVersion");
             assert_eq!(nccl.version(), 22707);
             assert!(matches!(
                 nccl.ncclAllReduce(),
