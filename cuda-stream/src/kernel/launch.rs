@@ -237,7 +237,8 @@ impl Function<'_> {
     ///   capture an `Arc<Module>` with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive),
     ///   or keep the module until the graphs are gone).
     ///
-    /// The kernel's own memory safety (indexes within bounds) is part of this promise.
+    /// The kernel's own memory safety (indexes within bounds, through every address it is
+    /// given, as a buffer, an integer or a struct's field) is part of this promise.
     pub unsafe fn launch(
         &self,
         stream: &impl Enqueue,

@@ -337,12 +337,20 @@ impl<'m, A: KernelSignature> TypedKernel<'m, A> {
     ///
     /// # Safety
     ///
-    /// What no library can check: the kernel's own memory accesses. The caller promises that the
-    /// kernel accesses each buffer only within its length and writes only those passed as
-    /// `&mut`, and that any other memory it reaches (through device addresses passed as
-    /// integers or inside structs) is valid for those accesses while it runs (in a capture, for
-    /// every replay) and does not race with other work. As for [`Function::launch`], the module
-    /// must stay loaded while a graph holding the launch can still run.
+    /// What no library can check: what the kernel does with its arguments. The caller promises
+    /// that:
+    ///
+    /// - the kernel accesses each buffer passed as `&DeviceBuffer` / `&mut DeviceBuffer` only
+    ///   within its length, and writes only those passed as `&mut`;
+    /// - any other memory the kernel reaches (through device addresses passed as integers, such
+    ///   as a [`device_ptr`](crate::DeviceBuffer::device_ptr) given as a `u64`, or inside
+    ///   structs; mapped host memory; globals) is valid for those accesses for as long as the
+    ///   kernel runs (in a capture: for every launch of every graph and executable graph made
+    ///   from it), and those accesses do not race with other work or with the host;
+    /// - the module stays loaded while a graph that contains the launch can still run, as for
+    ///   [`Function::launch`];
+    /// - for a kernel declared with [`Function::typed_unchecked`], the tuple matches the
+    ///   kernel's parameters (for one declared with [`Function::typed`], that was checked).
     #[inline]
     pub unsafe fn launch(
         &self,
