@@ -33,8 +33,11 @@
 //! [`Enqueue`]: every stream, and a graph capture. Arguments are checked against the kernel's
 //! parameters (their number, sizes, and floats against integers), read once per kernel from the
 //! driver or the PTX; a [`TypedKernel`] ([`Function::typed`]) declares its argument tuple once and
-//! takes the values themselves, buffers included. [`LaunchConfig`] carries launch attributes
-//! (clusters, cooperative launches, ...) and picks block sizes by occupancy.
+//! takes the values themselves, buffers included. Both launches stay `unsafe` for what no
+//! library can check: that the kernel accesses only its buffers' elements (writing only those
+//! it is given to write), and that any other memory it reaches, through device addresses passed
+//! as integers or inside structs, is valid and unraced while it runs. [`LaunchConfig`] carries
+//! launch attributes (clusters, cooperative launches, ...) and picks block sizes by occupancy.
 //!
 //! [`DeviceBuffer`] is memory on streams: allocated from the device's memory pool (or a
 //! [`MemPool`]) on a stream, its every safe use (fill, copies, a launch that takes

@@ -41,7 +41,8 @@
 //!   if the driver or the symbol is missing it returns [`LoadError::to_cuda_result`]'s code.
 //! - Fallibly, through the process-wide driver: [`fns::cuInit()`] returns the function pointer or
 //!   the [`LoadError`] that says what is missing.
-//! - Through an explicitly opened [`Driver`]: `Driver::open(path)?.cuInit()?`.
+//! - Through an explicitly opened [`Driver`]: `unsafe { Driver::open(path) }?.cuInit()?` (opening
+//!   a library by path is `unsafe`: its code runs, trusted to be a driver's).
 //!
 //! ```no_run
 //! use cuda_sys::*;
@@ -55,7 +56,10 @@
 //! The process-wide driver is found by [`Driver::open_default`]: the file named by the
 //! `CUDA_SYS_LIBCUDA` environment variable if set, then `libcuda.so.1` and `libcuda.so` on Linux,
 //! or `nvcuda.dll` from the system folder on Windows. A file that is missing, a directory, empty,
-//! or a library that is not a CUDA driver is refused with an error naming it and what is wrong.
+//! or a library that does not export `cuInit` and `cuDriverGetVersion` is refused with an error
+//! naming it and what is wrong. That search is safe: the environment variable is the process's
+//! own configuration, trusted as `LD_LIBRARY_PATH` is. Opening a library the program's code
+//! names ([`Driver::open`]) is `unsafe`, as [`libloading::Library::new`] is.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 

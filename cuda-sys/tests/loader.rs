@@ -4,7 +4,8 @@ use cuda_sys::*;
 
 #[test]
 fn missing_file_is_a_not_found_error_naming_the_candidate() {
-    let err = Driver::open("/nonexistent/libcuda.so.1").unwrap_err();
+    // SAFETY: a file that does not exist: nothing is loaded.
+    let err = unsafe { Driver::open("/nonexistent/libcuda.so.1") }.unwrap_err();
     match &err {
         LoadError::NotFound { tried } => {
             assert_eq!(tried.len(), 1);
@@ -60,7 +61,9 @@ fn a_missing_file_a_directory_and_an_empty_file_each_say_what_is_wrong() {
         (empty.as_path(), "an empty file, not a library"),
     ];
     for (path, reason) in cases {
-        let err = Driver::open(path).unwrap_err();
+        // SAFETY: a missing file, a directory and an empty file: refused before anything is
+        // loaded.
+        let err = unsafe { Driver::open(path) }.unwrap_err();
         let c = only_candidate(&err);
         assert_eq!(c.path, path.as_os_str());
         assert_eq!(c.reason, reason);
@@ -75,7 +78,8 @@ fn a_missing_file_a_directory_and_an_empty_file_each_say_what_is_wrong() {
         );
     }
     // A file that is no shared object: the dynamic loader's own words.
-    let err = Driver::open(&text).unwrap_err();
+    // SAFETY: a text file, which the dynamic loader refuses: nothing is loaded.
+    let err = unsafe { Driver::open(&text) }.unwrap_err();
     let c = only_candidate(&err);
     assert!(!c.reason.is_empty());
     assert!(err.to_string().contains(&*text.to_string_lossy()));
@@ -83,7 +87,9 @@ fn a_missing_file_a_directory_and_an_empty_file_each_say_what_is_wrong() {
 
 #[test]
 fn a_library_that_is_not_a_driver_is_refused_when_opened() {
-    let err = Driver::open("libm.so.6").unwrap_err();
+    // SAFETY: the C library's libm, whose initialisers are sound to run; it exports neither
+    // `cuInit` nor `cuDriverGetVersion`, so none of its functions is called.
+    let err = unsafe { Driver::open("libm.so.6") }.unwrap_err();
     assert_eq!(
         err,
         LoadError::NotADriver {
@@ -103,7 +109,9 @@ fn a_library_that_is_not_a_driver_is_refused_when_opened() {
 
 #[test]
 fn an_abi_limit_below_any_cuda_version_is_refused() {
-    let err = Driver::open_with("libm.so.6", DriverOptions::new().abi_version(12)).unwrap_err();
+    // SAFETY: refused before anything is loaded (the ABI limit is checked first).
+    let err = unsafe { Driver::open_with("libm.so.6", DriverOptions::new().abi_version(12)) }
+        .unwrap_err();
     assert_eq!(
         err,
         LoadError::InvalidAbiVersion {

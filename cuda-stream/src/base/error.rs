@@ -154,6 +154,17 @@ pub enum Error {
         /// How the arguments differ.
         mismatch: ArgMismatch,
     },
+    /// A typed kernel asked of a kernel whose parameters are unknown ([`Function::params`] is
+    /// `None`), so that its argument tuple cannot be checked: declare it with the `unsafe`
+    /// [`Function::typed_unchecked`].
+    ///
+    /// [`Function::params`]: crate::Function::params
+    /// [`Function::typed_unchecked`]: crate::Function::typed_unchecked
+    #[error("the parameters of kernel `{kernel}` are unknown")]
+    UnknownParameters {
+        /// The kernel's name.
+        kernel: String,
+    },
     /// A launch attribute the driver or the device does not have, refused before the launch.
     #[error("launch attribute {attribute} is not supported: {reason}")]
     UnsupportedAttribute {

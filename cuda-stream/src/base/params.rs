@@ -89,10 +89,29 @@ impl fmt::Display for ArgMismatch {
     }
 }
 
-/// Checks arguments of `(size, kind)` (size 0: unknown, not checked) against `params`.
+/// `size_of::<T>()` as the size of a kernel parameter of type `T`. A zero-sized type (`[T; 0]`,
+/// an empty struct) has no bytes for the kernel to read: the driver would read the parameter's
+/// bytes from whatever lies behind the value. Like a type over 4 GiB, it does not compile where
+/// it is used as a kernel argument (`cargo build` refuses it; `cargo check`, which stops
+/// before code generation, does not see it).
+pub(crate) const fn param_size<T>() -> u32 {
+    let size = size_of::<T>();
+    assert!(
+        size != 0,
+        "a zero-sized type cannot be a kernel argument: the kernel would read bytes that are not there"
+    );
+    assert!(
+        size <= u32::MAX as usize,
+        "too large for a kernel parameter"
+    );
+    size as u32
+}
+
+/// Checks arguments of `(size, kind)` against `params`. A size of `None` is unknown (a raw
+/// pointer of unknown size) and not checked; every known size is, 0 included.
 pub(crate) fn check_args(
     params: &[ParamInfo],
-    args: impl ExactSizeIterator<Item = (u32, ArgKind)>,
+    args: impl ExactSizeIterator<Item = (Option<u32>, ArgKind)>,
 ) -> Result<(), ArgMismatch> {
     if params.len() != args.len() {
         return Err(ArgMismatch::Count {
@@ -101,7 +120,7 @@ pub(crate) fn check_args(
         });
     }
     for (index, (p, (size, kind))) in params.iter().zip(args).enumerate() {
-        if size != 0 && size != p.size {
+        if let Some(size) = size.filter(|&s| s != p.size) {
             return Err(ArgMismatch::Size {
                 index,
                 param: p.size,

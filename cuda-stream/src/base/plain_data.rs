@@ -4,7 +4,9 @@
 /// ([`KernelArg`](crate::KernelArg)) and the elements of a [`DeviceBuffer`](crate::DeviceBuffer).
 ///
 /// Implemented for the integer and floating-point primitives, and for arrays of `DeviceCopy`
-/// types. Implement it for a `#[repr(C)]` struct that mirrors a kernel's parameter struct:
+/// types. Zero-sized ones (`[T; 0]`) are `DeviceCopy` too, but no kernel argument: they have no
+/// bytes for a parameter, and a launch or a typed kernel naming one does not compile. Implement
+/// it for a `#[repr(C)]` struct that mirrors a kernel's parameter struct:
 ///
 /// ```
 /// #[derive(Clone, Copy)]
@@ -15,7 +17,7 @@
 ///     data: cuda_stream::ffi::CUdeviceptr,
 /// }
 /// // SAFETY: `#[repr(C)]`, 4 + 4 + 8 bytes of integers and floats: no padding, and every bit
-// pattern is a value.
+/// // pattern is a value.
 /// unsafe impl cuda_stream::DeviceCopy for Params {}
 /// ```
 ///
@@ -51,7 +53,8 @@ pub enum ArgKind {
     Float,
     /// A device address (a buffer passed as `read()` / `write()`).
     Pointer,
-    /// Bytes of unknown meaning (a struct, an array, a raw pointer to a value): checked by size.
+    /// Bytes of unknown meaning (a struct, an array, a raw pointer to a value): checked by size
+    /// (where the size is known: [`KernelArg::from_ptr`](crate::KernelArg::from_ptr)'s is not).
     Bytes,
 }
 

@@ -8,7 +8,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use crate::base::error::{Error, Result, check, driver_fn};
-use crate::base::params::check_args;
+use crate::base::params::{check_args, param_size};
 use crate::base::plain_data::{ArgKind, DeviceCopy};
 use crate::driver::context::Context;
 use crate::ffi;
@@ -32,8 +32,8 @@ use crate::stream::view::{Enqueue, bind_if_special};
 pub struct KernelArg<'a> {
     ptr: *mut c_void,
     buffer: Option<BufferUse<'a>>,
-    /// The value's size in bytes; 0 for unknown (not checked).
-    size: u32,
+    /// The value's size in bytes; `None` for unknown (not checked).
+    size: Option<u32>,
     kind: ArgKind,
 }
 
@@ -53,13 +53,15 @@ impl<'a> KernelArg<'a> {
     /// `u32` for `.param .u32`, a `CUdeviceptr` or `u64` for a pointer, a `#[repr(C)]` struct for
     /// a struct). Passing a buffer itself does not compile (buffers are not [`DeviceCopy`]):
     /// pass [`buf.read()`](crate::DeviceBuffer::read) or
-    /// [`buf.write()`](crate::DeviceBuffer::write).
+    /// [`buf.write()`](crate::DeviceBuffer::write). Nor does a zero-sized value (`[u64; 0]`, an
+    /// empty struct), which has no bytes for the parameter (`cargo build` refuses it; `cargo
+    /// check`, which stops before code generation, does not see it).
     #[inline(always)]
     pub fn new<T: DeviceCopy>(value: &'a T) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr::from_ref(value).cast_mut().cast(),
             buffer: None,
-            size: const { size_u32::<T>() },
+            size: Some(const { param_size::<T>() }),
             kind: T::KIND,
         }
     }
@@ -71,7 +73,7 @@ impl<'a> KernelArg<'a> {
         KernelArg {
             ptr: ptr::from_ref(buffer.ptr_ref()).cast_mut().cast(),
             buffer: Some(*buffer),
-            size: const { size_u32::<ffi::CUdeviceptr>() },
+            size: Some(const { param_size::<ffi::CUdeviceptr>() }),
             kind: ArgKind::Pointer,
         }
     }
@@ -80,16 +82,21 @@ impl<'a> KernelArg<'a> {
     /// Creating one is safe; [`Function::launch`]'s contract covers what it points to. Its size
     /// is unknown, so a launch checks only that it is there (see [`KernelArg::from_ptr_sized`]).
     pub fn from_ptr(ptr: *const c_void) -> KernelArg<'a> {
-        KernelArg::from_ptr_sized(ptr, 0)
+        KernelArg {
+            ptr: ptr.cast_mut(),
+            buffer: None,
+            size: None,
+            kind: ArgKind::Bytes,
+        }
     }
 
     /// [`KernelArg::from_ptr`] for a value of `size` bytes, which a launch checks against the
-    /// parameter's size (0: not checked).
+    /// parameter's size like any other: a `size` of 0 matches no parameter.
     pub fn from_ptr_sized(ptr: *const c_void, size: u32) -> KernelArg<'a> {
         KernelArg {
             ptr: ptr.cast_mut(),
             buffer: None,
-            size,
+            size: Some(size),
             kind: ArgKind::Bytes,
         }
     }
@@ -99,8 +106,9 @@ impl<'a> KernelArg<'a> {
         self.ptr
     }
 
-    /// The value's size in bytes, as a launch checks it (0: unknown).
-    pub fn size(self) -> u32 {
+    /// The value's size in bytes, as a launch checks it; `None` for a
+    /// [`from_ptr`](KernelArg::from_ptr) argument, whose size is unknown.
+    pub fn size(self) -> Option<u32> {
         self.size
     }
 
@@ -108,17 +116,6 @@ impl<'a> KernelArg<'a> {
     pub fn kind(self) -> ArgKind {
         self.kind
     }
-}
-
-/// `size_of::<T>()` as the `u32` a kernel parameter's size is; a type too large for a kernel
-/// parameter (over 4 GiB) does not compile.
-const fn size_u32<T>() -> u32 {
-    let size = size_of::<T>();
-    assert!(
-        size <= u32::MAX as usize,
-        "too large for a kernel parameter"
-    );
-    size as u32
 }
 
 /// What [`kernel_args!`](crate::kernel_args) accepts: a [`DeviceCopy`] value, or a buffer's
@@ -185,8 +182,9 @@ impl Function<'_> {
     /// once when the function was looked up): their number, each one's size, and a float for an
     /// integer or pointer parameter or the other way round where the PTX says
     /// ([`Error::ArgumentMismatch`], naming the kernel, the parameter and both sizes). A kernel
-    /// whose parameters are unknown (a cubin's, on a driver before CUDA 12.4) is not checked.
-    /// [`Function::typed`] checks once, when it is made, and takes the values themselves.
+    /// whose parameters are unknown ([`Function::params`] is `None`) is not checked: the
+    /// caller's promise below covers it. [`Function::typed`] checks once, when it is made (and
+    /// refuses a kernel whose parameters are unknown), and takes the values themselves.
     ///
     /// With [launch attributes](crate::LaunchAttributes) set the launch goes through
     /// `cuLaunchKernelEx`; an attribute the driver or the device lacks is
@@ -254,7 +252,8 @@ impl Function<'_> {
     ///   capture an `Arc<Module>` with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive),
     ///   or keep the module until the graphs are gone).
     ///
-    /// The kernel's own memory safety (indexes within bounds) is part of this promise.
+    /// The kernel's own memory safety (indexes within bounds, through every address it is
+    /// given, as a buffer, an integer or a struct's field) is part of this promise.
     pub unsafe fn launch(
         &self,
         stream: &impl Enqueue,

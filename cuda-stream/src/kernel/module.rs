@@ -346,9 +346,12 @@ impl Module {
     /// The first time a name is asked for, its parameters are read, for launches to check their
     /// arguments against: from the driver (`cuFuncGetParamInfo`, CUDA 12.4: their sizes), with
     /// their kinds (integer, float, pointer) from the PTX text where the module was loaded from
-    /// PTX; on older drivers from the PTX text alone. A kernel of a cubin or fatbin on a driver
-    /// before 12.4 has no known parameters ([`Function::params`] is `None`), and its launches
-    /// are not checked.
+    /// PTX; on older drivers from the PTX text alone. The PTX is read as the PTX ISA writes it,
+    /// and where it cannot be read for sure (a form it does not know, text that needs the C
+    /// preprocessor) the parameters are unknown, never guessed. So on a driver before 12.4 a
+    /// kernel of a cubin or fatbin, or of such PTX, has no known parameters
+    /// ([`Function::params`] is `None`): [`Function::launch`] does not check its arguments and
+    /// [`Function::typed`] refuses it.
     pub fn function(&self, name: &str) -> Result<Function<'_>> {
         let c_name = CString::new(name).map_err(|_| Error::InvalidArgument {
             reason: format!("kernel name {name:?} has a NUL byte"),
@@ -506,8 +509,9 @@ impl<'m> Function<'m> {
     }
 
     /// The kernel's parameters, as launches check their arguments against them (see
-    /// [`Module::function`]): `None` where they are unknown (a cubin's kernel on a driver before
-    /// CUDA 12.4), and launches are not checked.
+    /// [`Module::function`]): `None` where they are unknown (on a driver before CUDA 12.4, a
+    /// cubin's kernel, or one of PTX this crate cannot read for sure). Then launches are not
+    /// checked, and [`Function::typed`] refuses the kernel ([`Error::UnknownParameters`]).
     pub fn params(self) -> Option<&'m [ParamInfo]> {
         self.info.params.as_deref()
     }

@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::base::error::{Error, Result};
-use crate::base::params::check_args;
+use crate::base::params::{check_args, param_size};
 use crate::base::plain_data::{ArgKind, DeviceCopy};
 use crate::kernel::config::LaunchConfig;
 use crate::kernel::launch::{AsKernelArg, KernelArg};
@@ -20,13 +20,15 @@ use crate::stream::view::Enqueue;
 /// [`Function::typed`] checks against the kernel's parameter. Implemented for every
 /// [`DeviceCopy`] value (passed by value), `&DeviceBuffer<T>` (a buffer the kernel reads) and
 /// `&mut DeviceBuffer<T>` (a buffer the kernel writes). What a launch takes for it is any
-/// [`KernelArgFor`] it.
+/// [`KernelArgFor`] it. A zero-sized `DeviceCopy` type (`[u64; 0]`, an empty struct) has no
+/// bytes for the kernel to read: a signature naming one does not compile (`cargo build`
+/// refuses it; `cargo check`, which stops before code generation, does not see it).
 ///
 /// # Safety
 ///
 /// [`SIZE`](KernelParam::SIZE) and [`KIND`](KernelParam::KIND) describe what every
 /// [`KernelArgFor`] this parameter hands the kernel: a launch trusts them once they were checked
-/// against the kernel's parameters.
+/// against the kernel's parameters. `SIZE` is not 0.
 pub unsafe trait KernelParam {
     /// The size of the value the kernel receives, in bytes.
     const SIZE: u32;
@@ -36,29 +38,20 @@ pub unsafe trait KernelParam {
 
 // SAFETY: the value itself is passed: `SIZE` and `KIND` are its type's.
 unsafe impl<T: DeviceCopy> KernelParam for T {
-    const SIZE: u32 = size_of_param::<T>();
+    const SIZE: u32 = param_size::<T>();
     const KIND: ArgKind = T::KIND;
 }
 
 // SAFETY: a buffer is passed as its `CUdeviceptr` (a pointer).
 unsafe impl<T: DeviceCopy> KernelParam for &DeviceBuffer<T> {
-    const SIZE: u32 = size_of_param::<crate::ffi::CUdeviceptr>();
+    const SIZE: u32 = param_size::<crate::ffi::CUdeviceptr>();
     const KIND: ArgKind = ArgKind::Pointer;
 }
 
 // SAFETY: a buffer is passed as its `CUdeviceptr` (a pointer).
 unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
-    const SIZE: u32 = size_of_param::<crate::ffi::CUdeviceptr>();
+    const SIZE: u32 = param_size::<crate::ffi::CUdeviceptr>();
     const KIND: ArgKind = ArgKind::Pointer;
-}
-
-const fn size_of_param<T>() -> u32 {
-    let size = size_of::<T>();
-    assert!(
-        size <= u32::MAX as usize,
-        "too large for a kernel parameter"
-    );
-    size as u32
 }
 
 /// A value a launch takes for a parameter declared as `P`: a [`DeviceCopy`] value for itself,
@@ -270,8 +263,10 @@ impl<'m> Function<'m> {
     /// `A` is checked against the kernel's parameters here, once (their number, each size, and
     /// a float for an integer or pointer where the PTX says): a mismatch is
     /// [`Error::ArgumentMismatch`] naming the kernel, the parameter and both sizes. A kernel
-    /// whose parameters are unknown ([`Function::params`] is `None`: a cubin's, on a driver
-    /// before CUDA 12.4) cannot be checked, and is accepted.
+    /// whose parameters are unknown ([`Function::params`] is `None`: a cubin's on a driver
+    /// before CUDA 12.4, or PTX this crate cannot read, such as text that needs the
+    /// preprocessor) cannot be checked, and is refused with [`Error::UnknownParameters`]; the
+    /// `unsafe` [`Function::typed_unchecked`] declares it on the caller's word.
     ///
     /// ```no_run
     /// # fn demo(module: &cuda_stream::Module, stream: &cuda_stream::OwnedStream,
@@ -289,18 +284,40 @@ impl<'m> Function<'m> {
     /// # Ok(()) }
     /// ```
     pub fn typed<A: KernelSignature>(self) -> Result<TypedKernel<'m, A>> {
-        if let Some(params) = self.params() {
-            check_args(params, A::layout().into_iter()).map_err(|mismatch| {
-                Error::ArgumentMismatch {
-                    kernel: self.name().to_string(),
-                    mismatch,
-                }
-            })?;
-        }
+        let Some(params) = self.params() else {
+            return Err(Error::UnknownParameters {
+                kernel: self.name().to_string(),
+            });
+        };
+        let layout = A::layout()
+            .into_iter()
+            .map(|(size, kind)| (Some(size), kind));
+        check_args(params, layout).map_err(|mismatch| Error::ArgumentMismatch {
+            kernel: self.name().to_string(),
+            mismatch,
+        })?;
         Ok(TypedKernel {
             function: self,
             _args: PhantomData,
         })
+    }
+
+    /// This kernel with its arguments declared as the tuple `A`, unchecked: for a kernel whose
+    /// parameters are unknown, which [`Function::typed`] refuses ([`Error::UnknownParameters`]).
+    /// Nothing is checked, not even where the parameters are known: prefer `typed` there.
+    ///
+    /// # Safety
+    ///
+    /// `A` matches the kernel's parameters, as [`Function::typed`] would check: one element per
+    /// parameter, in order, each of the parameter's size and layout (a `u32` for `.u32`, a
+    /// buffer or a 64-bit integer for a pointer, a `#[repr(C)]` struct of the same layout for a
+    /// struct). Every launch of the result relies on it, on top of
+    /// [`TypedKernel::launch`]'s own contract.
+    pub unsafe fn typed_unchecked<A: KernelSignature>(self) -> TypedKernel<'m, A> {
+        TypedKernel {
+            function: self,
+            _args: PhantomData,
+        }
     }
 }
 
@@ -320,12 +337,20 @@ impl<'m, A: KernelSignature> TypedKernel<'m, A> {
     ///
     /// # Safety
     ///
-    /// What no library can check: the kernel's own memory accesses. The caller promises that the
-    /// kernel accesses each buffer only within its length and writes only those passed as
-    /// `&mut`, and that any other memory it reaches (through device addresses passed as
-    /// integers or inside structs) is valid for those accesses while it runs (in a capture, for
-    /// every replay) and does not race with other work. As for [`Function::launch`], the module
-    /// must stay loaded while a graph holding the launch can still run.
+    /// What no library can check: what the kernel does with its arguments. The caller promises
+    /// that:
+    ///
+    /// - the kernel accesses each buffer passed as `&DeviceBuffer` / `&mut DeviceBuffer` only
+    ///   within its length, and writes only those passed as `&mut`;
+    /// - any other memory the kernel reaches (through device addresses passed as integers, such
+    ///   as a [`device_ptr`](crate::DeviceBuffer::device_ptr) given as a `u64`, or inside
+    ///   structs; mapped host memory; globals) is valid for those accesses for as long as the
+    ///   kernel runs (in a capture: for every launch of every graph and executable graph made
+    ///   from it), and those accesses do not race with other work or with the host;
+    /// - the module stays loaded while a graph that contains the launch can still run, as for
+    ///   [`Function::launch`];
+    /// - for a kernel declared with [`Function::typed_unchecked`], the tuple matches the
+    ///   kernel's parameters (for one declared with [`Function::typed`], that was checked).
     #[inline]
     pub unsafe fn launch(
         &self,

@@ -50,16 +50,43 @@ impl fmt::Debug for Driver {
 impl Driver {
     /// Opens the driver library at `path` (a file name the dynamic loader searches for, or a
     /// path), with no ABI limit; the environment is not read.
-    pub fn open(path: impl AsRef<OsStr>) -> Result<Driver, LoadError> {
-        Self::open_with(path, DriverOptions::new())
+    ///
+    /// The safe way to the driver is [`Driver::global`] (or [`Driver::open_default`]), which
+    /// loads the system's libcuda by its usual names, or the library the process's own
+    /// environment names in `CUDA_SYS_LIBCUDA`.
+    ///
+    /// # Safety
+    ///
+    /// Loading a library runs its initialisers, and opening it calls its `cuDriverGetVersion`
+    /// (every other binding is called later, by whoever uses the `Driver`): nothing can check
+    /// that a file is what its name says. `path` must name a CUDA driver library (libcuda, or a
+    /// library that stands in for it, such as a test double), whose exported `cu*` functions
+    /// have the types and the behaviour of the CUDA driver API's functions of those names, and
+    /// whose initialisers are sound to run now, on this thread. A library that merely exports
+    /// `cuInit` and `cuDriverGetVersion` (as data, say, or with other signatures) makes the
+    /// call undefined behaviour. The same holds for [`libloading::Library::new`], which is
+    /// `unsafe` for this reason.
+    pub unsafe fn open(path: impl AsRef<OsStr>) -> Result<Driver, LoadError> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::open_with(path, DriverOptions::new()) }
     }
 
     /// Opens the driver library at `path` with `options`.
     ///
     /// A path (anything with a `/`) that is missing, a directory or an empty file is
     /// [`LoadError::NotFound`] saying so; a library that loads but lacks `cuInit` or
-    /// `cuDriverGetVersion` is [`LoadError::NotADriver`].
-    pub fn open_with(path: impl AsRef<OsStr>, options: DriverOptions) -> Result<Driver, LoadError> {
+    /// `cuDriverGetVersion` is [`LoadError::NotADriver`]. (Those checks catch a wrong path, not
+    /// a wrong library: see the safety section.)
+    ///
+    /// # Safety
+    ///
+    /// As for [`Driver::open`]: `path` must name a CUDA driver library whose exported `cu*`
+    /// functions have the types and behaviour of the driver API's, and whose initialisers are
+    /// sound to run now.
+    pub unsafe fn open_with(
+        path: impl AsRef<OsStr>,
+        options: DriverOptions,
+    ) -> Result<Driver, LoadError> {
         let path = path.as_ref();
         if let Some(v) = options.abi_version.filter(|v| *v < 1000) {
             return Err(LoadError::InvalidAbiVersion {
@@ -80,13 +107,15 @@ impl Driver {
         if let Some(reason) = unusable_file(path) {
             return Err(not_found(reason));
         }
-        // SAFETY: loading the driver runs its initialisers; libcuda's are sound to run at any time
-        // and in any thread, and the library is never unloaded while a pointer from it is live
-        // (pointers from `Driver` are only handed out under `&self`, the global one never drops).
+        // SAFETY: the caller promises a CUDA driver library, whose initialisers are sound to run
+        // at any time and in any thread; the library is never unloaded while a pointer from it
+        // is live (pointers from `Driver` are only handed out under `&self`, the global one
+        // never drops).
         let lib =
             unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
 
-        // SAFETY: the symbol is the driver's, with the C type of `PFN_cuDriverGetVersion_v2020`
+        // SAFETY: the library is a CUDA driver (the caller's promise), so the symbol is the
+        // driver's, with the C type of `PFN_cuDriverGetVersion_v2020`
         // (so are the `cuGetProcAddress` lookups below, of `PFN_cuGetProcAddress_v12000` and
         // `_v11030`); the pointers are kept in the `Driver` that keeps `lib` loaded.
         let get_version = unsafe { lib.get::<DriverGetVersion>(b"cuDriverGetVersion\0") }
@@ -134,15 +163,27 @@ impl Driver {
 
     /// Opens the first library of [`Driver::candidates`] that loads, with the ABI limit of
     /// `CUDA_SYS_ABI_VERSION` if set ([`DriverOptions::from_env`]).
+    ///
+    /// Safe, unlike [`Driver::open`]: it loads the system's driver by its usual names, or the
+    /// library that the process's own environment names in `CUDA_SYS_LIBCUDA`. Whoever sets
+    /// that variable chooses what the process loads, as with `LD_LIBRARY_PATH` or `LD_PRELOAD`,
+    /// which already decide which library the name `libcuda.so.1` finds: it is part of the
+    /// environment the program runs in, trusted like the system's libraries, not a value the
+    /// program's code passes in. A library named there that is no CUDA driver is the
+    /// environment's fault, as a broken libcuda would be.
     pub fn open_default() -> Result<Driver, LoadError> {
         Self::open_default_with(DriverOptions::from_env()?)
     }
 
-    /// Opens the first library of [`Driver::candidates`] that loads, with `options`.
+    /// Opens the first library of [`Driver::candidates`] that loads, with `options` (safe, as
+    /// [`Driver::open_default`] says).
     pub fn open_default_with(options: DriverOptions) -> Result<Driver, LoadError> {
         let mut tried = Vec::new();
         for path in Self::candidates() {
-            match Driver::open_with(&path, options) {
+            // SAFETY: a candidate is the system's driver by its usual names, or the library the
+            // environment names in `CUDA_SYS_LIBCUDA`: the libraries this process is configured
+            // to trust as its CUDA driver (see `open_default`).
+            match unsafe { Driver::open_with(&path, options) } {
                 Ok(d) => return Ok(d),
                 Err(LoadError::NotFound { tried: t }) => tried.extend(t),
                 Err(e) => return Err(e),

@@ -11,8 +11,8 @@ use crate::generated::symbols::SYMBOL_COUNT;
 
 impl Driver {
     /// The process-wide driver, opened by [`Driver::open_default`] on first use (so the
-    /// environment's `CUDA_SYS_LIBCUDA` and `CUDA_SYS_ABI_VERSION` apply). A failure is
-    /// remembered: every later call returns the same error.
+    /// environment's `CUDA_SYS_LIBCUDA` and `CUDA_SYS_ABI_VERSION` apply; why that is safe is
+    /// said there). A failure is remembered: every later call returns the same error.
     pub fn global() -> Result<&'static Driver, LoadError> {
         GLOBAL
             .get_or_init(Driver::open_default)
@@ -27,7 +27,7 @@ impl Driver {
 
     /// Makes `driver` the process-wide driver, if none has been loaded (or tried) yet; otherwise
     /// hands it back. Lets a program pick the library and options explicitly before anything
-    /// else loads one.
+    /// else loads one (opening a library by path is `unsafe`: [`Driver::open`]).
     pub fn install_global(driver: Driver) -> Result<(), Driver> {
         let mut slot = Some(driver);
         GLOBAL.get_or_init(|| match slot.take() {

@@ -105,8 +105,22 @@ static GLOBAL: OnceLock<Result<Nccl, NcclLoadError>> = OnceLock::new();
 impl Nccl {
     /// Opens the NCCL library at `path` (a file name the dynamic loader searches for, or a
     /// path). A path that is missing, a directory or empty is [`NcclLoadError::NotFound`]; a
-    /// library without a working `ncclGetVersion` is [`NcclLoadError::NotNccl`].
-    pub fn open(path: impl AsRef<OsStr>) -> Result<Nccl, NcclLoadError> {
+    /// library without a working `ncclGetVersion` is [`NcclLoadError::NotNccl`]. (Those checks
+    /// catch a wrong path, not a wrong library: see the safety section.)
+    ///
+    /// The safe way to NCCL is [`Nccl::global`] (or [`Nccl::open_default`]), which loads
+    /// `libnccl.so.2` by its usual names or the library the process's own environment names in
+    /// `CUDA_SYS_LIBNCCL`.
+    ///
+    /// # Safety
+    ///
+    /// Loading a library runs its initialisers, and opening it calls its `ncclGetVersion`
+    /// (every other function is called later, by whoever uses the `Nccl`): nothing can check
+    /// that a file is what its name says. `path` must name an NCCL library (or a stand-in for
+    /// one), whose exported `nccl*` functions have the types and the behaviour of NCCL's
+    /// functions of those names, and whose initialisers are sound to run now, on this thread.
+    /// The same holds for [`libloading::Library::new`], which is `unsafe` for this reason.
+    pub unsafe fn open(path: impl AsRef<OsStr>) -> Result<Nccl, NcclLoadError> {
         let path = path.as_ref();
         let not_found = |reason: String| NcclLoadError::NotFound {
             tried: vec![Candidate {
@@ -117,16 +131,17 @@ impl Nccl {
         if let Some(reason) = unusable_file(path) {
             return Err(not_found(reason));
         }
-        // SAFETY: loading NCCL runs its initialisers, which are sound to run at any time and in
-        // any thread; the library is never unloaded while a pointer from it is live (pointers
-        // are handed out under `&self`, and the global one never drops).
+        // SAFETY: the caller promises an NCCL library, whose initialisers are sound to run at
+        // any time and in any thread; the library is never unloaded while a pointer from it is
+        // live (pointers are handed out under `&self`, and the global one never drops).
         let lib =
             unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
         let not_nccl = |reason: &str| NcclLoadError::NotNccl {
             path: path.to_os_string(),
             reason: reason.to_string(),
         };
-        // SAFETY: `ncclGetVersion` has this C type in every NCCL (`ncclResult_t (int *)`).
+        // SAFETY: the library is NCCL (the caller's promise), and `ncclGetVersion` has this C
+        // type in every NCCL (`ncclResult_t (int *)`).
         let get_version = unsafe { lib.get::<GetVersion>(b"ncclGetVersion\0") }
             .map(|s| *s)
             .map_err(|_| not_nccl("it does not export ncclGetVersion"))?;
@@ -147,10 +162,17 @@ impl Nccl {
     }
 
     /// Opens the first library of [`Nccl::candidates`] that loads.
+    ///
+    /// Safe, unlike [`Nccl::open`]: it loads NCCL by its usual names, or the library that the
+    /// process's own environment names in `CUDA_SYS_LIBNCCL`, which is part of the environment
+    /// the program runs in (as `LD_LIBRARY_PATH` is), not a value its code passes in; see
+    /// [`Driver::open_default`](crate::Driver::open_default).
     pub fn open_default() -> Result<Nccl, NcclLoadError> {
         let mut tried = Vec::new();
         for path in Self::candidates() {
-            match Nccl::open(&path) {
+            // SAFETY: NCCL by its usual names, or the library the environment names in
+            // `CUDA_SYS_LIBNCCL`: what this process is configured to trust as NCCL.
+            match unsafe { Nccl::open(&path) } {
                 Ok(n) => return Ok(n),
                 Err(NcclLoadError::NotFound { tried: t }) => tried.extend(t),
                 Err(e) => return Err(e),

@@ -17,8 +17,8 @@
 //!
 //! ```ignore
 //! let path = cuda_mock_driver::mock_driver_path();
-//! cuda_sys::Driver::install_global(cuda_sys::Driver::open(&path)?).unwrap();
-//! let mock = cuda_mock_driver::MockDriver::open(&path)?; // same library, same state
+//! cuda_sys::Driver::install_global(unsafe { cuda_sys::Driver::open(&path) }?).unwrap();
+//! let mock = unsafe { cuda_mock_driver::MockDriver::open(&path) }?; // same library, same state
 //! mock.fail("cuStreamCreate", 2, cuda_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
 //! // ... exercise the code under test ...
 //! assert_eq!(mock.live_streams(), 0);
@@ -186,9 +186,9 @@
 //! exports), as this one does, and calls [`Flavour::path`].
 //!
 //! The mock becomes the driver either explicitly, with
-//! `cuda_sys::Driver::install_global(Driver::open(mock_driver_path())?)` before anything loads a
-//! driver ([`MockDriver::global`] does that once per process and returns the control handle),
-//! or for a whole process (an example, a child process) through cuda-sys's
+//! `cuda_sys::Driver::install_global(unsafe { Driver::open(mock_driver_path()) }?)` before
+//! anything loads a driver ([`MockDriver::global`] does that once per process and returns the
+//! control handle), or for a whole process (an example, a child process) through cuda-sys's
 //! `CUDA_SYS_LIBCUDA=/path/to/libcuda_mock_driver.so`.
 //!
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
@@ -207,145 +207,16 @@ mod exports;
 
 mod control_device;
 
+mod flavours;
+
 pub use control_device::MockLaunch;
+pub use flavours::{FLAVOUR_VAR, FLAVOURS, Flavour, mock_driver_file_name, mock_driver_path};
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use cuda_sys::CUresult;
-
-/// The file name of the full flavour's library on this platform.
-pub fn mock_driver_file_name() -> String {
-    format!(
-        "{}cuda_mock_driver{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    )
-}
-
-/// Looks for `file` next to the running executable and in the cargo output folders around it
-/// (`target/<profile>/deps/` for tests, `target/<profile>/examples/` for examples).
-fn find_next_to_exe(file: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let mut candidates = vec![dir.join(file), dir.join("deps").join(file)];
-    if let Some(up) = dir.parent() {
-        candidates.push(up.join(file));
-        candidates.push(up.join("deps").join(file));
-    }
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .unwrap_or(&candidates[0])
-        .clone()
-}
-
-/// The path of `libcuda_mock_driver.so` (the full flavour) built with the running test. If it
-/// cannot be found, the place it was expected, so that opening it reports that path.
-pub fn mock_driver_path() -> PathBuf {
-    find_next_to_exe(&mock_driver_file_name())
-}
-
-/// One build of the mock: a CUDA version, with or without `cuGetProcAddress`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Flavour {
-    /// `CUDA 12.2`, or `CUDA 12.2, no cuGetProcAddress`: what the tests print.
-    pub name: &'static str,
-    /// The CUDA version (`1000 * major + 10 * minor`) whose symbols it exports and which
-    /// `cuDriverGetVersion` reports.
-    pub version: i32,
-    /// Whether it exports `cuGetProcAddress` (and `_v2` from CUDA 12.0).
-    pub proc_address: bool,
-    /// Its package (`cuda-mock-driver-12-2-noproc`); the library is named after it.
-    pub package: &'static str,
-}
-
-/// The environment variable a test process reads to pick a flavour ([`Flavour::from_env`]).
-pub const FLAVOUR_VAR: &str = "CUDA_MOCK_FLAVOUR";
-
-macro_rules! flavours {
-    ($(($key:literal, $version:literal, $proc:literal, $package:literal)),* $(,)?) => {
-        /// Every flavour, newest first; the first is this package's (`libcuda_mock_driver.so`).
-        pub const FLAVOURS: &[Flavour] = &[$(Flavour {
-            name: if $proc {
-                concat!("CUDA ", $key)
-            } else {
-                concat!("CUDA ", $key, ", no cuGetProcAddress")
-            },
-            version: $version,
-            proc_address: $proc,
-            package: $package,
-        }),*];
-
-        /// `12.2` or `12.2-noproc`, for [`FLAVOUR_VAR`].
-        const KEYS: &[&str] = &[$(if $proc { $key } else { concat!($key, "-noproc") }),*];
-    };
-}
-
-flavours![
-    ("13.0", 13000, true, "cuda-mock-driver"),
-    ("13.0", 13000, false, "cuda-mock-driver-13-0-noproc"),
-    ("12.8", 12080, true, "cuda-mock-driver-12-8"),
-    ("12.8", 12080, false, "cuda-mock-driver-12-8-noproc"),
-    ("12.4", 12040, true, "cuda-mock-driver-12-4"),
-    ("12.4", 12040, false, "cuda-mock-driver-12-4-noproc"),
-    ("12.2", 12020, true, "cuda-mock-driver-12-2"),
-    ("12.2", 12020, false, "cuda-mock-driver-12-2-noproc"),
-    ("12.0", 12000, true, "cuda-mock-driver-12-0"),
-    ("12.0", 12000, false, "cuda-mock-driver-12-0-noproc"),
-    ("11.4", 11040, true, "cuda-mock-driver-11-4"),
-    ("11.4", 11040, false, "cuda-mock-driver-11-4-noproc"),
-];
-
-impl Flavour {
-    /// The full flavour: CUDA 13.0 with `cuGetProcAddress`, this package's library.
-    pub fn full() -> &'static Flavour {
-        &FLAVOURS[0]
-    }
-
-    /// `12.2` or `12.2-noproc`: how [`FLAVOUR_VAR`] names it.
-    pub fn key(&self) -> &'static str {
-        FLAVOURS
-            .iter()
-            .position(|f| f == self)
-            .map_or("", |i| KEYS[i])
-    }
-
-    /// The flavour [`FLAVOUR_VAR`] names, if it is set. Panics on a name that is no flavour (a
-    /// mistake in the test).
-    pub fn from_env() -> Option<&'static Flavour> {
-        let key = std::env::var(FLAVOUR_VAR).ok()?;
-        let i = KEYS.iter().position(|k| *k == key);
-        Some(&FLAVOURS[i.unwrap_or_else(|| panic!("{FLAVOUR_VAR}={key} is no flavour"))])
-    }
-
-    /// The library's file name on this platform.
-    pub fn file_name(&self) -> String {
-        format!(
-            "{}{}{}",
-            std::env::consts::DLL_PREFIX,
-            self.package.replace('-', "_"),
-            std::env::consts::DLL_SUFFIX
-        )
-    }
-
-    /// The path of this flavour's library, built with the running test when its package is a
-    /// (dev-)dependency of the test's package. If it cannot be found, the place it was expected.
-    pub fn path(&self) -> PathBuf {
-        find_next_to_exe(&self.file_name())
-    }
-
-    /// Whether this flavour has the ABI of the cuda-sys binding `name` (by its version; for
-    /// `cuGetProcAddress` also by [`Flavour::proc_address`]).
-    pub fn has_abi(&self, name: &str) -> bool {
-        let Some(s) = cuda_sys::SymbolInfo::find(name) else {
-            return false;
-        };
-        let proc = s.base.to_bytes() == b"cuGetProcAddress";
-        i64::from(s.since) <= i64::from(self.version) && (self.proc_address || !proc)
-    }
-}
 
 type Counter = extern "C" fn() -> u64;
 
@@ -414,17 +285,25 @@ impl MockDriver {
         static MOCK: std::sync::OnceLock<MockDriver> = std::sync::OnceLock::new();
         MOCK.get_or_init(|| {
             let path = mock_driver_path();
-            let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
+            // SAFETY: both open the mock driver, built with this test.
+            let (driver, mock) =
+                unsafe { (cuda_sys::Driver::open(&path), MockDriver::open(&path)) };
+            let driver = driver.expect("the mock driver library opens");
             cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-            MockDriver::open(&path).expect("the mock's control functions resolve")
+            mock.expect("the mock's control functions resolve")
         })
     }
 
     /// Opens the mock library at `path` and resolves its control functions.
-    pub fn open(path: impl AsRef<Path>) -> Result<MockDriver, libloading::Error> {
+    ///
+    /// # Safety
+    ///
+    /// `path` is a build of this mock ([`mock_driver_path`], a [`Flavour::path`]): its control
+    /// functions are called through the types they are defined with here, unchecked.
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<MockDriver, libloading::Error> {
         let path = path.as_ref();
-        // SAFETY: the mock's initialisers are Rust statics initialised lazily; loading it runs no
-        // code that could be unsound at any time.
+        // SAFETY: the mock (the caller's promise), whose initialisers are Rust statics
+        // initialised lazily; loading it runs no code that could be unsound at any time.
         let lib = unsafe { libloading::Library::new(path) }?;
         // SAFETY: each symbol is one of the mock's exports, declared with exactly these types in
         // `exports/`; the pointers are copied out and used only while `_lib` keeps the library

@@ -39,9 +39,11 @@ fn proc_address_calls(m: &MockDriver) -> (u64, u64) {
 fn bindings_resolve_through_cu_get_proc_address_where_the_driver_has_it() {
     let _g = lock();
     for f in FLAVOURS {
-        let m = MockDriver::open(f.path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let m = unsafe { MockDriver::open(f.path()) }.unwrap();
         m.reset();
-        let d = Driver::open(f.path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let d = unsafe { Driver::open(f.path()) }.unwrap();
         let resolved = [
             d.address("cuStreamQuery"),
             d.address("cuEventElapsedTime_v2000"),
@@ -85,9 +87,11 @@ fn bindings_resolve_through_cu_get_proc_address_where_the_driver_has_it() {
 fn a_binding_newer_than_the_driver_is_missing_and_says_why() {
     let _g = lock();
     let f = flavour(12020, true);
-    let m = MockDriver::open(f.path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let m = unsafe { MockDriver::open(f.path()) }.unwrap();
     m.reset();
-    let d = Driver::open(f.path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let d = unsafe { Driver::open(f.path()) }.unwrap();
     let err = d.cuEventElapsedTime().unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -116,10 +120,12 @@ fn a_binding_newer_than_the_driver_is_missing_and_says_why() {
 fn a_failing_or_unknowing_cu_get_proc_address_falls_back_to_the_exported_name() {
     let _g = lock();
     let f = Flavour::full();
-    let m = MockDriver::open(f.path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let m = unsafe { MockDriver::open(f.path()) }.unwrap();
     m.reset();
     m.fail_always("cuGetProcAddress", CUresult::CUDA_ERROR_UNKNOWN);
-    let d = Driver::open(f.path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let d = unsafe { Driver::open(f.path()) }.unwrap();
     let query = d.address("cuStreamQuery").unwrap().unwrap();
     assert_eq!(proc_address_calls(&m), (1, 0), "asked first");
     // SAFETY: only the address is compared.
@@ -152,7 +158,8 @@ fn the_mocks_cu_get_proc_address_answers_as_the_driver_documents() {
     let _g = lock();
     type Status = CUdriverProcAddressQueryResult;
     let f = Flavour::full();
-    let d = Driver::open(f.path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let d = unsafe { Driver::open(f.path()) }.unwrap();
     let get = d.cuGetProcAddress_v12000().unwrap();
     let ask = |name: &str, version: i32, flags: CUdriverProcAddress_flags| {
         let name = CString::new(name).unwrap();
@@ -217,7 +224,8 @@ fn the_mocks_cu_get_proc_address_answers_as_the_driver_documents() {
         "a version above the driver's"
     );
     // The 11.3 one says "not found" with its return code.
-    let d = Driver::open(flavour(11040, true).path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let d = unsafe { Driver::open(flavour(11040, true).path()) }.unwrap();
     let get = d.cuGetProcAddress_v11030().unwrap();
     let mut p = std::ptr::null_mut();
     // SAFETY: a NUL-terminated name and a valid out-pointer.
@@ -237,9 +245,11 @@ fn per_thread_variants_are_asked_for_with_the_per_thread_flag() {
         flavour(11040, true),
         flavour(11040, false),
     ] {
-        let m = MockDriver::open(f.path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let m = unsafe { MockDriver::open(f.path()) }.unwrap();
         m.reset();
-        let d = Driver::open(f.path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let d = unsafe { Driver::open(f.path()) }.unwrap();
         let info = SymbolInfo::find("cuStreamQuery_ptsz").unwrap();
         assert!(info.per_thread && info.base == c"cuStreamQuery");
         let query = d.cuStreamQuery_ptsz().unwrap();
@@ -258,9 +268,12 @@ fn per_thread_variants_are_asked_for_with_the_per_thread_flag() {
 fn an_abi_limit_leaves_newer_abis_out_even_where_the_driver_has_them() {
     let _g = lock();
     for f in [Flavour::full(), flavour(13000, false)] {
-        let m = MockDriver::open(f.path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let m = unsafe { MockDriver::open(f.path()) }.unwrap();
         m.reset();
-        let d = Driver::open_with(f.path(), DriverOptions::new().abi_version(12000)).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let d = unsafe { Driver::open_with(f.path(), DriverOptions::new().abi_version(12000)) }
+            .unwrap();
         assert_eq!(d.abi_version(), 12000);
         assert_eq!(d.abi_limit(), Some(12000));
         assert_eq!(d.driver_version(), Some(13000));
@@ -289,10 +302,13 @@ fn an_abi_limit_leaves_newer_abis_out_even_where_the_driver_has_them() {
         assert_eq!(m.calls("cuEventElapsedTime"), 0, "{}", f.name);
     }
     // A limit above the driver changes nothing: the driver is the reason.
-    let d = Driver::open_with(
-        flavour(12020, true).path(),
-        DriverOptions::new().abi_version(12080),
-    )
+    // SAFETY: the mock driver, built with this test.
+    let d = unsafe {
+        Driver::open_with(
+            flavour(12020, true).path(),
+            DriverOptions::new().abi_version(12080),
+        )
+    }
     .unwrap();
     assert_eq!(d.abi_version(), 12020);
     assert!(matches!(

@@ -61,7 +61,9 @@ fn setup() -> Option<(MutexGuard<'static, ()>, &'static Setup)> {
         Setup {
             flavour,
             abi,
-            mock: MockDriver::open(flavour.path()).expect("the mock's control functions resolve"),
+            // SAFETY: the mock driver, built with this test.
+            mock: unsafe { MockDriver::open(flavour.path()) }
+                .expect("the mock's control functions resolve"),
         }
     });
     s.mock.reset();

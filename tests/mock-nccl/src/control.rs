@@ -59,8 +59,15 @@ pub struct MockNccl {
 impl MockNccl {
     /// Opens the fake NCCL at `path` (the same loaded copy as `cuda_sys::nccl::Nccl::open` of
     /// the same path).
-    pub fn open(path: impl AsRef<Path>) -> Result<MockNccl, libloading::Error> {
-        // SAFETY: the fake's initialisers are Rust statics with no side effects.
+    ///
+    /// # Safety
+    ///
+    /// `path` is a build of this fake ([`mock_nccl_path`]): its control functions are called
+    /// through the types they are defined with here, which nothing can check of another library
+    /// (loading one runs its initialisers, too).
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<MockNccl, libloading::Error> {
+        // SAFETY: the fake (the caller's promise), whose initialisers are Rust statics with no
+        // side effects.
         let lib = unsafe { libloading::Library::new(path.as_ref()) }?;
         Ok(MockNccl { lib })
     }

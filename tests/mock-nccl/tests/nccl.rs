@@ -30,9 +30,11 @@ fn fake() -> (
     static FAKE: OnceLock<MockNccl> = OnceLock::new();
     let n = FAKE.get_or_init(|| {
         let path = mock_nccl_path();
-        let nccl = Nccl::open(&path).expect("the fake NCCL opens");
+        // SAFETY: the fake NCCL, built with this test.
+        let nccl = unsafe { Nccl::open(&path) }.expect("the fake NCCL opens");
         Nccl::install_global(nccl).expect("nothing loaded NCCL before");
-        let n = MockNccl::open(&path).expect("its control functions resolve");
+        // SAFETY: the fake NCCL, built with this test.
+        let n = unsafe { MockNccl::open(&path) }.expect("its control functions resolve");
         // The fake sets and restores the current device as NCCL does, through the mock.
         assert!(
             n.use_driver(m.path()),
@@ -510,11 +512,14 @@ fn a_missing_nccl_is_an_error_value() {
                 "{out}"
             );
             // Opened explicitly: the loader's errors.
-            match Nccl::open("/nonexistent/libnccl.so.2") {
+            // SAFETY: a file that does not exist: nothing is loaded.
+            match unsafe { Nccl::open("/nonexistent/libnccl.so.2") } {
                 Err(NcclLoadError::NotFound { tried }) => assert_eq!(tried.len(), 1),
                 other => panic!("{other:?}"),
             }
-            match Nccl::open("libm.so.6") {
+            // SAFETY: the C library's libm, whose initialisers are sound to run; it exports no
+            // `ncclGetVersion`, so none of its functions is called.
+            match unsafe { Nccl::open("libm.so.6") } {
                 Err(e @ NcclLoadError::NotNccl { .. }) => {
                     assert_eq!(
                         e.to_string(),
@@ -552,7 +557,8 @@ fn an_nccl_missing_a_function_is_an_error_value() {
                 out.contains("child: ncclCommInitAll: no usable NCCL"),
                 "{out}"
             );
-            let nccl = Nccl::open(&path).expect("it has ncclGetVersion");
+            // SAFETY: the partial fake NCCL, built with this test.
+            let nccl = unsafe { Nccl::open(&path) }.expect("it has ncclGetVersion");
             assert_eq!(nccl.version(), 22707);
             assert!(matches!(
                 nccl.ncclAllReduce(),

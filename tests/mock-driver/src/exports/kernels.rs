@@ -9,9 +9,9 @@ use cuda_sys::{CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresul
 use super::call::{INVALID_HANDLE, INVALID_VALUE, SUCCESS, api, guard, put, read};
 use crate::model::device::{
     DEFAULT_DYNAMIC_SHARED, DeviceWork, FunctionRec, LaunchRec, MAX_DYNAMIC_SHARED, ModuleRec,
-    parse_ptx,
 };
 use crate::model::jobs::Work;
+use crate::model::ptx::parse_ptx;
 use crate::state::{self, State};
 
 /// A fresh, never-freed heap address to serve as a module or function handle.

@@ -7,6 +7,8 @@ pub(crate) mod records;
 
 pub(crate) mod pools;
 
+pub(crate) mod ptx;
+
 pub(crate) mod device;
 
 pub(crate) mod capture;

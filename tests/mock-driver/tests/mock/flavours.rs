@@ -14,9 +14,11 @@ fn every_flavour_is_found_next_to_the_test_and_says_what_it_is() {
     for f in FLAVOURS {
         let path = f.path();
         assert!(path.is_file(), "{} is missing", path.display());
-        let m = MockDriver::open(&path).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let m = unsafe { MockDriver::open(&path) }.unwrap();
         assert_eq!(m.flavour(), f.name);
-        let d = Driver::open(&path).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let d = unsafe { Driver::open(&path) }.unwrap();
         assert_eq!(d.driver_version(), Some(f.version), "{}", f.name);
         assert_eq!(d.abi_version(), f.version as u32);
         let resolver = match (f.proc_address, f.version >= 12000) {
@@ -32,15 +34,18 @@ fn every_flavour_is_found_next_to_the_test_and_says_what_it_is() {
 /// judged by cuda-sys's table: no hand lists.
 #[test]
 fn each_flavour_exports_what_its_cuda_version_had() {
-    let full = MockDriver::open(mock_driver_path()).unwrap();
+    // SAFETY: the mock driver, built with this test.
+    let full = unsafe { MockDriver::open(mock_driver_path()) }.unwrap();
     let implemented: Vec<&SymbolInfo> = SymbolInfo::all()
         .iter()
         .filter(|s| full.exports(s.name))
         .collect();
     assert!(implemented.len() >= 60, "{}", implemented.len());
     for f in FLAVOURS {
-        let m = MockDriver::open(f.path()).unwrap();
-        let d = Driver::open(f.path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let m = unsafe { MockDriver::open(f.path()) }.unwrap();
+        // SAFETY: the mock driver, built with this test.
+        let d = unsafe { Driver::open(f.path()) }.unwrap();
         for s in &implemented {
             let has = f.has_abi(s.name);
             assert_eq!(m.exports(s.name), has, "{}: {}", f.name, s.name);
@@ -67,7 +72,8 @@ fn each_flavour_exports_what_its_cuda_version_had() {
     assert!(full.exports("cuEventElapsedTime") && full.exports("cuEventElapsedTime_v2000"));
     assert!(full.exports("cuEventElapsedTime_v2") && full.exports("cuStreamDestroy_v2000"));
     let old =
-        MockDriver::open(FLAVOURS.iter().find(|f| f.version == 11040).unwrap().path()).unwrap();
+        // SAFETY: the mock driver, built with this test.
+        unsafe { MockDriver::open(FLAVOURS.iter().find(|f| f.version == 11040).unwrap().path()) }.unwrap();
     assert!(!old.exports("cuEventElapsedTime") && old.exports("cuEventElapsedTime_v2000"));
     assert!(!old.exports("cuStreamGetId") && !old.exports("cuGetProcAddress"));
     assert!(old.exports("cuGetProcAddress_v11030"));

@@ -41,9 +41,12 @@ pub(crate) fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MOCK.get_or_init(|| {
         let path = flavour().path();
-        let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
+        // SAFETY: the mock driver, built with this test.
+        let driver =
+            unsafe { cuda_sys::Driver::open(&path) }.expect("the mock driver library opens");
         cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
-        let m = MockDriver::open(&path).expect("the mock's control functions resolve");
+        // SAFETY: the mock driver, built with this test.
+        let m = unsafe { MockDriver::open(&path) }.expect("the mock's control functions resolve");
         m.set_memory_pools(1, false);
         m
     });
