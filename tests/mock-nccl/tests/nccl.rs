@@ -706,7 +706,13 @@ fn a_graph_holding_a_collective_keeps_its_communicator() {
         );
         drop(exec);
         s.synchronize().unwrap();
-        drain_deferred();
+        // The user object's destructor runs on the driver's thread once the last launch is
+        // done, and queues the destroy for an ordinary thread: drained here as it comes.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while n.live_comms() != alive && std::time::Instant::now() < deadline {
+            drain_deferred();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         assert_eq!(n.live_comms(), alive, "{end}: ended with the last graph");
         let (d, a) = (
             n.calls("ncclCommDestroy") - destroys,
