@@ -17,7 +17,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Result, check, driver_fn, lookup};
 use crate::driver::context::bind;
 use crate::ffi;
 
@@ -132,21 +132,18 @@ unsafe fn give_to_graph(
     destroy: unsafe extern "C" fn(*mut c_void),
 ) -> Result<()> {
     let (create, retain, release) = match (
-        ffi::fns::cuUserObjectCreate(),
-        ffi::fns::cuGraphRetainUserObject(),
-        ffi::fns::cuUserObjectRelease(),
+        lookup("cuUserObjectCreate", ffi::fns::cuUserObjectCreate),
+        lookup("cuGraphRetainUserObject", ffi::fns::cuGraphRetainUserObject),
+        lookup("cuUserObjectRelease", ffi::fns::cuUserObjectRelease),
     ) {
         (Ok(c), Ok(r), Ok(l)) => (c, r, l),
         (c, r, l) => {
             // SAFETY: the caller leaked `data` for `destroy`; nothing else has it.
             unsafe { destroy(data) };
-            let (call, e) = match (c, r, l) {
-                (Err(e), _, _) => ("cuUserObjectCreate", e),
-                (_, Err(e), _) => ("cuGraphRetainUserObject", e),
-                (_, _, Err(e)) => ("cuUserObjectRelease", e),
+            return Err(match (c, r, l) {
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => e,
                 _ => unreachable!("one of them failed"),
-            };
-            return Err(Error::from_load(e, call));
+            });
         }
     };
     let mut object = ptr::null_mut();

@@ -25,9 +25,13 @@ impl Stream<'_> {
     ///
     /// # No CUDA calls inside
     ///
-    /// `f` must not call CUDA: the driver forbids it, and it can deadlock. That includes this
-    /// crate's operations (enqueueing, querying, synchronizing, creating). *Dropping* this
-    /// crate's values inside `f` is fine: an [`OwnedStream`], [`Event`](crate::Event),
+    /// `f` must not call CUDA: the driver forbids it, and it can deadlock (a `synchronize` of
+    /// the host function's own stream waits for the host function itself). This crate's
+    /// operations enforce it: inside `f`, every one that would call the driver (or NCCL) —
+    /// enqueueing, querying, synchronizing, creating, a [`Completion`](crate::Completion)'s
+    /// poll — returns [`Error::InHostFunction`] naming the call, before anything reaches the
+    /// driver. (Raw calls through `cuda_sys` are not checked.) *Dropping* this crate's values
+    /// inside `f` is fine: an [`OwnedStream`], [`Event`](crate::Event),
     /// [`StreamPool`](crate::StreamPool) or lease, [`Completion`](crate::Completion) or
     /// [`Context`](crate::Context) whose last owner is dropped here (for example an
     /// `Arc<OwnedStream>` moved into its own host function to keep the stream alive until its

@@ -358,7 +358,8 @@ impl<'a> Stream<'a> {
         // Looked up once: on older drivers every call goes straight to the context.
         static GET_DEVICE: Newest<ffi::pfn::cuStreamGetDevice> = Newest::new();
         if !self.is_default() {
-            if let Ok(f) = GET_DEVICE.get(&[ffi::fns::cuStreamGetDevice]) {
+            // Inside a host function the context's path below is refused too.
+            if let Ok(f) = GET_DEVICE.get("cuStreamGetDevice", &[ffi::fns::cuStreamGetDevice]) {
                 let mut d = 0;
                 // SAFETY: `self.raw` is live; `d` is a valid out-pointer.
                 check(unsafe { f(self.raw, &mut d) }, "cuStreamGetDevice")?;
