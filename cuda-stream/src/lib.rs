@@ -148,7 +148,8 @@
 //!
 //! [`OwnedStream`], [`Stream`], [`Event`], [`Context`], [`StreamPool`] and [`CaptureStream`] are
 //! `Send + Sync`; [`Graph`] and [`GraphExec`] are `Send` only (the driver does not synchronise
-//! graph objects); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a
+//! graph objects: the calls that threads sharing a capture make on its graph are serialised by
+//! this crate); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a
 //! device's primary context (`cuDevicePrimaryCtxReset`) while objects of this crate exist
 //! invalidates their handles, as it does for every CUDA library.
 //!

@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::MutexGuard;
+use std::sync::{Mutex, MutexGuard};
 
 use cuda_sys::{CUresult, CUstream};
 
@@ -42,6 +42,42 @@ pub(crate) fn api(
         }
         body(st)
     })
+}
+
+/// The graphs that explicit graph calls are using now, once per call (a graph twice: two calls
+/// at once).
+static GRAPHS_IN_USE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The prologue of an explicit graph call (`cuGraphRetainUserObject`, `cuGraphGetNodes`, ...) on
+/// `graph`: as [`api`], and the driver's rule that graph objects are not synchronised (calls on
+/// one graph must be serialised by the caller) is checked. The call marks the graph in use from
+/// before it takes the mock's lock until after its body, yielding in between so that two
+/// unserialised callers overlap; a call that finds the graph in use is counted
+/// (`cuda_mock_concurrent_graph_calls`) and then runs as usual.
+pub(crate) fn graph_api(
+    symbol: &'static str,
+    graph: usize,
+    body: impl FnOnce(MutexGuard<'static, State>) -> CUresult,
+) -> CUresult {
+    let in_use = || GRAPHS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+    let clash = {
+        let mut busy = in_use();
+        let clash = busy.contains(&graph);
+        busy.push(graph);
+        clash
+    };
+    std::thread::yield_now();
+    let rc = api(symbol, false, |mut st| {
+        if clash {
+            st.counters.concurrent_graph_calls += 1;
+        }
+        body(st)
+    });
+    let mut busy = in_use();
+    if let Some(i) = busy.iter().position(|&g| g == graph) {
+        busy.swap_remove(i);
+    }
+    rc
 }
 
 /// The prologue of a function the driver answers even from a host function (`cuGetProcAddress`):
