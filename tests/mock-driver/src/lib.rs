@@ -123,6 +123,9 @@
 //! uint64_t cuda_mock_user_object_destructors_run(void);   // since load, never reset
 //! uint64_t cuda_mock_live_captures(void);                 // active or invalidated
 //! uint64_t cuda_mock_concurrent_graph_calls(void);        // explicit graph calls on a graph already in use
+//! int      cuda_mock_pause_after(const char *name);       // hold the next caller of name, once answered
+//! int      cuda_mock_paused(void);                        // 1 while a caller is held
+//! void     cuda_mock_resume(void);                        // let it go (cuda_mock_reset does too)
 //! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
 //! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
 //! uint64_t cuda_mock_live_modules(void);
