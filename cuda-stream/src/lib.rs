@@ -83,7 +83,11 @@
 //!
 //! A run-once host function ([`Stream::launch_host_func`], [`Stream::completed`]) is refused on a
 //! stream that is being captured, by this crate or by other code such as PyTorch: in a graph it
-//! would run on every replay. [`Stream::capture_status`] tells any stream's status, and
+//! would run on every replay. Safe code gets no plain [`Stream`] of a stream that this crate is
+//! capturing (a leaked [`CurrentStreamGuard`] names a stream no pool lends again), so no stream
+//! it borrows can join such a capture behind a host function's check, and the end of every
+//! capture checks that no run-once host function became a node (the module `stream::host_fn`
+//! states the rule). [`Stream::capture_status`] tells any stream's status, and
 //! [`Stream::in_capture`] enqueues into a capture begun elsewhere.
 //!
 //! ```no_run

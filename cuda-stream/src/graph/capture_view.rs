@@ -476,7 +476,15 @@ impl<'scope, 'cap> CaptureScope<'scope, 'cap> {
     /// captured so far. The parent waits for it when the scope ends. The view cannot leave the
     /// scope.
     pub fn fork(&'scope self) -> Result<CaptureStream<'scope>> {
-        let lease = self.pool.acquire()?;
+        let lease = loop {
+            let lease = self.pool.acquire()?;
+            // Never a stream a leaked current-stream guard names: `current_stream` would lend a
+            // plain view of it while it is captured. The pool holds such a stream back when it
+            // is given back, so this never repeats; dropping the lease would hold it back too.
+            if !crate::stream::guarded_streams::contains(lease.as_stream().raw()) {
+                break lease;
+            }
+        };
         let raw = lease.as_stream().raw();
         // The capture returns the stream to the pool itself, after the capture has ended.
         std::mem::forget(lease);

@@ -315,7 +315,10 @@ impl<'a> Stream<'a> {
         unsafe { self.wait_event_raw(event.raw()) }
     }
 
-    /// [`Stream::wait_event`] for an event handle created elsewhere.
+    /// [`Stream::wait_event`] for an event handle created elsewhere. Waiting on an event recorded
+    /// in a graph capture (a [`CapturedEvent`](crate::CapturedEvent)'s handle, or another
+    /// library's) makes this stream join that capture: its later work is captured, not run, and
+    /// the capture cannot end until the stream is joined back.
     ///
     /// # Safety
     /// `event` must be a live event handle for the duration of the call.
