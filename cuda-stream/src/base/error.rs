@@ -104,8 +104,8 @@ pub enum Error {
     /// An operation was asked for inside a host function, stream callback or graph host node
     /// run by this crate, where no CUDA call may be made (the driver forbids it, and a call can
     /// deadlock: a `synchronize` of the host function's own stream waits for itself). It was
-    /// refused before the driver was called, naming the first driver function it needed, and
-    /// did nothing else that could not be undone. A destroy (`close`, `free`) was queued
+    /// refused before anything reached the driver, naming the first driver function it needed,
+    /// and failed as it would on that function's error. A destroy (`close`, `free`) was queued
     /// instead and is made later on an ordinary thread, as for a drop (see
     /// [`drain_deferred`](crate::drain_deferred)).
     #[error("{call} cannot be made inside a host function")]
