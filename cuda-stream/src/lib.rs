@@ -86,7 +86,11 @@
 //!
 //! A run-once host function ([`Stream::launch_host_func`], [`Stream::completed`]) is refused on a
 //! stream that is being captured, by this crate or by other code such as PyTorch: in a graph it
-//! would run on every replay. [`Stream::capture_status`] tells any stream's status, and
+//! would run on every replay. Safe code gets no plain [`Stream`] of a stream that this crate is
+//! capturing (a leaked [`CurrentStreamGuard`] names a stream no pool lends again), so no stream
+//! it borrows can join such a capture behind a host function's check, and the end of every
+//! capture checks that no run-once host function became a node (the module `stream::host_fn`
+//! states the rule). [`Stream::capture_status`] tells any stream's status, and
 //! [`Stream::in_capture`] enqueues into a capture begun elsewhere.
 //!
 //! ```no_run
@@ -151,18 +155,21 @@
 //!
 //! [`OwnedStream`], [`Stream`], [`Event`], [`Context`], [`StreamPool`] and [`CaptureStream`] are
 //! `Send + Sync`; [`Graph`] and [`GraphExec`] are `Send` only (the driver does not synchronise
-//! graph objects); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a
+//! graph objects: the calls that threads sharing a capture make on its graph are serialised by
+//! this crate); [`CurrentStreamGuard`] and [`CaptureModeGuard`] are neither. Resetting a
 //! device's primary context (`cuDevicePrimaryCtxReset`) while objects of this crate exist
 //! invalidates their handles, as it does for every CUDA library.
 //!
 //! # Host functions
 //!
 //! No CUDA call may be made inside a host function or stream callback, and this crate makes
-//! none there: a stream, event, pool, context, completion, [`Module`] or [`DeviceBuffer`] whose
-//! last owner is dropped inside one is destroyed later, on an ordinary thread (the next call that
-//! creates something or synchronizes, the release of its context, or [`drain_deferred`]; a module
-//! or buffer after its context's work, as on any thread); `close()` or `free()` there returns
-//! [`Error::InHostFunction`]. See [`Stream::launch_host_func`].
+//! none there: every operation that would call the driver (or NCCL) returns
+//! [`Error::InHostFunction`] first (the check sits where every driver function is looked up, one
+//! thread-local read); a stream, event, pool, context, completion, [`Module`] or
+//! [`DeviceBuffer`] whose last owner is dropped inside one is destroyed later, on an ordinary
+//! thread (the next call that creates something or synchronizes, the release of its context, or
+//! [`drain_deferred`]; a module or buffer after its context's work, as on any thread); `close()`
+//! or `free()` there returns [`Error::InHostFunction`]. See [`Stream::launch_host_func`].
 //!
 //! # Layout
 //!
@@ -172,7 +179,7 @@
 //!
 //! | folder | what it holds |
 //! | --- | --- |
-//! | `base` | values and errors: [`PriorityRange`], [`CaptureMode`], [`DeviceCopy`] (`plain_data`), [`Error`] (the one `CUresult` chokepoint), the newest of a function's ABIs the driver has (`newest_abi`) |
+//! | `base` | values and errors: [`PriorityRange`], [`CaptureMode`], [`DeviceCopy`] (`plain_data`), whether the thread runs a host function (`host_fn_flag`), [`Error`] (the chokepoints: the lookup of every driver function, refused inside a host function, and the one for `CUresult`s), the newest of a function's ABIs the driver has (`newest_abi`) |
 //! | `driver` | driver objects and the host-function rule: destroys deferred out of host functions (`deferred_destroy`), a context's recycled event handles (`recycled_events`), [`Device`], [`Context`], [`Event`], the two capture queries (`capture_query`) |
 //! | `stream` | streams: panics caught in host functions (`host_panics`), the streams a current-stream guard names (`guarded_streams`), the per-thread event behind `wait_stream` (`wait_event_cache`), the view [`Stream`] (`view`), [`OwnedStream`], [`StreamPool`], then the conveniences that each add an `impl Stream` block: host functions (`host_fn`), the current stream, [`Completion`], fork/join ([`Scope`]) |
 //! | `graph` | host nodes and values kept alive by driver user objects (`user_objects`), [`Graph`] and [`GraphExec`] (`replay`), the capture view [`CaptureStream`] (`capture_view`), capture itself, the capture-mode guard |

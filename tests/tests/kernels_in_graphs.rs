@@ -1,6 +1,6 @@
 //! Kernels, memsets and copies captured into graphs and replayed, on the GPU: on two forks of a
-//! capture, with safe buffer operations whose buffers the graph keeps alive, and in a capture
-//! begun with raw calls on a borrowed stream.
+//! capture, with safe buffer operations whose buffers the graph keeps alive, in a capture begun
+//! with raw calls on a borrowed stream, and from eight threads sharing one capture view.
 
 use std::ptr;
 use std::sync::Arc;
@@ -275,4 +275,68 @@ fn a_captured_fill_on_a_borrowed_stream_whose_capture_began_raw_is_kept_by_the_g
     wait_until_freed(&ctx, src_alloc);
     // SAFETY: created above; no view of it is left.
     unsafe { raw_stream_destroy(raw) };
+}
+
+/// Eight scoped threads share one capture view and each enqueue into it, over and over: host
+/// functions, kept values, an external event's record and wait, and a fill of a buffer of their
+/// own. Each of these gives the capture's graph a user object (`cuGraphRetainUserObject`), which
+/// the crate serialises per graph (the driver does not synchronise graph objects). Two replays
+/// run every host function twice and leave every buffer filled.
+#[test]
+fn eight_threads_enqueue_into_one_capture() {
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 25;
+    let Some(ctx) = gpu() else { return };
+    let _turn = alone();
+    let mut s = ctx.new_stream().unwrap();
+    let event = Arc::new(ctx.new_event(Default::default()).unwrap());
+    let bufs: Vec<DeviceBuffer<u32>> = (0..THREADS)
+        .map(|_| DeviceBuffer::zeroed(&ctx, &s, 1024).unwrap())
+        .collect();
+    s.synchronize().unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let kept = Arc::new(());
+    let graph = s
+        .capture(CaptureMode::Relaxed, |cap| {
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = bufs
+                    .iter()
+                    .enumerate()
+                    .map(|(t, buf)| {
+                        let (ran, kept, event) = (&ran, &kept, &event);
+                        scope.spawn(move || -> cuda_stream::Result<()> {
+                            for _ in 0..ROUNDS {
+                                let ran = ran.clone();
+                                cap.launch_host_func(move || {
+                                    ran.fetch_add(1, Ordering::SeqCst);
+                                })?;
+                                cap.keep_alive(kept.clone())?;
+                                cap.record_external(event)?;
+                                cap.wait_event(event)?;
+                                buf.fill(&cap, t as u32 + 1)?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .try_for_each(|w| w.join().expect("a worker panicked"))
+            })
+        })
+        .unwrap_or_else(|e| panic!("the capture: {}", error_chain(&e)));
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    exec.launch(&s).unwrap();
+    exec.launch(&s).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 2 * THREADS * ROUNDS);
+    for (t, buf) in bufs.iter().enumerate() {
+        assert!(buf.to_vec(&s).unwrap().iter().all(|&v| v == t as u32 + 1));
+    }
+    drop(exec);
+    println!(
+        "{THREADS} threads x {ROUNDS} rounds into one capture: {} host function runs",
+        ran.load(Ordering::SeqCst)
+    );
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::base::capture_mode::CaptureStatus;
+use crate::base::host_fn_flag::in_host_fn;
 use crate::base::params::ArgMismatch;
 use crate::base::priority::PriorityRange;
 use crate::ffi;
@@ -100,12 +101,17 @@ pub enum Error {
         /// How many devices there are.
         count: usize,
     },
-    /// A destroy (`close`) was asked for inside a host function or stream callback, where no
-    /// CUDA call may be made. The handle was not destroyed there: its destroy was queued and is
-    /// made later on an ordinary thread, as for a drop (see [`drain_deferred`](crate::drain_deferred)).
-    #[error("{call} cannot be made inside a host function; the destroy was deferred")]
+    /// An operation was asked for inside a host function, stream callback or graph host node
+    /// run by this crate, where no CUDA call may be made (the driver forbids it, and a call can
+    /// deadlock: a `synchronize` of the host function's own stream waits for itself). It was
+    /// refused before anything reached the driver, naming the first driver function it needed,
+    /// and failed as it would on that function's error. A destroy (`close`, `free`) was queued
+    /// instead and is made later on an ordinary thread, as for a drop (see
+    /// [`drain_deferred`](crate::drain_deferred)).
+    #[error("{call} cannot be made inside a host function")]
     InHostFunction {
-        /// The destroy that was deferred, such as `cuStreamDestroy`.
+        /// The driver (or NCCL) function that was not called, such as `cuStreamSynchronize`,
+        /// or the destroy that was queued, such as `cuStreamDestroy`.
         call: &'static str,
     },
     /// A `try_` operation that would have to wait for work in flight.
@@ -433,12 +439,46 @@ pub(crate) fn check(code: ffi::CUresult, call: &'static str) -> Result<()> {
     }
 }
 
-/// The process-wide driver's function `$f`, or the error saying why it is unavailable.
+/// Refuses a driver (or NCCL) call `call` inside a host function: [`Error::InHostFunction`]
+/// there, `Ok` on any other thread (one thread-local load).
+#[inline(always)]
+pub(crate) fn refuse_in_host_fn(call: &'static str) -> Result<()> {
+    if in_host_fn() {
+        return Err(in_host_fn_error(call));
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn in_host_fn_error(call: &'static str) -> Error {
+    Error::InHostFunction { call }
+}
+
+/// The chokepoint every driver function is looked up through before it is called: inside a host
+/// function (where the driver forbids CUDA calls, and one can deadlock) [`Error::InHostFunction`]
+/// naming `call`, before anything reaches the driver; else the process-wide driver's function,
+/// or the error saying why it is unavailable. `accessor` is the function's `ffi::fns` accessor.
+///
+/// Pointers kept past one operation (`Newest`, a scope's links) are checked where they are used
+/// (`Newest::get`, the scope's start), and the destroy paths ask `in_host_fn` themselves, to
+/// queue their destroy instead.
+#[inline(always)]
+pub(crate) fn lookup<F>(
+    call: &'static str,
+    accessor: fn() -> std::result::Result<F, ffi::LoadError>,
+) -> Result<F> {
+    refuse_in_host_fn(call)?;
+    accessor().map_err(|e| Error::from_load(e, call))
+}
+
+/// The process-wide driver's function `$f` through [`lookup`], or (returned from the enclosing
+/// function) the error saying why it cannot be called: inside a host function, or unavailable.
 macro_rules! driver_fn {
     ($f:ident) => {
-        match $crate::ffi::fns::$f() {
+        match $crate::base::error::lookup(stringify!($f), $crate::ffi::fns::$f) {
             Ok(f) => f,
-            Err(e) => return Err($crate::base::error::Error::from_load(e, stringify!($f)).into()),
+            Err(e) => return Err(e.into()),
         }
     };
 }

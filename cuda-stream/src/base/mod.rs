@@ -1,5 +1,7 @@
 //! Values and errors: the types every layer names (priorities, capture modes, the plain data
-//! that travels to the device) and the one chokepoint that turns a `CUresult` into a `Result`.
+//! that travels to the device), whether the thread runs a host function, and the chokepoints
+//! every driver call passes: the lookup of its function (refused inside a host function) and
+//! the one that turns a `CUresult` into a `Result`.
 //! Makes no driver object and imports nothing else from this crate.
 
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
@@ -11,6 +13,8 @@ pub(crate) mod plain_data;
 
 pub(crate) mod params;
 
-pub(crate) mod newest_abi;
+pub(crate) mod host_fn_flag;
 
 pub(crate) mod error;
+
+pub(crate) mod newest_abi;

@@ -8,12 +8,14 @@
 
 use std::sync::OnceLock;
 
+use crate::base::error::{Error, Result, refuse_in_host_fn};
+
 /// The accessor of one ABI of a driver function (`ffi::fns::cuEventElapsedTime_v2000`).
-pub(crate) type Abi<F> = fn() -> Result<F, ffi::LoadError>;
+pub(crate) type Abi<F> = fn() -> std::result::Result<F, ffi::LoadError>;
 
 /// The newest of a driver function's ABIs that the process-wide driver has, looked up once.
 pub(crate) struct Newest<F: 'static> {
-    choice: OnceLock<Result<F, ffi::LoadError>>,
+    choice: OnceLock<std::result::Result<F, ffi::LoadError>>,
 }
 
 impl<F: Copy> Newest<F> {
@@ -23,20 +25,23 @@ impl<F: Copy> Newest<F> {
         }
     }
 
-    /// The first of `abis` (newest first) that resolves; when none does, the oldest one's error,
-    /// which names the least the driver would need.
+    /// The first of `abis` (newest first) that resolves; when none does, the oldest one's error
+    /// (which names the least the driver would need) as the error of `call`. Refused inside a
+    /// host function, as every lookup is (`base::error::lookup`): the pointer kept here must not
+    /// bypass that check.
     #[inline]
-    pub(crate) fn get(&self, abis: &[Abi<F>]) -> Result<F, &ffi::LoadError> {
+    pub(crate) fn get(&self, call: &'static str, abis: &[Abi<F>]) -> Result<F> {
+        refuse_in_host_fn(call)?;
         match self.choice.get_or_init(|| first(abis)) {
             Ok(f) => Ok(*f),
-            Err(e) => Err(e),
+            Err(e) => Err(Error::from_load(e.clone(), call)),
         }
     }
 }
 
 #[cold]
 #[inline(never)]
-fn first<F>(abis: &[Abi<F>]) -> Result<F, ffi::LoadError> {
+fn first<F>(abis: &[Abi<F>]) -> std::result::Result<F, ffi::LoadError> {
     let mut last = None;
     for abi in abis {
         match abi() {

@@ -7,13 +7,13 @@
 use std::ptr;
 
 use crate::base::capture_mode::CaptureStatus;
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Result, check, driver_fn};
 use crate::base::newest_abi::Newest;
 use crate::ffi;
 
 /// Whether `raw` is in a capture (`cuStreamIsCapturing`, one call, CUDA 10.0 and later). The
 /// caller makes the context current for a default stream.
-#[inline]
+#[inline(always)]
 pub(crate) fn is_capturing(raw: ffi::CUstream) -> Result<bool> {
     let f = driver_fn!(cuStreamIsCapturing);
     let mut status = ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -33,7 +33,8 @@ pub(crate) fn capture_info(raw: ffi::CUstream) -> Result<(CaptureStatus, ffi::CU
     let mut status = ffi::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id: ffi::cuuint64_t = 0;
     let mut graph = ptr::null_mut();
-    let rc = if let Ok(f) = V3.get(&[ffi::fns::cuStreamGetCaptureInfo]) {
+    let call = "cuStreamGetCaptureInfo";
+    let rc = if let Ok(f) = V3.get(call, &[ffi::fns::cuStreamGetCaptureInfo]) {
         // SAFETY: the caller's stream is live; the three out-pointers are valid; the dependency
         // outputs are optional and passed as null.
         unsafe {
@@ -48,9 +49,8 @@ pub(crate) fn capture_info(raw: ffi::CUstream) -> Result<(CaptureStatus, ffi::CU
             )
         }
     } else {
-        let f = V2
-            .get(&[ffi::fns::cuStreamGetCaptureInfo_v11030])
-            .map_err(|e| Error::from_load(e.clone(), "cuStreamGetCaptureInfo"))?;
+        // Inside a host function this is refused too.
+        let f = V2.get(call, &[ffi::fns::cuStreamGetCaptureInfo_v11030])?;
         // SAFETY: as above, for the CUDA 11.3 signature (no edge data).
         unsafe {
             f(

@@ -454,6 +454,7 @@ fn push(ctx: ffi::CUcontext) -> Result<bool> {
 #[cold]
 #[inline(never)]
 fn pop() {
+    // Made only by a `Bound` that pushed, which no host function can make (its push is refused).
     if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
         let mut popped = ptr::null_mut();
         // SAFETY: pops the context a `Bound` pushed on this thread.

@@ -9,9 +9,12 @@
 //!
 //! This module is the one mechanism every destroy path consults:
 //!
-//! - **Where we are.** The trampolines of `stream::host_fn` run the user's closure inside a
-//!   [`HostFnScope`], which sets a thread-local flag and clears it on drop (so also when the
-//!   closure panics). [`in_host_fn`] reads it.
+//! - **Where we are.** The trampolines of `stream::host_fn` and `graph::user_objects` run the
+//!   user's code inside a [`HostFnScope`] (`base::host_fn_flag`), which sets a thread-local flag
+//!   and clears it on drop (so also when the closure panics). [`in_host_fn`] reads it. The same
+//!   flag makes every driver lookup (`base::error::lookup`, behind `driver_fn!`) answer
+//!   `Error::InHostFunction` there, so an operation other than a destroy never reaches the
+//!   driver from a host function either.
 //! - **The queue.** Inside a host function a destroy path does not call the driver: it pushes a
 //!   [`Deferred`] (a raw handle and the function that destroys it) with [`defer`] and returns. No
 //!   CUDA call, no blocking beyond a short, uncontended lock of the queue.
@@ -75,6 +78,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::base::error::Result;
+pub(crate) use crate::base::host_fn_flag::{HostFnScope, in_host_fn};
 
 /// A destroy waiting for an ordinary thread: a raw handle and the function that destroys it.
 /// Its error has nobody to be reported to: it is counted ([`deferred_failed`]).
@@ -111,40 +115,9 @@ static QUEUE: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
 static DRAIN: Mutex<()> = Mutex::new(());
 
 thread_local! {
-    /// Whether this thread is running one of our host functions or callbacks. `const` and
-    /// without a destructor, so it is readable at any time, thread teardown included.
-    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
     /// Whether this thread is draining (a destroy function that drops something must not drain
     /// again from inside the drain).
     static DRAINING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether the calling thread is inside a host function or stream callback run by this crate.
-#[inline]
-pub(crate) fn in_host_fn() -> bool {
-    IN_HOST_FN.try_with(Cell::get).unwrap_or(false)
-}
-
-/// Marks the calling thread as inside a host function until dropped; restores the previous state
-/// (also when the closure panics and the scope unwinds).
-pub(crate) struct HostFnScope {
-    was: bool,
-}
-
-impl HostFnScope {
-    /// Entered by the trampolines around the user's closure and the drop of its captures.
-    #[inline(always)]
-    pub(crate) fn enter() -> HostFnScope {
-        let was = IN_HOST_FN.try_with(|c| c.replace(true)).unwrap_or(false);
-        HostFnScope { was }
-    }
-}
-
-impl Drop for HostFnScope {
-    #[inline(always)]
-    fn drop(&mut self) {
-        let _ = IN_HOST_FN.try_with(|c| c.set(self.was));
-    }
 }
 
 /// Queues destroys to be made later on an ordinary thread, in this order. Makes no driver call.

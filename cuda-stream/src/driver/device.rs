@@ -4,12 +4,14 @@ use std::ffi::c_char;
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Error, Result, check, driver_fn, refuse_in_host_fn};
 use crate::ffi;
 
 /// Initialises the driver once per process (`cuInit(0)`); later calls return the first outcome.
 pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
+    // Inside a host function the refusal is returned, never remembered as the outcome.
+    refuse_in_host_fn("cuInit")?;
     INIT.get_or_init(|| {
         let f = driver_fn!(cuInit);
         // SAFETY: cuInit takes a flags word, which must be 0.

@@ -356,12 +356,13 @@ impl Event {
         }
         // The CUDA 12.8 ABI, else the original one: the same call on events, and the same answer.
         static ELAPSED: Newest<ffi::pfn::cuEventElapsedTime> = Newest::new();
-        let f = ELAPSED
-            .get(&[
+        let f = ELAPSED.get(
+            "cuEventElapsedTime",
+            &[
                 ffi::fns::cuEventElapsedTime_v12080,
                 ffi::fns::cuEventElapsedTime_v2000,
-            ])
-            .map_err(|e| Error::from_load(e.clone(), "cuEventElapsedTime"))?;
+            ],
+        )?;
         let mut ms = 0f32;
         // SAFETY: both events are live; `ms` is a valid out-pointer.
         match unsafe { f(&mut ms, start.raw, self.raw) } {

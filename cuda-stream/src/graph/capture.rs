@@ -4,6 +4,7 @@
 //! as PyTorch's `torch.cuda.graph`); [`Stream::capture_status`] tells any stream's status; and
 //! [`exchange_capture_mode`] sets the calling thread's capture interaction mode for a scope.
 
+use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr;
 
@@ -14,6 +15,8 @@ use crate::driver::context::Context;
 use crate::ffi;
 use crate::graph::capture_view::{CaptureShared, CaptureStream, sweep_parked};
 use crate::graph::replay::Graph;
+use crate::graph::user_objects::graph_lock;
+use crate::stream::host_fn::{Discard, any_run_once, run_once_discard};
 use crate::stream::owned::OwnedStream;
 use crate::stream::pool::PooledStream;
 use crate::stream::view::{AsStream, KnownContext, Stream};
@@ -74,6 +77,82 @@ fn discard(graph: ffi::CUgraph) {
             let _ = unsafe { f(graph) };
         }
     }
+}
+
+/// The run-once host functions (`Stream::launch_host_func`) among the host nodes of `graph`, a
+/// capture's graph that nobody has launched: each node's data, with the function that drops its
+/// closure unrun (see `stream::host_fn`), and whether every node could be looked at. No driver
+/// call where no run-once host function was ever launched in the process.
+fn run_once_nodes(graph: ffi::CUgraph) -> (Vec<(Discard, *mut c_void)>, Result<()>) {
+    let mut found = Vec::new();
+    if !any_run_once() {
+        return (found, Ok(()));
+    }
+    let looked = (|| -> Result<()> {
+        let get_nodes = driver_fn!(cuGraphGetNodes);
+        let get_type = driver_fn!(cuGraphNodeGetType);
+        let get_host = driver_fn!(cuGraphHostNodeGetParams);
+        let _one_at_a_time = graph_lock(graph);
+        let mut n = 0usize;
+        // SAFETY: the graph is live; a null array asks for the count.
+        let rc = unsafe { get_nodes(graph, ptr::null_mut(), &mut n) };
+        check(rc, "cuGraphGetNodes")?;
+        let mut nodes = vec![ptr::null_mut(); n];
+        // SAFETY: `nodes` has room for `n` handles.
+        let rc = unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut n) };
+        check(rc, "cuGraphGetNodes")?;
+        nodes.truncate(n);
+        for node in nodes {
+            let mut kind = ffi::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: a node of the live graph; `kind` is a valid out-pointer.
+            check(unsafe { get_type(node, &mut kind) }, "cuGraphNodeGetType")?;
+            if kind != ffi::CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+                continue;
+            }
+            let mut params = ffi::CUDA_HOST_NODE_PARAMS {
+                fn_: None,
+                userData: ptr::null_mut(),
+            };
+            // SAFETY: a host node of the live graph; `params` is a valid out-pointer.
+            let rc = unsafe { get_host(node, &mut params) };
+            check(rc, "cuGraphHostNodeGetParams")?;
+            if let Some(discard) = params.fn_.and_then(|f| run_once_discard(f as usize)) {
+                found.push((discard, params.userData));
+            }
+        }
+        Ok(())
+    })();
+    (found, looked)
+}
+
+/// Checks a capture's graph before it is handed out: a run-once host function must never be a
+/// node (every replay would run it again, from a block its first run gave back). How one could
+/// get in, and why none should, is in `stream::host_fn`. If one is there, or the nodes cannot
+/// all be looked at, the graph is destroyed unlaunched and the run-once functions found are
+/// dropped unrun.
+fn refuse_run_once_nodes(graph: ffi::CUgraph) -> Result<ffi::CUgraph> {
+    let (found, looked) = run_once_nodes(graph);
+    if found.is_empty() {
+        if let Err(e) = looked {
+            discard(graph);
+            return Err(e);
+        }
+        return Ok(graph);
+    }
+    discard(graph);
+    for (drop_unrun, data) in found {
+        // SAFETY: `data` is the node's user data, put by `launch` for the trampoline this
+        // discard belongs to; the graph that held the node was never launched and is destroyed,
+        // and a launch that became a node was never enqueued anywhere else, so nothing will
+        // call the trampoline with it: it is taken back once, here.
+        unsafe { drop_unrun(data) };
+    }
+    Err(Error::Refused {
+        call: "cuStreamEndCapture",
+        reason: "a run-once host function (Stream::launch_host_func) was enqueued on a stream \
+                 that had joined the capture; a graph would run it on every replay, so the \
+                 graph was destroyed and the function dropped unrun",
+    })
 }
 
 /// Begins a capture on `stream`, runs `f` with its view, and always ends the capture (an error
@@ -141,7 +220,11 @@ fn capture_on(
             discard(graph.unwrap_or(ptr::null_mut()));
             Err(e)
         }
-        Ok(Ok(())) => graph.map(|g| Graph::from_capture(g, ctx, keep, route)),
+        // The graph of a failed capture (the arms above) is destroyed unlaunched: a run-once
+        // function pulled into it never runs, and is only never dropped.
+        Ok(Ok(())) => graph
+            .and_then(refuse_run_once_nodes)
+            .map(|g| Graph::from_capture(g, ctx, keep, route)),
     }
 }
 
@@ -188,9 +271,10 @@ impl<'a> Stream<'a> {
     ///
     /// Until this returns, the stream must be used only through the [`CaptureStream`] view that
     /// `f` receives: no other view or copy of it may be used, by this thread or another (another
-    /// stream made to wait on it would join the capture, and a run-once host function launched
-    /// on that stream from another thread at that moment could become a graph node). An owner
-    /// proves this with `&mut`, which is why [`OwnedStream::capture`] is safe.
+    /// stream made to wait on it would join the capture; its work would be captured, never run,
+    /// and a run-once host function launched on it from another thread at that moment would
+    /// make the capture fail at its end). An owner proves this with `&mut`, which is why
+    /// [`OwnedStream::capture`] is safe.
     pub unsafe fn capture(
         self,
         mode: CaptureMode,

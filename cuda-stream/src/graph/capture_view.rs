@@ -138,8 +138,13 @@ fn join_streams(
 
 /// A stream seen while it is being captured into a graph: what [`OwnedStream::capture`](crate::OwnedStream::capture) and
 /// [`Stream::in_capture`] lend their closure, and what a [`CaptureScope`] forks. `Copy`,
-/// `Send + Sync` (other threads may enqueue into the capture), and unable to leave the closure
-/// or scope it was lent to.
+/// `Send + Sync` (scoped threads may each enqueue into the capture), and unable to leave the
+/// closure or scope it was lent to. The driver does not synchronise graph objects, so the graph
+/// calls behind [`launch_host_func`](CaptureStream::launch_host_func),
+/// [`keep_alive`](CaptureStream::keep_alive), [`record_external`](CaptureStream::record_external)
+/// and [`wait_event`](CaptureStream::wait_event) (each gives the capture's graph a user object,
+/// as do fills and collectives that tie buffers to it) are serialised per graph by this crate;
+/// what the views enqueue on their streams is stream capture, which the driver orders itself.
 ///
 /// It offers only what is legal while capturing: enqueueing through [`Enqueue`] (kernels,
 /// memset, memcpy), [`launch_host_func`](CaptureStream::launch_host_func) with an `Fn` that runs
@@ -471,7 +476,15 @@ impl<'scope, 'cap> CaptureScope<'scope, 'cap> {
     /// captured so far. The parent waits for it when the scope ends. The view cannot leave the
     /// scope.
     pub fn fork(&'scope self) -> Result<CaptureStream<'scope>> {
-        let lease = self.pool.acquire()?;
+        let lease = loop {
+            let lease = self.pool.acquire()?;
+            // Never a stream a leaked current-stream guard names: `current_stream` would lend a
+            // plain view of it while it is captured. The pool holds such a stream back when it
+            // is given back, so this never repeats; dropping the lease would hold it back too.
+            if !crate::stream::guarded_streams::contains(lease.as_stream().raw()) {
+                break lease;
+            }
+        };
         let raw = lease.as_stream().raw();
         // The capture returns the stream to the pool itself, after the capture has ended.
         std::mem::forget(lease);

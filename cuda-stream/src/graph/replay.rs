@@ -10,7 +10,7 @@ use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 
-use crate::base::error::{DriverCode, Error, Result, check, driver_fn};
+use crate::base::error::{DriverCode, Error, Result, check, driver_fn, lookup};
 use crate::base::newest_abi::Newest;
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred};
@@ -215,8 +215,12 @@ impl Graph {
         let _bound = bind(self.ctx)?;
         let raw = match options.upload {
             None => instantiate_flags(self.raw, options.flags())?,
-            Some(stream) => match ffi::fns::cuGraphInstantiateWithParams() {
+            Some(stream) => match lookup(
+                "cuGraphInstantiateWithParams",
+                ffi::fns::cuGraphInstantiateWithParams,
+            ) {
                 Ok(f) => instantiate_params(f, self.raw, options.flags(), stream.raw())?,
+                Err(e @ Error::InHostFunction { .. }) => return Err(e),
                 // Before CUDA 12.0: what the upload flag does, in two calls.
                 Err(_) => {
                     let upload = ffi::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
@@ -310,15 +314,13 @@ fn other_context(call: &'static str) -> Error {
 /// are not asked for).
 fn instantiate_flags(graph: ffi::CUgraph, flags: u64) -> Result<ffi::CUgraphExec> {
     let mut exec = ptr::null_mut();
-    let rc = match ffi::fns::cuGraphInstantiate() {
+    let rc = match lookup("cuGraphInstantiate", ffi::fns::cuGraphInstantiate) {
         // SAFETY: the graph is live; `exec` is a valid out-pointer.
         Ok(f) => unsafe { f(&mut exec, graph, flags) },
-        Err(e) if flags != 0 => return Err(Error::from_load(e, "cuGraphInstantiate")),
+        Err(e) if flags != 0 || matches!(e, Error::InHostFunction { .. }) => return Err(e),
         Err(_) => {
             static V11: Newest<ffi::pfn::cuGraphInstantiate_v11000> = Newest::new();
-            let f = V11
-                .get(&[ffi::fns::cuGraphInstantiate_v11000])
-                .map_err(|e| Error::from_load(e.clone(), "cuGraphInstantiate"))?;
+            let f = V11.get("cuGraphInstantiate", &[ffi::fns::cuGraphInstantiate_v11000])?;
             let (node, log) = (ptr::null_mut(), ptr::null_mut());
             // SAFETY: the graph is live; `exec` is a valid out-pointer; the error node and the
             // log buffer are optional, passed as null with a size of 0.
@@ -367,10 +369,10 @@ fn instantiate_then_upload(
     upload: ffi::CUstream,
 ) -> Result<ffi::CUgraphExec> {
     let exec = instantiate_flags(graph, flags)?;
-    let uploaded = match ffi::fns::cuGraphUpload() {
+    let uploaded = match lookup("cuGraphUpload", ffi::fns::cuGraphUpload) {
         // SAFETY: the executable graph and the stream are live and of the current context.
         Ok(f) => check(unsafe { f(exec, upload) }, "cuGraphUpload"),
-        Err(e) => Err(Error::from_load(e, "cuGraphUpload")),
+        Err(e) => Err(e),
     };
     if let Err(e) = uploaded {
         // Never handed out: destroyed here, once (a failed destroy leaves nothing to retry).
@@ -527,13 +529,12 @@ fn exec_update(exec: ffi::CUgraphExec, graph: ffi::CUgraph) -> Result<()> {
         errorNode: ptr::null_mut(),
         errorFromNode: ptr::null_mut(),
     };
-    let rc = if let Ok(f) = V12.get(&[ffi::fns::cuGraphExecUpdate]) {
+    let rc = if let Ok(f) = V12.get("cuGraphExecUpdate", &[ffi::fns::cuGraphExecUpdate]) {
         // SAFETY: both handles are live; `info` is a valid out-pointer.
         unsafe { f(exec, graph, &mut info) }
     } else {
-        let f = V10
-            .get(&[ffi::fns::cuGraphExecUpdate_v10020])
-            .map_err(|e| Error::from_load(e.clone(), "cuGraphExecUpdate"))?;
+        // Inside a host function this is refused too.
+        let f = V10.get("cuGraphExecUpdate", &[ffi::fns::cuGraphExecUpdate_v10020])?;
         // SAFETY: both handles are live; the node and the result are valid out-pointers.
         unsafe { f(exec, graph, &mut info.errorNode, &mut info.result) }
     };

@@ -10,14 +10,27 @@
 //! Other values that a graph's nodes use by handle (the events of event record and wait nodes)
 //! are kept alive the same way ([`keep_alive`]). The closures and values are dropped inside the
 //! host-function rule (`driver::deferred_destroy`): what they own is destroyed later on an ordinary thread.
+//!
+//! # One graph call at a time
+//!
+//! The driver does not synchronise graph objects: calls on one graph must not overlap (the
+//! reason `Graph` is not `Sync`). A capture's graph is reached from many threads at once,
+//! though: a `CaptureStream` is `Copy + Send + Sync`, so scoped threads may each enqueue into one
+//! capture, and what they enqueue gives the graph a user object (a host node, a kept value, an
+//! external event, the buffers a fill or a collective ties to it). Every such
+//! `cuGraphRetainUserObject` therefore holds the lock of its graph ([`graph_lock`]): one of a few
+//! process-wide locks, picked by the graph's handle, so that the memory and NCCL layers, which
+//! find a capture's graph from its stream (`cuStreamGetCaptureInfo`) rather than from a view,
+//! take the same lock. The work the views enqueue on their streams (kernels, copies, the nodes
+//! themselves) is stream capture, which the driver orders itself, and takes no lock.
 
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Result, check, driver_fn, lookup};
 use crate::driver::context::bind;
 use crate::ffi;
 
@@ -114,6 +127,21 @@ unsafe extern "C" fn drop_value<T: Send + 'static>(data: *mut c_void) {
     });
 }
 
+/// How many locks serialise the graph calls ([`graph_lock`]): two graphs share one only by chance
+/// (their calls then wait for each other, which is correct, merely less concurrent).
+const GRAPH_LOCKS: usize = 16;
+
+static GRAPH_LOCK: [Mutex<()>; GRAPH_LOCKS] = [const { Mutex::new(()) }; GRAPH_LOCKS];
+
+/// The lock this crate holds across an explicit call on `graph` that can run while other threads
+/// use the same graph (see "One graph call at a time" above).
+pub(crate) fn graph_lock(graph: ffi::CUgraph) -> MutexGuard<'static, ()> {
+    let h = graph as usize;
+    // Handles are heap addresses: the low bits are alignment.
+    let i = ((h >> 4) ^ (h >> 12)) % GRAPH_LOCKS;
+    GRAPH_LOCK[i].lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Gives `data` (a leaked box that `destroy` takes back) to a new user object whose only
 /// reference moves to `graph` (`cuUserObjectCreate`, `cuGraphRetainUserObject` with
 /// `CU_GRAPH_USER_OBJECT_MOVE`): the graph, and every graph and executable graph made from it,
@@ -132,21 +160,18 @@ unsafe fn give_to_graph(
     destroy: unsafe extern "C" fn(*mut c_void),
 ) -> Result<()> {
     let (create, retain, release) = match (
-        ffi::fns::cuUserObjectCreate(),
-        ffi::fns::cuGraphRetainUserObject(),
-        ffi::fns::cuUserObjectRelease(),
+        lookup("cuUserObjectCreate", ffi::fns::cuUserObjectCreate),
+        lookup("cuGraphRetainUserObject", ffi::fns::cuGraphRetainUserObject),
+        lookup("cuUserObjectRelease", ffi::fns::cuUserObjectRelease),
     ) {
         (Ok(c), Ok(r), Ok(l)) => (c, r, l),
         (c, r, l) => {
             // SAFETY: the caller leaked `data` for `destroy`; nothing else has it.
             unsafe { destroy(data) };
-            let (call, e) = match (c, r, l) {
-                (Err(e), _, _) => ("cuUserObjectCreate", e),
-                (_, Err(e), _) => ("cuGraphRetainUserObject", e),
-                (_, _, Err(e)) => ("cuUserObjectRelease", e),
+            return Err(match (c, r, l) {
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => e,
                 _ => unreachable!("one of them failed"),
-            };
-            return Err(Error::from_load(e, call));
+            });
         }
     };
     let mut object = ptr::null_mut();
@@ -166,15 +191,19 @@ unsafe fn give_to_graph(
         unsafe { destroy(data) };
         return Err(e);
     }
-    // SAFETY: the caller's graph is live; `object` is live with the one reference owned here,
-    // which MOVE hands to the graph.
-    let rc = unsafe {
-        retain(
-            graph,
-            object,
-            1,
-            ffi::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
-        )
+    let rc = {
+        // Other threads may be giving the same capture's graph objects now.
+        let _one_at_a_time = graph_lock(graph);
+        // SAFETY: the caller's graph is live; `object` is live with the one reference owned
+        // here, which MOVE hands to the graph.
+        unsafe {
+            retain(
+                graph,
+                object,
+                1,
+                ffi::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
+            )
+        }
     };
     if let Err(e) = check(rc, "cuGraphRetainUserObject") {
         // SAFETY: `object` is live with the one reference this function owns: releasing it runs

@@ -4,7 +4,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Result, lookup};
 use crate::base::params::{ParamInfo, ParamKind};
 use crate::driver::device::Device;
 use crate::ffi;
@@ -151,8 +151,10 @@ pub(crate) fn driver_params(
     raw: ffi::CUfunction,
     ptx: Option<&[ParamInfo]>,
 ) -> Result<Option<Vec<ParamInfo>>> {
-    let Ok(f) = ffi::fns::cuFuncGetParamInfo() else {
-        return Ok(None);
+    let f = match lookup("cuFuncGetParamInfo", ffi::fns::cuFuncGetParamInfo) {
+        Ok(f) => f,
+        Err(e @ Error::InHostFunction { .. }) => return Err(e),
+        Err(_) => return Ok(None),
     };
     let mut params = Vec::new();
     for index in 0..MAX_PARAMS {

@@ -15,7 +15,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Error, Result, check, driver_fn, lookup};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn};
 use crate::driver::device::Device;
@@ -489,7 +489,7 @@ pub(crate) fn pending_frees() -> usize {
 /// done: the free keeps waiting (freeing could free memory a copy or kernel still uses), and is
 /// asked again at the next poll.
 fn event_done(ev: ffi::CUevent) -> bool {
-    let Ok(f) = ffi::fns::cuEventQuery() else {
+    let Ok(f) = lookup("cuEventQuery", ffi::fns::cuEventQuery) else {
         return false;
     };
     // SAFETY: the event is live (owned by the pending free).

@@ -7,7 +7,7 @@ use std::mem::size_of;
 use std::ptr;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Error, Result, check, driver_fn, lookup};
 use crate::base::plain_data::DeviceCopy;
 use crate::driver::context::{Context, bind};
 use crate::ffi;
@@ -256,7 +256,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
 /// Forgets the completed copies among those `which` selects, giving their events back. A copy
 /// whose query fails is kept (waited for again later), never taken as done.
 fn forget_completed(list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
-    let Ok(query) = ffi::fns::cuEventQuery() else {
+    let Ok(query) = lookup("cuEventQuery", ffi::fns::cuEventQuery) else {
         return;
     };
     list.retain(|c| {

@@ -297,12 +297,16 @@ pub(crate) fn pools_supported(ctx: &Context) -> bool {
             _ => {}
         }
     }
+    let attribute =
+        device.attribute(ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+    if let Err(Error::InHostFunction { .. }) = attribute {
+        // Not an answer: nothing is remembered (the allocation is refused further on).
+        return false;
+    }
     let yes = ffi::fns::cuMemAllocFromPoolAsync().is_ok()
         && ffi::fns::cuMemFreeAsync().is_ok()
         && ffi::fns::cuDeviceGetDefaultMemPool().is_ok()
-        && device
-            .attribute(ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
-            .is_ok_and(|v| v != 0);
+        && attribute.is_ok_and(|v| v != 0);
     if let Some(i) = slot {
         SUPPORTED[i].store(if yes { 2 } else { 1 }, Ordering::Release);
     }

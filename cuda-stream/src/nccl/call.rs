@@ -1,7 +1,7 @@
 //! The NCCL chokepoint: an `ncclResult_t` becomes a `Result` naming the call, and a function
 //! NCCL lacks (or NCCL itself missing) an error value naming the call.
 
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Result, refuse_in_host_fn};
 use crate::ffi::nccl::{Nccl, ncclResult_t};
 
 /// `ncclSuccess` is `Ok`, anything else an [`Error::Nccl`] naming `call`.
@@ -14,8 +14,13 @@ pub(crate) fn nccl_check(code: ncclResult_t, call: &'static str) -> Result<()> {
     }
 }
 
-/// The process-wide NCCL, or the error naming `call`.
+/// The process-wide NCCL for a call of `call`: the chokepoint every NCCL function is looked up
+/// through (by [`nccl_fn!`] and the drop paths). Inside a host function, where NCCL's calls
+/// would call CUDA, [`Error::InHostFunction`] before anything reaches NCCL (see
+/// `base::error::lookup`); else the library, or the error naming `call`.
+#[inline]
 pub(crate) fn nccl(call: &'static str) -> Result<&'static Nccl> {
+    refuse_in_host_fn(call)?;
     Nccl::global().map_err(|source| Error::NcclLoad { call, source })
 }
 

@@ -25,6 +25,11 @@ thread_local! {
 /// restores the previous one. Guards nest, and may be dropped in any order. Not `Send`: the
 /// setting belongs to the thread that made it.
 ///
+/// A guard leaked with `mem::forget` names its stream for the rest of the process: the stream is
+/// never destroyed, no [`StreamPool`](crate::StreamPool) (nor a scope's) lends it again, and no
+/// graph capture begins on it or forks it, so that [`current_stream`] never lends a view of a
+/// stream that is being captured.
+///
 /// ```no_run
 /// use cuda_stream::{Context, current_stream};
 ///

@@ -1,7 +1,10 @@
 //! The streams named by a live current-stream guard, process-wide: `stream::current` adds and removes
 //! them; the destroy paths (`owned`, `pool`) ask before destroying, so that dropping an
 //! `OwnedStream` whose guard was leaked (`mem::forget`) keeps the handle valid instead of leaving a
-//! dangling current stream. Depends on nothing else in the crate.
+//! dangling current stream; a pool asks when a stream comes back (one a leaked guard names is
+//! never lent again), and a capture before it begins on or forks a stream, so that
+//! `current_stream` never lends a view of a stream being captured. Depends on nothing else in the
+//! crate.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,4 +1,5 @@
-//! A pool of streams leased exclusively: never the same stream to two live leases.
+//! A pool of streams leased exclusively: never the same stream to two live leases, and never a
+//! stream that a leaked current-stream guard names (it is held back when given back).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -17,7 +18,9 @@ use crate::stream::view::{AsStream, KnownContext, Stream, forward_stream_ops};
 /// alias and silently lose concurrency. Here a stream belongs to one live lease at a time; a
 /// returned stream is reused without synchronising (its pending work simply stays ordered before
 /// the next lease's work). The pool grows on demand, up to an optional limit. Streams are
-/// destroyed when the pool drops.
+/// destroyed when the pool drops. A stream whose lease made a
+/// [`CurrentStreamGuard`](crate::CurrentStreamGuard) that was leaked (`mem::forget`) is not
+/// leased again: the guard names it for the rest of the process.
 ///
 /// ```no_run
 /// use cuda_stream::{Context, StreamOptions, StreamPool};
@@ -38,6 +41,9 @@ pub(crate) struct PoolInner {
     options: StreamOptions,
     limit: Option<usize>,
     free: FreeList,
+    /// Streams given back while a leaked current-stream guard names them: never handed out again
+    /// (see [`PoolInner::release`]).
+    held_back: Mutex<Vec<usize>>,
     created: Mutex<usize>,
     _keep: Option<Context>,
 }
@@ -154,6 +160,7 @@ impl StreamPool {
                 options,
                 limit,
                 free: FreeList::new(),
+                held_back: Mutex::new(Vec::new()),
                 created: Mutex::new(0),
                 _keep: keep,
             }),
@@ -249,18 +256,38 @@ impl PoolInner {
         made
     }
 
+    /// Takes back a stream that was leased or taken. One that a current-stream guard still
+    /// names is held back instead, for good: a guard outlives the lease it was made from only
+    /// when it was leaked (`mem::forget`), and it then names the stream for the rest of the
+    /// process, so that `current_stream` would lend a plain view of whoever leased it next, a
+    /// capture's fork among them (see `stream::host_fn` on why no safe code may see a stream
+    /// being captured). One atomic load when no guard exists.
     #[inline]
     pub(crate) fn release(&self, raw: usize) {
+        if crate::stream::guarded_streams::contains(raw as ffi::CUstream) {
+            self.hold_back(raw);
+            return;
+        }
         self.free.push(raw);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn hold_back(&self, raw: usize) {
+        self.held_back
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(raw);
     }
 }
 
 impl Drop for PoolInner {
-    /// Destroys the free streams (no lease exists: leases borrow the pool), each exactly once,
-    /// except one a leaked current-stream guard still names; inside a host function the destroys
-    /// are queued for an ordinary thread.
+    /// Destroys the free and held-back streams (no lease exists: leases borrow the pool), each
+    /// exactly once, except one a leaked current-stream guard still names; inside a host
+    /// function the destroys are queued for an ordinary thread.
     fn drop(&mut self) {
-        for raw in self.free.drain() {
+        let held = std::mem::take(self.held_back.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for raw in self.free.drain().into_iter().chain(held) {
             let _ = crate::stream::owned::destroy_or_defer(raw as ffi::CUstream);
         }
     }

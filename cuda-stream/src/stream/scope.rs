@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::{Error, Result, check, driver_fn, refuse_in_host_fn};
 use crate::driver::context::Context;
 use crate::driver::context::create_plain_event;
 use crate::ffi;
@@ -489,6 +489,10 @@ impl<'env> Stream<'env> {
         priority: i32,
         f: impl for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
     ) -> Result<R> {
+        // The links call the driver through pointers resolved once per thread, past the lookup
+        // that refuses calls inside a host function: the scope asks here instead, once. (A scope
+        // is not `Send`, so its forks and joins run on this thread, outside any host function.)
+        refuse_in_host_fn("cuEventRecord")?;
         let home = start(self.context_raw(), priority)?;
         let scope = Scope {
             parent: self,

@@ -335,7 +335,10 @@ impl<'a> Stream<'a> {
         unsafe { self.wait_event_raw(event.raw()) }
     }
 
-    /// [`Stream::wait_event`] for an event handle created elsewhere.
+    /// [`Stream::wait_event`] for an event handle created elsewhere. Waiting on an event recorded
+    /// in a graph capture (a [`CapturedEvent`](crate::CapturedEvent)'s handle, or another
+    /// library's) makes this stream join that capture: its later work is captured, not run, and
+    /// the capture cannot end until the stream is joined back.
     ///
     /// # Safety
     /// `event` must be a live event handle for the duration of the call.
@@ -378,7 +381,8 @@ impl<'a> Stream<'a> {
         // Looked up once: on older drivers every call goes straight to the context.
         static GET_DEVICE: Newest<ffi::pfn::cuStreamGetDevice> = Newest::new();
         if !self.is_default() {
-            if let Ok(f) = GET_DEVICE.get(&[ffi::fns::cuStreamGetDevice]) {
+            // Inside a host function the context's path below is refused too.
+            if let Ok(f) = GET_DEVICE.get("cuStreamGetDevice", &[ffi::fns::cuStreamGetDevice]) {
                 let mut d = 0;
                 // SAFETY: `self.raw` is live; `d` is a valid out-pointer.
                 check(unsafe { f(self.raw, &mut d) }, "cuStreamGetDevice")?;

@@ -25,8 +25,8 @@
 //! call) are nothing like libcuda's. What it measures is the difference between two cases that
 //! make the same driver calls, which is cuda-stream's own work.
 //!
-//! The cases, by family: `stream_create`, `host_fns`, `completion`, `scopes`, `graphs`; `--time`'s
-//! batches and statistics are in `compare`.
+//! The cases, by family: `stream_create`, `stream_ops` (the hot rows), `host_fns`, `completion`,
+//! `scopes`, `graphs`, `memory`; `--time`'s batches and statistics are in `compare`.
 
 mod compare;
 mod completion;
@@ -35,6 +35,7 @@ mod host_fns;
 mod memory;
 mod scopes;
 mod stream_create;
+mod stream_ops;
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -61,6 +62,14 @@ const CASES: &[(&str, &str)] = &[
         "cuStreamCreate(NON_BLOCKING) + cuStreamDestroy",
     ),
     ("stream-create-safe", "OwnedStream::new + drop"),
+    ("query-raw", "cuStreamQuery of an idle stream"),
+    ("query-safe", "Stream::query of an idle stream"),
+    ("record-raw", "cuEventRecord of a reused event"),
+    ("record-safe", "Stream::record of a reused event"),
+    ("wait-raw", "cuStreamWaitEvent on a recorded event"),
+    ("wait-safe", "Stream::wait_event on a recorded event"),
+    ("sync-raw", "cuStreamSynchronize of an idle stream"),
+    ("sync-safe", "Stream::synchronize of an idle stream"),
     (
         "scope-raw",
         "2 forks by hand: cuEventRecord + cuStreamWaitEvent to fork and to join each",
@@ -282,7 +291,8 @@ impl Fixture {
             || self.completion(&c)
             || self.scopes(&c)
             || self.graphs(&c)
-            || self.memory(&c);
+            || self.memory(&c)
+            || self.stream_ops(&c);
         if !known {
             panic!("unknown case {name:?} (see --list)");
         }

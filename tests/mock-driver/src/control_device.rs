@@ -1,6 +1,7 @@
 //! [`MockDriver`]'s view of modules, launches, device memory, memory pools and page-locked host
-//! memory: the `cuda_mock_*` control functions of `exports/kernels.rs` and `exports/pools.rs`,
-//! resolved from the loaded library on each call.
+//! memory, and its pause of a driver call: the `cuda_mock_*` control functions of
+//! `exports/kernels.rs`, `exports/pools.rs` and `exports/control.rs`, resolved from the loaded
+//! library on each call.
 
 use std::ffi::c_int;
 
@@ -25,15 +26,38 @@ pub struct MockLaunch {
 impl MockDriver {
     /// The control function `name` of the loaded library.
     fn control<T: Copy>(&self, name: &[u8]) -> T {
-        // SAFETY: `name` is one of the mock's exports, declared with type `T` in
-        // `exports/kernels.rs`; the library stays loaded while `self` lives (and is linked
-        // `-z nodelete`).
+        // SAFETY: `name` is one of the mock's exports, declared with type `T` in `exports/`
+        // (`kernels.rs`, `pools.rs`, `control.rs`); the library stays loaded while `self`
+        // lives (and is linked `-z nodelete`).
         unsafe {
             *self
                 ._lib
                 .get::<T>(name)
                 .expect("the mock exports its control functions")
         }
+    }
+
+    /// Holds the caller of the next call of `name` (a binding name, as for
+    /// [`fail`](MockDriver::fail)), by any thread, once it is answered, until
+    /// [`resume`](MockDriver::resume): a test decides what happens between two driver calls of
+    /// another thread. Panics for a symbol the flavour does not export.
+    pub fn pause_after(&self, name: &str) {
+        let c = std::ffi::CString::new(name).expect("no NUL in a symbol name");
+        let f = self.control::<unsafe extern "C" fn(*const std::ffi::c_char) -> c_int>(
+            b"cuda_mock_pause_after\0",
+        );
+        // SAFETY: a NUL-terminated string that outlives the call.
+        assert_eq!(unsafe { f(c.as_ptr()) }, 0, "cuda_mock_pause_after({name})");
+    }
+
+    /// Whether a caller is held by [`pause_after`](MockDriver::pause_after).
+    pub fn paused(&self) -> bool {
+        self.control::<extern "C" fn() -> c_int>(b"cuda_mock_paused\0")() == 1
+    }
+
+    /// Lets the caller held by [`pause_after`](MockDriver::pause_after) go on (a reset does too).
+    pub fn resume(&self) {
+        self.control::<extern "C" fn()>(b"cuda_mock_resume\0")()
     }
 
     /// Modules loaded now.

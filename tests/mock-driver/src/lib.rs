@@ -61,7 +61,9 @@
 //!   on the worker on every launch (kernels and memory reach the capture through
 //!   `capture::on_device_work`, graph launches through `capture::on_enqueue`, an opaque node); a
 //!   user object's destructor runs on the worker after the launches that hold it. Each module's
-//!   documentation states its model.
+//!   documentation states its model. Graph objects are not synchronised, as in the driver: an
+//!   explicit graph call (`cuGraphRetainUserObject`, `cuGraphGetNodes`, ...) that begins while
+//!   another on the same graph is under way is counted (`cuda_mock_concurrent_graph_calls`).
 //! - A stream "owned by someone else" (for borrowing tests) is just one the test creates with
 //!   `cuStreamCreate` through the driver: the mock does not care who created a handle, only that
 //!   it did and that it is still alive.
@@ -120,6 +122,10 @@
 //! uint64_t cuda_mock_live_user_objects(void);             // with references left
 //! uint64_t cuda_mock_user_object_destructors_run(void);   // since load, never reset
 //! uint64_t cuda_mock_live_captures(void);                 // active or invalidated
+//! uint64_t cuda_mock_concurrent_graph_calls(void);        // explicit graph calls on a graph already in use
+//! int      cuda_mock_pause_after(const char *name);       // hold the next caller of name, once answered
+//! int      cuda_mock_paused(void);                        // 1 while a caller is held
+//! void     cuda_mock_resume(void);                        // let it go (cuda_mock_reset does too)
 //! uint64_t cuda_mock_calls(const char *name);             // calls of a symbol, failed ones included
 //! int      cuda_mock_destroyed(void *handle);             // 1 destroyed, 0 alive, -1 never created
 //! uint64_t cuda_mock_live_modules(void);
@@ -209,7 +215,10 @@ mod control_device;
 
 mod flavours;
 
+mod flavour_runs;
+
 pub use control_device::MockLaunch;
+pub use flavour_runs::{FlavourRun, report, run_in_each_flavour};
 pub use flavours::{FLAVOUR_VAR, FLAVOURS, Flavour, mock_driver_file_name, mock_driver_path};
 
 use std::ffi::{CString, c_char, c_int, c_void};
@@ -236,7 +245,7 @@ pub struct MockDriver {
     exports: unsafe extern "C" fn(*const c_char) -> c_int,
     set_device_count: extern "C" fn(c_int) -> c_int,
     counters: [Counter; 10],
-    graph_counters: [Counter; 5],
+    graph_counters: [Counter; 6],
     calls: unsafe extern "C" fn(*const c_char) -> u64,
     destroyed: extern "C" fn(*mut c_void) -> c_int,
     event_flags: extern "C" fn(*mut c_void) -> i64,
@@ -264,12 +273,13 @@ const COUNTERS: [&[u8]; 10] = [
 ];
 
 /// The counters of graphs and captures (`exports/user_objects.rs`).
-const GRAPH_COUNTERS: [&[u8]; 5] = [
+const GRAPH_COUNTERS: [&[u8]; 6] = [
     b"cuda_mock_live_graphs\0",
     b"cuda_mock_live_graph_execs\0",
     b"cuda_mock_live_user_objects\0",
     b"cuda_mock_user_object_destructors_run\0",
     b"cuda_mock_live_captures\0",
+    b"cuda_mock_concurrent_graph_calls\0",
 ];
 
 fn c_string(s: &str) -> CString {
@@ -313,7 +323,7 @@ impl MockDriver {
             for (slot, name) in counters.iter_mut().zip(COUNTERS) {
                 *slot = *lib.get::<Counter>(name)?;
             }
-            let mut graph_counters = [cuda_mock_never as Counter; 5];
+            let mut graph_counters = [cuda_mock_never as Counter; 6];
             for (slot, name) in graph_counters.iter_mut().zip(GRAPH_COUNTERS) {
                 *slot = *lib.get::<Counter>(name)?;
             }
@@ -464,6 +474,12 @@ impl MockDriver {
     pub fn live_captures(&self) -> u64 {
         (self.graph_counters[4])()
     }
+    /// Explicit graph calls (`cuGraphRetainUserObject`, `cuGraphGetNodes`, ...) that began while
+    /// another call on the same graph was under way, since the last reset: the driver does not
+    /// synchronise graph objects, so callers must serialise them.
+    pub fn concurrent_graph_calls(&self) -> u64 {
+        (self.graph_counters[5])()
+    }
 
     /// Calls of `name` since the last reset, failed ones included.
     pub fn calls(&self, name: &str) -> u64 {
@@ -491,89 +507,4 @@ impl MockDriver {
 
 extern "C" fn cuda_mock_never() -> u64 {
     0
-}
-
-/// One flavour's run of a test binary in a child process (see [`run_in_each_flavour`]).
-#[derive(Debug)]
-pub struct FlavourRun {
-    /// The flavour it ran against.
-    pub flavour: &'static Flavour,
-    /// How the child exited.
-    pub status: std::process::ExitStatus,
-    /// What it printed.
-    pub stdout: String,
-    /// What it printed to stderr.
-    pub stderr: String,
-}
-
-impl FlavourRun {
-    /// What its stdout lines say from `marker` on, for every line with `marker` in it (a line
-    /// printed by a test under `--nocapture` may follow libtest's `test name ... ` on its line).
-    pub fn lines_containing(&self, marker: &str) -> Vec<&str> {
-        self.stdout
-            .lines()
-            .filter_map(|l| l.find(marker).map(|i| &l[i..]))
-            .collect()
-    }
-
-    /// A report of a failed run: the flavour, the exit status, and the end of both outputs.
-    pub fn failure_report(&self) -> String {
-        let tail = |s: &str| {
-            let lines: Vec<&str> = s.lines().collect();
-            lines[lines.len().saturating_sub(60)..].join("\n")
-        };
-        format!(
-            "=== {} ({}): {}\n--- stdout (end)\n{}\n--- stderr (end)\n{}",
-            self.flavour.name,
-            self.flavour.key(),
-            self.status,
-            tail(&self.stdout),
-            tail(&self.stderr)
-        )
-    }
-}
-
-/// Runs the running test executable again once per flavour, all at once, each child with
-/// [`FLAVOUR_VAR`] naming its flavour, `CUDA_SYS_LIBCUDA` its library (so that the process-wide
-/// driver loads it, as it would libcuda), the environment `env` and the libtest arguments `args`
-/// (such as `["--test-threads=1", "--nocapture", "--skip", "the_runner"]`); returns their outcomes
-/// in the order of `flavours`. The mock's state is per process, so one flavour per process.
-pub fn run_in_each_flavour(
-    flavours: &[&'static Flavour],
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Vec<FlavourRun> {
-    let exe = std::env::current_exe().expect("the test executable");
-    let children: Vec<_> = flavours
-        .iter()
-        .map(|f| {
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(args)
-                .env(FLAVOUR_VAR, f.key())
-                .env("CUDA_SYS_LIBCUDA", f.path())
-                .envs(env.iter().copied())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            (f, cmd.spawn().expect("the test executable runs again"))
-        })
-        .collect();
-    children
-        .into_iter()
-        .map(|(f, child)| {
-            let out = child.wait_with_output().expect("the child's output");
-            FlavourRun {
-                flavour: f,
-                status: out.status,
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            }
-        })
-        .collect()
-}
-
-/// Prints `line` past the test harness's output capture, so that it shows in `cargo test`'s
-/// output even when the test passes.
-pub fn report(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }

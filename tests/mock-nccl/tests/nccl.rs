@@ -441,10 +441,7 @@ fn a_communicator_dropped_or_closed_in_a_host_function_is_destroyed_later() {
     let (closed, live_inside) = rx.recv().unwrap();
     assert_eq!(
         closed,
-        Err(
-            "ncclCommDestroy cannot be made inside a host function; the destroy was deferred"
-                .into()
-        )
+        Err("ncclCommDestroy cannot be made inside a host function".into())
     );
     assert_eq!(
         live_inside,
@@ -458,6 +455,59 @@ fn a_communicator_dropped_or_closed_in_a_host_function_is_destroyed_later() {
     );
     drain_deferred();
     assert_eq!(n.live_comms(), alive, "both destroyed afterwards");
+}
+
+#[test]
+fn nccl_calls_inside_a_host_function_are_refused_before_nccl() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let s = ctx.new_stream().unwrap();
+    let other = ctx.new_stream().unwrap();
+    let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &other, 64).unwrap();
+    other.synchronize().unwrap();
+    let nccl_calls = || n.calls("ncclCommGetAsyncError") + n.calls("ncclAllReduce");
+    let before = nccl_calls();
+    let (tx, rx) = std::sync::mpsc::channel();
+    s.launch_host_func(move || {
+        let checked = comm.check_async();
+        let reduced = comm.all_reduce_in_place(&other, &mut x, ReduceOp::Sum);
+        // Everything goes back to an ordinary thread.
+        let _ = tx.send((checked, reduced, comm, other, x));
+    })
+    .unwrap();
+    s.synchronize().unwrap();
+    let (checked, reduced, comm, other, mut x) = rx.recv().unwrap();
+    assert!(
+        matches!(
+            checked,
+            Err(Error::InHostFunction {
+                call: "ncclCommGetAsyncError"
+            })
+        ),
+        "{checked:?}"
+    );
+    assert!(
+        matches!(reduced, Err(Error::InHostFunction { .. })),
+        "{reduced:?}"
+    );
+    assert_eq!(nccl_calls(), before, "NCCL was called from a host function");
+    assert_eq!(
+        m.host_fn_api_calls(),
+        0,
+        "the driver was called from a host function"
+    );
+    // The same calls on an ordinary thread reach NCCL.
+    let reduces = n.calls("ncclAllReduce");
+    comm.check_async().unwrap();
+    comm.all_reduce_in_place(&other, &mut x, ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(n.calls("ncclAllReduce"), reduces + 1);
 }
 
 /// Runs `test` again in a child process with `CUDA_SYS_LIBNCCL=nccl` (and the child flag).

@@ -132,8 +132,11 @@ macro_rules! driver_function_list {
             cuThreadExchangeStreamCaptureMode,
             cuEventRecordWithFlags,
             cuEventRecordWithFlags_ptsz,
-            // Graphs, executable graphs (`exports/graphs.rs`), user objects (`user_objects.rs`).
+            // Graphs, executable graphs (`exports/graphs.rs`), their nodes (`graph_nodes.rs`),
+            // user objects (`user_objects.rs`).
             cuGraphGetNodes,
+            cuGraphNodeGetType,
+            cuGraphHostNodeGetParams,
             cuGraphDestroy,
             cuGraphDebugDotPrint,
             cuGraphInstantiate,

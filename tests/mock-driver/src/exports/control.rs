@@ -6,17 +6,52 @@ use std::sync::LazyLock;
 
 use cuda_sys::CUresult;
 
-use super::call::{c_str, guard, read};
+use super::call::{c_str, guard, pause_after, paused, read, resume};
 use crate::base::config::MAX_DEVICES;
 use crate::base::config::{Rule, parse_config};
 use crate::base::flavour::{FLAVOUR, canonical};
 use crate::model::records::{EventRec, Object, StreamRec};
 use crate::state::{self, State};
 
-/// applies `CUDA_MOCK_CONFIG` again. Handles, contexts and queued host functions are untouched.
+/// applies `CUDA_MOCK_CONFIG` again, and lets a caller held by a pause go. Handles, contexts and
+/// queued host functions are untouched.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mock_reset() {
-    guard((), || state::lock().reset());
+    guard((), || {
+        resume();
+        state::lock().reset();
+    });
+}
+
+/// Holds the caller of the next call of `name` (any thread), after it is answered, until
+/// `cuda_mock_resume`: returns 0, or -1 for a symbol the flavour does not export.
+///
+/// # Safety
+///
+/// `name` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuda_mock_pause_after(name: *const c_char) -> c_int {
+    // SAFETY: the caller's promise.
+    let name = unsafe { c_str(name) };
+    guard(-1, || match name.and_then(canonical) {
+        Some(symbol) => {
+            pause_after(symbol);
+            0
+        }
+        None => -1,
+    })
+}
+
+/// 1 while a caller is held by `cuda_mock_pause_after`, else 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_paused() -> c_int {
+    guard(0, || c_int::from(paused()))
+}
+
+/// Lets the held caller go on (and forgets a pause that has not fired).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_resume() {
+    guard((), resume);
 }
 
 /// Applies a configuration in `CUDA_MOCK_CONFIG` syntax on top of the current one. Returns 0, or

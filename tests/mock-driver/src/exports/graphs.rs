@@ -8,7 +8,7 @@ use cuda_sys::{
     CUgraphExecUpdateResultInfo, CUgraphInstantiateResult, CUgraphNode, CUresult, CUstream,
 };
 
-use super::call::{INVALID_VALUE, SUCCESS, api, per_thread_null, put};
+use super::call::{INVALID_VALUE, SUCCESS, api, graph_api, per_thread_null, put};
 use crate::model::graph::{ExecRec, GraphJob, GraphRec, Node, NodeKind, fresh_handle};
 use crate::model::jobs::Work;
 use crate::model::records::StreamRef;
@@ -63,7 +63,7 @@ pub unsafe extern "C" fn cuGraphGetNodes(
     nodes: *mut CUgraphNode,
     num_nodes: *mut usize,
 ) -> CUresult {
-    api("cuGraphGetNodes", false, |mut st| {
+    graph_api("cuGraphGetNodes", graph as usize, |mut st| {
         if num_nodes.is_null() {
             return INVALID_VALUE;
         }
@@ -91,7 +91,7 @@ pub unsafe extern "C" fn cuGraphGetNodes(
 /// None beyond the C contract; the handle is only looked up.
 #[cfg_attr(exported = "cuGraphDestroy", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
-    api("cuGraphDestroy", false, |mut st| {
+    graph_api("cuGraphDestroy", graph as usize, |mut st| {
         if st.graphs.captures.owns_graph(graph as usize) {
             // The capture owns its graph until it ends.
             return CUresult::CUDA_ERROR_ILLEGAL_STATE;
@@ -112,7 +112,7 @@ pub unsafe extern "C" fn cuGraphDebugDotPrint(
     path: *const c_char,
     _flags: c_uint,
 ) -> CUresult {
-    api("cuGraphDebugDotPrint", false, |mut st| {
+    graph_api("cuGraphDebugDotPrint", graph as usize, |mut st| {
         if path.is_null() {
             return INVALID_VALUE;
         }
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     graph: CUgraph,
     flags: c_ulonglong,
 ) -> CUresult {
-    api("cuGraphInstantiateWithFlags", false, |mut st| {
+    graph_api("cuGraphInstantiateWithFlags", graph as usize, |mut st| {
         if exec.is_null() || flags & UPLOAD != 0 {
             return INVALID_VALUE;
         }
@@ -248,7 +248,7 @@ unsafe fn instantiate_logged(
     log: *mut c_char,
     log_size: usize,
 ) -> CUresult {
-    api(symbol, false, |mut st| {
+    graph_api(symbol, graph as usize, |mut st| {
         if exec.is_null() {
             return INVALID_VALUE;
         }
@@ -318,7 +318,7 @@ unsafe fn instantiate_params(
     params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
     per_thread: bool,
 ) -> CUresult {
-    api(symbol, false, |mut st| {
+    graph_api(symbol, graph as usize, |mut st| {
         if exec.is_null() || params.is_null() {
             return INVALID_VALUE;
         }

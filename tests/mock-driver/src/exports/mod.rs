@@ -64,6 +64,8 @@ mod launch_ex;
 
 mod graphs;
 
+mod graph_nodes;
+
 mod user_objects;
 
 mod capture;
@@ -92,6 +94,7 @@ mod tests {
             include_str!("kernels.rs"),
             include_str!("launch_ex.rs"),
             include_str!("graphs.rs"),
+            include_str!("graph_nodes.rs"),
             include_str!("user_objects.rs"),
             include_str!("capture.rs"),
             include_str!("control.rs"),

@@ -11,6 +11,7 @@ use super::capture::*;
 use super::contexts::*;
 use super::devices::*;
 use super::events::*;
+use super::graph_nodes::*;
 use super::graphs::*;
 use super::init::*;
 use super::kernels::*;

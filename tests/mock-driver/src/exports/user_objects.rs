@@ -5,7 +5,7 @@ use std::ffi::{c_uint, c_void};
 
 use cuda_sys::{CUgraph, CUhostFn, CUresult, CUuserObject};
 
-use super::call::{INVALID_VALUE, SUCCESS, api, put, read};
+use super::call::{INVALID_VALUE, SUCCESS, api, graph_api, put, read};
 use super::graphs::graph_mut;
 use crate::model::graph::{UserObject, fresh_handle};
 use crate::state::worker::release;
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
     count: c_uint,
     flags: c_uint,
 ) -> CUresult {
-    api("cuGraphRetainUserObject", false, |mut st| {
+    graph_api("cuGraphRetainUserObject", graph as usize, |mut st| {
         if count == 0 || flags & !GRAPH_USER_OBJECT_MOVE != 0 {
             return INVALID_VALUE;
         }
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn cuGraphReleaseUserObject(
     object: CUuserObject,
     count: c_uint,
 ) -> CUresult {
-    api("cuGraphReleaseUserObject", false, |mut st| {
+    graph_api("cuGraphReleaseUserObject", graph as usize, |mut st| {
         let g = tri!(graph_mut(&mut st, graph as usize));
         let Some(i) = g.objects.iter().position(|(h, _)| *h == object as usize) else {
             return INVALID_VALUE;
@@ -180,6 +180,13 @@ pub extern "C" fn cuda_mock_live_user_objects() -> u64 {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuda_mock_user_object_destructors_run() -> u64 {
     read(|st| st.graphs.destructors_run)
+}
+
+/// Explicit graph calls made while another on the same graph was under way, since the last
+/// reset (the driver does not synchronise graph objects).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_concurrent_graph_calls() -> u64 {
+    read(|st| st.counters.concurrent_graph_calls)
 }
 
 /// Captures under way (active or invalidated).

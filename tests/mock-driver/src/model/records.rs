@@ -15,6 +15,9 @@ pub(crate) struct Counters {
     pub(crate) bad_uses: u64,
     pub(crate) orphans: u64,
     pub(crate) host_fn_api_calls: u64,
+    /// Explicit graph calls that began while another on the same graph was under way
+    /// (`exports::call::graph_api`).
+    pub(crate) concurrent_graph_calls: u64,
 }
 
 /// A device's primary context.

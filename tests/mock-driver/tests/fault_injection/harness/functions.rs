@@ -89,6 +89,8 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "cuThreadExchangeStreamCaptureMode",
     "cuEventRecordWithFlags",
     "cuGraphGetNodes",
+    "cuGraphNodeGetType",
+    "cuGraphHostNodeGetParams",
     "cuGraphDestroy",
     "cuGraphDebugDotPrint",
     "cuGraphInstantiate",

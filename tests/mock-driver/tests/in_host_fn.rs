@@ -1,0 +1,191 @@
+//! CUDA calls from inside a host function, against the mock driver: every operation of
+//! `cuda-stream` that would call the driver there returns `Error::InHostFunction` naming the
+//! call, before the driver sees anything. The mock refuses any call made from inside one of its
+//! host functions (`CUDA_ERROR_NOT_PERMITTED`) and counts it, so a call that slipped through
+//! shows as a driver error and a count; a real driver can deadlock instead
+//! (`s.launch_host_func(move || s2.synchronize())` waits for the host function itself).
+//!
+//! Each operation runs inside a host function on the mock's worker and sends its result back
+//! through a channel.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+use cuda_mock_driver::MockDriver;
+use cuda_stream::{
+    CaptureMode, Context, DeviceBuffer, Error, EventOptions, OwnedStream, StreamPool,
+};
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+/// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
+fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let m = MockDriver::global();
+    m.reset();
+    (guard, m)
+}
+
+/// Polls `fut` to its end on this thread (a waker that does nothing: the futures here resolve
+/// in their first poll or never).
+fn block_on<F: Future>(fut: F) -> F::Output {
+    struct Nothing;
+    impl Wake for Nothing {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = Waker::from(Arc::new(Nothing));
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..1_000 {
+        if let Poll::Ready(v) = Pin::new(&mut fut).poll(&mut TaskContext::from_waker(&waker)) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+    panic!("the future did not resolve");
+}
+
+/// Runs `op` inside a host function on `s` and returns what it returned, once the stream has
+/// run it.
+fn inside<T: Send + 'static>(
+    s: &OwnedStream,
+    op: impl FnOnce() -> cuda_stream::Result<T> + Send + 'static,
+) -> cuda_stream::Result<T> {
+    let (tx, rx) = mpsc::channel();
+    s.launch_host_func(move || {
+        let _ = tx.send(op());
+    })
+    .expect("the host function is enqueued");
+    s.synchronize().expect("the stream runs it");
+    rx.recv().expect("the host function ran")
+}
+
+/// Asserts that `r` is `Error::InHostFunction` naming a driver function (the first one the
+/// operation would have called).
+#[track_caller]
+fn refused<T: std::fmt::Debug>(what: &str, r: cuda_stream::Result<T>) {
+    match &r {
+        Err(Error::InHostFunction { call }) if call.starts_with("cu") => {
+            println!("{what}: refused before {call}");
+        }
+        _ => panic!("{what} inside a host function: expected InHostFunction, got {r:?}"),
+    }
+}
+
+/// The pattern: a host function that synchronizes its own stream (through a clone of the
+/// `Arc` that owns it) gets the error, and the driver is never called from the host function.
+#[test]
+fn a_host_function_that_synchronizes_its_own_stream_gets_an_error() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = Arc::new(ctx.new_stream().unwrap());
+    let s2 = s.clone();
+    let syncs = m.calls("cuStreamSynchronize");
+    let r = inside(&s, move || s2.synchronize());
+    refused("synchronize", r);
+    assert_eq!(
+        m.host_fn_api_calls(),
+        0,
+        "the driver was called from the host function"
+    );
+    assert_eq!(
+        m.calls("cuStreamSynchronize"),
+        syncs + 1,
+        "only the test's own synchronize reached the driver"
+    );
+}
+
+/// One operation of each kind, each inside a host function: none reaches the driver.
+#[test]
+fn every_kind_of_operation_is_refused_inside_a_host_function() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let other = Arc::new(ctx.new_stream().unwrap());
+    let buf = Arc::new(DeviceBuffer::<u32>::from_host(&ctx, &s, &[1, 2, 3]).unwrap());
+    let event = Arc::new(other.record_event().unwrap());
+    let pool = Arc::new(StreamPool::new(&ctx, Default::default()));
+    s.synchronize().unwrap();
+    let before = m.host_fn_api_calls();
+
+    let (o, b) = (other.clone(), buf.clone());
+    refused("DeviceBuffer::to_vec", inside(&s, move || b.to_vec(&*o)));
+    let o = other.clone();
+    refused(
+        "block_on(completed())",
+        inside(&s, move || block_on(o.completed())),
+    );
+    let (o, e) = (other.clone(), event.clone());
+    refused("record", inside(&s, move || o.record(&e)));
+    let (o, e) = (other.clone(), event.clone());
+    refused("wait_event", inside(&s, move || o.wait_event(&e)));
+    let o = other.clone();
+    refused("query", inside(&s, move || o.query()));
+    let (o, c) = (other.clone(), ctx.clone());
+    refused(
+        "DeviceBuffer::alloc_on",
+        inside(&s, move || {
+            DeviceBuffer::<u32>::alloc_on(&c, &*o, 16).map(drop)
+        }),
+    );
+    let (o, b) = (other.clone(), buf.clone());
+    refused("DeviceBuffer::fill", inside(&s, move || b.fill(&*o, 7)));
+    let c = ctx.clone();
+    refused(
+        "Context::new_stream",
+        inside(&s, move || c.new_stream().map(drop)),
+    );
+    let (o, e) = (other.clone(), event.clone());
+    refused(
+        "Event::synchronize",
+        inside(&s, move || {
+            let _keep = o;
+            e.synchronize()
+        }),
+    );
+    let c = ctx.clone();
+    refused("Context::synchronize", inside(&s, move || c.synchronize()));
+    let o = other.clone();
+    refused(
+        "Stream::scope",
+        inside(&s, move || o.scope(|f| f.fork().map(drop))),
+    );
+    let p = pool.clone();
+    refused(
+        "StreamPool::acquire",
+        inside(&s, move || p.acquire()?.launch_host_func(|| ())),
+    );
+    let o = other.clone();
+    refused(
+        "launch_host_func",
+        inside(&s, move || o.launch_host_func(|| ())),
+    );
+    let o = other.clone();
+    refused(
+        "record_event_with(timing)",
+        inside(&s, move || {
+            o.record_event_with(EventOptions::new().timing(true))
+                .map(drop)
+        }),
+    );
+    let o = other.clone();
+    refused("capture_status", inside(&s, move || o.capture_status()));
+    let c = ctx.clone();
+    refused(
+        "OwnedStream::capture",
+        inside(&s, move || {
+            let mut own = OwnedStream::new(&c, Default::default())?;
+            own.capture(CaptureMode::ThreadLocal, |_| Ok(())).map(drop)
+        }),
+    );
+    assert_eq!(
+        m.host_fn_api_calls(),
+        before,
+        "the driver was called from a host function"
+    );
+    // Everything still works outside.
+    assert_eq!(buf.to_vec(&s).unwrap(), [1, 2, 3]);
+    other.synchronize().unwrap();
+}
