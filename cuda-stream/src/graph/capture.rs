@@ -97,6 +97,11 @@ fn run_once_nodes(graph: ffi::CUgraph) -> (Vec<(Discard, *mut c_void)>, Result<(
         // SAFETY: the graph is live; a null array asks for the count.
         let rc = unsafe { get_nodes(graph, ptr::null_mut(), &mut n) };
         check(rc, "cuGraphGetNodes")?;
+        if n == 0 {
+            // An empty graph: the driver (580) answers a second call with an empty array
+            // `CUDA_ERROR_INVALID_VALUE`.
+            return Ok(());
+        }
         let mut nodes = vec![ptr::null_mut(); n];
         // SAFETY: `nodes` has room for `n` handles.
         let rc = unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut n) };

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::base::error::{Error, Result};
-use crate::driver::context::{Context, bind};
+use crate::driver::context::Context;
 use crate::driver::deferred_destroy::{Deferred, defer, in_host_fn};
 use crate::driver::device::Device;
 use crate::ffi::nccl::{ncclComm_t, ncclResult_t};
-use crate::nccl::call::{nccl_check, nccl_fn};
+use crate::nccl::call::{bind_for_nccl, nccl_check, nccl_fn};
 use crate::nccl::types::NcclId;
 
 /// One rank of an NCCL communicator, on the device of its [`Context`].
@@ -84,7 +84,7 @@ impl Drop for CommInner {
             defer([Deferred::new(self.raw as usize, f)]);
             return;
         }
-        let _bound = bind(self.ctx.raw());
+        let _bound = bind_for_nccl(self.ctx.raw());
         destroy_raw(self.raw, abort);
     }
 }
@@ -130,7 +130,7 @@ impl Communicator {
             // NCCL makes each device current in turn, then the one it found current again:
             // with the first device's context bound it finds that one, and the calling
             // thread's current context is the caller's afterwards (see `plan::issue`).
-            let _bound = bind(ctxs[0].raw())?;
+            let _bound = bind_for_nccl(ctxs[0].raw())?;
             // SAFETY: `raws` has room for `n` handles and `list` holds `n` ordinals (NCCL
             // checks them).
             let rc = unsafe { f(raws.as_mut_ptr(), n, list.as_ptr()) };
@@ -162,7 +162,7 @@ impl Communicator {
         }
         let f = nccl_fn!(ncclCommInitRank);
         // NCCL works on the current device: the context's, for the call.
-        let _bound = bind(ctx.raw())?;
+        let _bound = bind_for_nccl(ctx.raw())?;
         let mut raw: ncclComm_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the rank is in range.
         let rc = unsafe { f(&mut raw, n, id.raw(), rank as c_int) };
@@ -228,7 +228,7 @@ impl Communicator {
                 call: "ncclCommDestroy",
             });
         }
-        let _bound = bind(inner.ctx.raw());
+        let _bound = bind_for_nccl(inner.ctx.raw());
         let ctx = inner.ctx.clone();
         let r = destroy(inner.take(), false);
         drop(ctx);
@@ -248,7 +248,7 @@ impl Communicator {
                 call: "ncclCommAbort",
             });
         }
-        let _bound = bind(inner.ctx.raw());
+        let _bound = bind_for_nccl(inner.ctx.raw());
         let ctx = inner.ctx.clone();
         let r = destroy(inner.take(), true);
         drop(ctx);

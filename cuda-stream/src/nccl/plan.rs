@@ -6,14 +6,13 @@ use std::sync::Arc;
 
 use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
-use crate::driver::context::bind;
 use crate::ffi;
 use crate::graph::user_objects::keep_alive;
 use crate::memory::across::{TrackedUse, around_streams};
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
 use crate::memory::use_tracking::Access;
-use crate::nccl::call::{nccl_check, nccl_fn};
+use crate::nccl::call::{bind_for_nccl, nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
 use crate::stream::view::bind_if_special;
 
@@ -133,7 +132,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         if !grouped {
             let mut out = Ok(());
             for p in plans {
-                let _bound = bind(p.comm.context().raw())?;
+                let _bound = bind_for_nccl(p.comm.context().raw())?;
                 out = (p.call)(p.stream);
                 *enqueued = out.is_ok();
             }
@@ -146,7 +145,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         // call's context, which NCCL finds current and leaves so. A call on a default stream is
         // bound to its own context (NCCL resolves the handle through the current context).
         let _bound = match first_ctx {
-            Some(ctx) => Some(bind(ctx)?),
+            Some(ctx) => Some(bind_for_nccl(ctx)?),
             None => None,
         };
         // SAFETY: no arguments; every start is matched by the end below.

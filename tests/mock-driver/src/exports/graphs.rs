@@ -72,6 +72,10 @@ pub unsafe extern "C" fn cuGraphGetNodes(
         if !nodes.is_null() {
             // SAFETY: non-null; the caller's contract makes it readable.
             let room = unsafe { num_nodes.read() };
+            if room == 0 {
+                // An array of no room: the driver (580.159) answers so.
+                return INVALID_VALUE;
+            }
             for i in 0..room {
                 let h = handles.get(i).copied().unwrap_or(0);
                 // SAFETY: `i < room`, within the caller's array.
