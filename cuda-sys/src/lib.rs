@@ -65,6 +65,7 @@ mod results;
 /// Generated from `cuda.h`; see the banner of each file.
 #[rustfmt::skip]
 #[allow(
+    unknown_lints, // `unnecessary_transmutes` is newer than the minimum Rust version
     non_camel_case_types,
     non_snake_case,
     non_upper_case_globals,
