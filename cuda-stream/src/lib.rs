@@ -214,9 +214,7 @@ pub use base::params::{ArgMismatch, ParamInfo, ParamKind};
 pub use base::plain_data::{ArgKind, DeviceCopy};
 pub use base::priority::PriorityRange;
 pub use driver::context::{Context, ContextBinding, current_context_raw};
-pub use driver::deferred_destroy::{
-    deferred_failed, deferred_pending, deferred_total, drain_deferred,
-};
+pub use driver::deferred_destroy::{deferred_pending, drain_deferred};
 pub use driver::device::{Device, driver_version, init};
 pub use driver::event::{Event, EventOptions, IpcEventHandle};
 pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
@@ -228,9 +226,7 @@ pub use kernel::module::{Function, JitOptions, Module};
 pub use kernel::occupancy::BlockSize;
 pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, TypedKernel};
 pub use memory::borrowed::BorrowedBuffer;
-pub use memory::buffer::{
-    BufferUse, DeviceBuffer, IntoRawError, pending_frees, poll_pending_frees,
-};
+pub use memory::buffer::{BufferUse, DeviceBuffer, IntoRawError};
 pub use memory::graph_buffer::GraphBuffer;
 pub use memory::pinned::PinnedHostBuffer;
 pub use memory::pool::{MemPool, PoolAccess, PoolUsage};
@@ -244,6 +240,15 @@ pub use stream::owned::{OwnedStream, StreamOptions};
 pub use stream::pool::{PooledStream, StreamPool};
 pub use stream::scope::Scope;
 pub use stream::view::{AsStream, Enqueue, Stream};
+
+// Counters and pollers for this workspace's tests (feature `test-hooks`): hidden, and not part
+// of the API.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use driver::deferred_destroy::{deferred_failed, deferred_total};
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use memory::buffer::{pending_frees, poll_pending_frees};
 
 static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
 static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);

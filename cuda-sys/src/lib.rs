@@ -95,7 +95,6 @@ mod generated {
 }
 
 pub use generated::functions::*;
-pub use generated::symbols::{SYMBOL_COUNT, SYMBOLS};
 pub use generated::types::*;
 /// `cudaTypedefs.h`'s function-pointer typedefs (`PFN_cuEventElapsedTime_v2000`), one per ABI of
 /// each driver function, for use with `cuGetProcAddress`. Each binding's [`pfn`] type is the
