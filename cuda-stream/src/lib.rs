@@ -185,8 +185,18 @@
 #![doc = include_str!("../doc/driver-versions.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-/// The raw driver API this crate is built on, re-exported for raw handles and types.
+/// The raw driver API this crate is built on, the crate
+/// [`cuda-stream-sys`](https://docs.rs/cuda-stream-sys), re-exported so that raw handles and types
+/// (`ffi::CUstream`, `ffi::CUresult`, ...) come from the very version this crate uses.
+///
+/// It is a public dependency: the raw handles of this crate's API (`Stream::raw`,
+/// `Stream::borrow_raw`, `DeviceBuffer::device_ptr`, ...) have its types. The promise: one release
+/// series of cuda-stream re-exports one semver-compatible series of cuda-stream-sys (0.1 for
+/// cuda-stream 0.1); a move to an incompatible one (a newer CUDA header) is an incompatible
+/// release of cuda-stream too, even where the safe API does not change. Name raw types through
+/// this path rather than a dependency of your own on cuda-stream-sys, and the two never differ.
 pub use ffi;
 
 // Bottom to top: a module imports only from folders declared above it, and inside a folder
@@ -206,6 +216,7 @@ mod kernel;
 mod peer;
 
 #[cfg(feature = "nccl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub mod nccl;
 
 pub use base::capture_mode::{CaptureMode, CaptureStatus};
@@ -268,3 +279,8 @@ static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);
 static_assertions::assert_impl_all!(CaptureStream<'static>: Send, Sync, Copy);
 static_assertions::assert_impl_all!(CapturedEvent<'static>: Send, Sync, Copy);
 static_assertions::assert_not_impl_any!(CaptureModeGuard: Send, Sync);
+
+/// The examples of the README (the crate's page on the registry), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -58,6 +58,7 @@
 //! or a library that is not a CUDA driver is refused with an error naming it and what is wrong.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod loader;
 mod results;
@@ -129,6 +130,7 @@ pub use results::{result_description, result_name};
 /// # Ok::<(), cuda_sys::nccl::NcclLoadError>(())
 /// ```
 #[cfg(feature = "nccl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub mod nccl {
     pub use crate::generated::nccl::*;
     pub use crate::loader::nccl::{
