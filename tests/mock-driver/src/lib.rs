@@ -213,7 +213,7 @@ use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cuda_sys::CUresult;
+use cuda_sys::{CUresult, Driver};
 
 /// The file name of the full flavour's library on this platform.
 pub fn mock_driver_file_name() -> String {
@@ -414,8 +414,8 @@ impl MockDriver {
         static MOCK: std::sync::OnceLock<MockDriver> = std::sync::OnceLock::new();
         MOCK.get_or_init(|| {
             let path = mock_driver_path();
-            let driver = cuda_sys::Driver::open(&path).expect("the mock driver library opens");
-            cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+            let driver = Driver::open(&path).expect("the mock driver library opens");
+            Driver::install_global(driver).expect("nothing loaded a driver before");
             MockDriver::open(&path).expect("the mock's control functions resolve")
         })
     }
