@@ -71,13 +71,24 @@ impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoadError::NotFound { tried } => {
-                write!(f, "no CUDA driver library could be loaded; tried {}", list(tried))
+                write!(
+                    f,
+                    "no CUDA driver library could be loaded; tried {}",
+                    list(tried)
+                )
             }
             LoadError::NotADriver { path, reason } => {
-                write!(f, "{} is not a CUDA driver: {reason}", path.to_string_lossy())
+                write!(
+                    f,
+                    "{} is not a CUDA driver: {reason}",
+                    path.to_string_lossy()
+                )
             }
             LoadError::InvalidAbiVersion { setting, value } => {
-                write!(f, "{setting}={value:?} is not a CUDA version (write 12000 or 12.0)")
+                write!(
+                    f,
+                    "{setting}={value:?} is not a CUDA version (write 12000 or 12.0)"
+                )
             }
             LoadError::MissingSymbol {
                 name,
