@@ -114,7 +114,7 @@ pub(crate) fn generate_nccl(include: &Path) -> Result<Vec<(String, String)>> {
     s.push_str("}\n\n");
     let _ = writeln!(
         s,
-        "/// How many NCCL functions the bindings cover.\npub const NCCL_SYMBOL_COUNT: usize = {};\n\n/// The exported name of every NCCL function, sorted.\npub static NCCL_SYMBOLS: [&core::ffi::CStr; NCCL_SYMBOL_COUNT] = [",
+        "/// How many NCCL functions the bindings cover.\npub(crate) const NCCL_SYMBOL_COUNT: usize = {};\n\n/// The exported name of every NCCL function, sorted.\npub(crate) static NCCL_SYMBOLS: [&core::ffi::CStr; NCCL_SYMBOL_COUNT] = [",
         functions.len()
     );
     for (name, _) in &functions {

@@ -195,8 +195,18 @@
 #![doc = include_str!("../doc/driver-versions.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
-/// The raw driver API this crate is built on, re-exported for raw handles and types.
+/// The raw driver API this crate is built on, the crate
+/// [`cuda-stream-sys`](https://docs.rs/cuda-stream-sys), re-exported so that raw handles and types
+/// (`ffi::CUstream`, `ffi::CUresult`, ...) come from the very version this crate uses.
+///
+/// It is a public dependency: the raw handles of this crate's API (`Stream::raw`,
+/// `Stream::borrow_raw`, `DeviceBuffer::device_ptr`, ...) have its types. The promise: one release
+/// series of cuda-stream re-exports one semver-compatible series of cuda-stream-sys (0.1 for
+/// cuda-stream 0.1); a move to an incompatible one (a newer CUDA header) is an incompatible
+/// release of cuda-stream too, even where the safe API does not change. Name raw types through
+/// this path rather than a dependency of your own on cuda-stream-sys, and the two never differ.
 pub use ffi;
 
 // Bottom to top: a module imports only from folders declared above it, and inside a folder
@@ -216,6 +226,7 @@ mod kernel;
 mod peer;
 
 #[cfg(feature = "nccl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub mod nccl;
 
 pub use base::capture_mode::{CaptureMode, CaptureStatus};
@@ -224,9 +235,7 @@ pub use base::params::{ArgMismatch, ParamInfo, ParamKind};
 pub use base::plain_data::{ArgKind, DeviceCopy};
 pub use base::priority::PriorityRange;
 pub use driver::context::{Context, ContextBinding, current_context_raw};
-pub use driver::deferred_destroy::{
-    deferred_failed, deferred_pending, deferred_total, drain_deferred,
-};
+pub use driver::deferred_destroy::{deferred_pending, drain_deferred};
 pub use driver::device::{Device, driver_version, init};
 pub use driver::event::{Event, EventOptions, IpcEventHandle};
 pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
@@ -238,9 +247,7 @@ pub use kernel::module::{Function, JitOptions, Module};
 pub use kernel::occupancy::BlockSize;
 pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, TypedKernel};
 pub use memory::borrowed::BorrowedBuffer;
-pub use memory::buffer::{
-    BufferUse, DeviceBuffer, IntoRawError, pending_frees, poll_pending_frees,
-};
+pub use memory::buffer::{BufferUse, DeviceBuffer, IntoRawError};
 pub use memory::graph_buffer::GraphBuffer;
 pub use memory::pinned::PinnedHostBuffer;
 pub use memory::pool::{MemPool, PoolAccess, PoolUsage};
@@ -254,6 +261,15 @@ pub use stream::owned::{OwnedStream, StreamOptions};
 pub use stream::pool::{PooledStream, StreamPool};
 pub use stream::scope::Scope;
 pub use stream::view::{AsStream, Enqueue, Stream};
+
+// Counters and pollers for this workspace's tests (feature `test-hooks`): hidden, and not part
+// of the API.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use driver::deferred_destroy::{deferred_failed, deferred_total};
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use memory::buffer::{pending_frees, poll_pending_frees};
 
 static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
 static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);
@@ -273,3 +289,8 @@ static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);
 static_assertions::assert_impl_all!(CaptureStream<'static>: Send, Sync, Copy);
 static_assertions::assert_impl_all!(CapturedEvent<'static>: Send, Sync, Copy);
 static_assertions::assert_not_impl_any!(CaptureModeGuard: Send, Sync);
+
+/// The examples of the README (the crate's page on the registry), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -62,6 +62,7 @@
 //! names ([`Driver::open`]) is `unsafe`, as [`libloading::Library::new`] is.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod loader;
 mod results;
@@ -69,6 +70,7 @@ mod results;
 /// Generated from `cuda.h`; see the banner of each file.
 #[rustfmt::skip]
 #[allow(
+    unknown_lints, // `unnecessary_transmutes` is newer than the minimum Rust version
     non_camel_case_types,
     non_snake_case,
     non_upper_case_globals,
@@ -98,7 +100,6 @@ mod generated {
 }
 
 pub use generated::functions::*;
-pub use generated::symbols::{SYMBOL_COUNT, SYMBOLS};
 pub use generated::types::*;
 /// `cudaTypedefs.h`'s function-pointer typedefs (`PFN_cuEventElapsedTime_v2000`), one per ABI of
 /// each driver function, for use with `cuGetProcAddress`. Each binding's [`pfn`] type is the
@@ -133,6 +134,7 @@ pub use results::{result_description, result_name};
 /// # Ok::<(), cuda_sys::nccl::NcclLoadError>(())
 /// ```
 #[cfg(feature = "nccl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub mod nccl {
     pub use crate::generated::nccl::*;
     pub use crate::loader::nccl::{

@@ -284,8 +284,7 @@ fn every_abi_of_a_function_is_bound_under_its_typedef_suffix() {
 
 #[test]
 fn the_bindings_cover_the_whole_header() {
-    assert_eq!(SymbolInfo::all().len(), SYMBOL_COUNT);
-    const { assert!(SYMBOL_COUNT >= 530) };
+    assert!(SymbolInfo::all().len() >= 530);
     for name in [
         "cuInit",
         "cuDriverGetVersion",

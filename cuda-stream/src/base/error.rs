@@ -250,6 +250,7 @@ pub enum Error {
     /// An NCCL call returned an error (feature `nccl`), or a communicator reported an
     /// asynchronous error (`call` is then `ncclCommGetAsyncError`).
     #[cfg(feature = "nccl")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
     #[error("{call}: {}", ffi::nccl::nccl_result_name(*code))]
     Nccl {
         /// The NCCL function, as C code names it (`ncclCommInitRank`).
@@ -259,6 +260,7 @@ pub enum Error {
     },
     /// NCCL could not be loaded, or lacks a function this operation needs (feature `nccl`).
     #[cfg(feature = "nccl")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
     #[error("{call}: no usable NCCL")]
     NcclLoad {
         /// The NCCL function that was needed.

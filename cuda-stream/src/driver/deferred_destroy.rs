@@ -192,14 +192,17 @@ pub fn deferred_pending() -> usize {
 }
 
 /// How many destroys were ever queued in this process, for tests and diagnostics: a host
-/// function that dropped the last owner of a stream adds one.
+/// function that dropped the last owner of a stream adds one. Not part of the API (feature
+/// `test-hooks`).
+#[cfg(any(test, feature = "test-hooks"))]
 #[doc(hidden)]
 pub fn deferred_total() -> usize {
     TOTAL.load(Ordering::Relaxed)
 }
 
 /// How many deferred destroys the driver refused in this process (their handles stay alive), for
-/// tests and diagnostics.
+/// tests and diagnostics. Not part of the API (feature `test-hooks`).
+#[cfg(any(test, feature = "test-hooks"))]
 #[doc(hidden)]
 pub fn deferred_failed() -> usize {
     FAILED.load(Ordering::Relaxed)

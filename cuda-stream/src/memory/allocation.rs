@@ -480,7 +480,8 @@ pub(crate) fn poll_pending_frees() {
     }
 }
 
-/// How many plain frees wait for their uses (for tests and diagnostics).
+/// How many plain frees wait for their uses (for tests: feature `test-hooks`).
+#[cfg(feature = "test-hooks")]
 pub(crate) fn pending_frees() -> usize {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
 }

@@ -389,14 +389,20 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 }
 
 /// How many frees of memory without pools wait for the uses recorded on it to complete (they
-/// are made at later allocations and frees). For tests and diagnostics.
+/// are made at later allocations and frees). For tests; not part of the API (feature
+/// `test-hooks`).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub fn pending_frees() -> usize {
     crate::memory::allocation::pending_frees()
 }
 
 /// Makes the frees of memory without pools whose recorded uses have completed now
 /// (`cuEventQuery` on each), rather than at the next allocation or free, and returns how many
-/// still wait. For tests and diagnostics: never needed for correctness.
+/// still wait. For tests (never needed for correctness); not part of the API (feature
+/// `test-hooks`).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub fn poll_pending_frees() -> usize {
     crate::memory::allocation::poll_pending_frees();
     crate::memory::allocation::pending_frees()

@@ -308,10 +308,10 @@ pub mod pfn {
 }
 
 /// How many NCCL functions the bindings cover.
-pub const NCCL_SYMBOL_COUNT: usize = 37;
+pub(crate) const NCCL_SYMBOL_COUNT: usize = 37;
 
 /// The exported name of every NCCL function, sorted.
-pub static NCCL_SYMBOLS: [&core::ffi::CStr; NCCL_SYMBOL_COUNT] = [
+pub(crate) static NCCL_SYMBOLS: [&core::ffi::CStr; NCCL_SYMBOL_COUNT] = [
     c"ncclAllGather",
     c"ncclAllReduce",
     c"ncclBcast",

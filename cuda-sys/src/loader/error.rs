@@ -22,18 +22,19 @@ impl fmt::Display for Candidate {
 }
 
 /// Why the driver, or one of its functions, is not available.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `Display` and `Error` are written by hand rather than derived with thiserror, so that this
+/// crate needs no proc macro and compiles beside `syn` in a user's cold build.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LoadError {
     /// No candidate library could be opened; each entry says which file and why (missing, a
     /// directory, an empty file, or what the dynamic loader said).
-    #[error("no CUDA driver library could be loaded; tried {}", list(.tried))]
     NotFound {
         /// Every candidate, in the order tried.
         tried: Vec<Candidate>,
     },
     /// The library loaded, but it is not a CUDA driver: it lacks the functions every driver has.
-    #[error("{} is not a CUDA driver: {reason}", .path.to_string_lossy())]
     NotADriver {
         /// The file name or path it was opened from.
         path: OsString,
@@ -41,7 +42,6 @@ pub enum LoadError {
         reason: String,
     },
     /// An ABI limit that is not a CUDA version.
-    #[error("{setting}={value:?} is not a CUDA version (write 12000 or 12.0)")]
     InvalidAbiVersion {
         /// Where it was set: [`ABI_VERSION_VAR`](super::ABI_VERSION_VAR), or
         /// `DriverOptions::abi_version`.
@@ -51,7 +51,6 @@ pub enum LoadError {
     },
     /// The driver does not have this binding's ABI: it does not export it, the driver is older
     /// than the ABI, or the ABI is newer than the configured limit.
-    #[error("{}", missing(name, *since, *driver_version, *abi_limit))]
     #[non_exhaustive]
     MissingSymbol {
         /// The binding's name.
@@ -68,7 +67,44 @@ pub enum LoadError {
     },
 }
 
-fn list(tried: &[Candidate]) -> String {
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::NotFound { tried } => {
+                write!(
+                    f,
+                    "no CUDA driver library could be loaded; tried {}",
+                    list(tried)
+                )
+            }
+            LoadError::NotADriver { path, reason } => {
+                write!(
+                    f,
+                    "{} is not a CUDA driver: {reason}",
+                    path.to_string_lossy()
+                )
+            }
+            LoadError::InvalidAbiVersion { setting, value } => {
+                write!(
+                    f,
+                    "{setting}={value:?} is not a CUDA version (write 12000 or 12.0)"
+                )
+            }
+            LoadError::MissingSymbol {
+                name,
+                since,
+                driver_version,
+                abi_limit,
+                ..
+            } => f.write_str(&missing(name, *since, *driver_version, *abi_limit)),
+        }
+    }
+}
+
+/// No source: each variant says all there is (the dynamic loader's words are in its text).
+impl std::error::Error for LoadError {}
+
+pub(super) fn list(tried: &[Candidate]) -> String {
     let v: Vec<String> = tried.iter().map(ToString::to_string).collect();
     v.join("; ")
 }

@@ -8,7 +8,7 @@ use std::ptr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use super::error::error_chain;
+use super::error::{error_chain, list};
 use super::{Candidate, driver::unusable_file};
 use crate::generated::nccl::{NCCL_SYMBOL_COUNT, NCCL_SYMBOLS, ncclResult_t};
 
@@ -20,19 +20,18 @@ const MISSING: *mut c_void = ptr::dangling_mut::<c_void>();
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> ncclResult_t;
 
-/// Why NCCL, or one of its functions, is not available.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why NCCL, or one of its functions, is not available (`Display` and `Error` by hand, as for
+/// [`LoadError`](crate::LoadError)).
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NcclLoadError {
     /// No candidate library could be opened; each entry says which file and why.
-    #[error("no NCCL library could be loaded; tried {}", list(.tried))]
     NotFound {
         /// Every candidate, in the order tried.
         tried: Vec<Candidate>,
     },
     /// The library loaded, but it is not NCCL: it does not export `ncclGetVersion`, or that
     /// call fails.
-    #[error("{} is not NCCL: {reason}", .path.to_string_lossy())]
     NotNccl {
         /// The file name or path it was opened from.
         path: OsString,
@@ -40,7 +39,6 @@ pub enum NcclLoadError {
         reason: String,
     },
     /// The library does not export a function this program needs (an older NCCL).
-    #[error("{name} is not exported by NCCL {}", format_nccl_version(*version))]
     MissingSymbol {
         /// The function's name.
         name: &'static str,
@@ -49,10 +47,25 @@ pub enum NcclLoadError {
     },
 }
 
-fn list(tried: &[Candidate]) -> String {
-    let v: Vec<String> = tried.iter().map(ToString::to_string).collect();
-    v.join("; ")
+impl fmt::Display for NcclLoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NcclLoadError::NotFound { tried } => {
+                write!(f, "no NCCL library could be loaded; tried {}", list(tried))
+            }
+            NcclLoadError::NotNccl { path, reason } => {
+                write!(f, "{} is not NCCL: {reason}", path.to_string_lossy())
+            }
+            NcclLoadError::MissingSymbol { name, version } => {
+                let version = format_nccl_version(*version);
+                write!(f, "{name} is not exported by NCCL {version}")
+            }
+        }
+    }
 }
+
+/// No source: each variant says all there is.
+impl std::error::Error for NcclLoadError {}
 
 /// Formats an NCCL version code (`22707`, or `2704` before 2.9) as `2.27.7`.
 pub fn format_nccl_version(code: i32) -> String {

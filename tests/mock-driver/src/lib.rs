@@ -225,7 +225,7 @@ use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cuda_sys::CUresult;
+use cuda_sys::{CUresult, Driver};
 
 type Counter = extern "C" fn() -> u64;
 
@@ -296,10 +296,9 @@ impl MockDriver {
         MOCK.get_or_init(|| {
             let path = mock_driver_path();
             // SAFETY: both open the mock driver, built with this test.
-            let (driver, mock) =
-                unsafe { (cuda_sys::Driver::open(&path), MockDriver::open(&path)) };
+            let (driver, mock) = unsafe { (Driver::open(&path), MockDriver::open(&path)) };
             let driver = driver.expect("the mock driver library opens");
-            cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+            Driver::install_global(driver).expect("nothing loaded a driver before");
             mock.expect("the mock's control functions resolve")
         })
     }

@@ -154,7 +154,8 @@ fn captured_fills_and_copies_keep_their_buffers_until_the_last_graph_goes() {
         {
             let _bound = ctx.bind().unwrap();
             // SAFETY: pool memory handed over by `into_raw` just above, with no work pending.
-            assert_eq!(unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) }, SUCCESS);
+            let rc = unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) };
+            assert_eq!(rc, SUCCESS);
         }
         s.synchronize().unwrap();
         assert_eq!(m.live_allocations(), base);
@@ -298,7 +299,8 @@ fn keep_alive_in_ties_a_kernels_buffers_and_keep_alive_any_value() {
 fn raw_begin(s: cuda_stream::ffi::CUstream) {
     let mode = cuda_stream::ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: a live stream.
-    assert_eq!(unsafe { cuda_sys::cuStreamBeginCapture(s, mode) }, SUCCESS);
+    let rc = unsafe { cuda_sys::cuStreamBeginCapture(s, mode) };
+    assert_eq!(rc, SUCCESS);
 }
 
 /// Ends the raw capture of `s`: the driver's answer and the graph (null on failure).

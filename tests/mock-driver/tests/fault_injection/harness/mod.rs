@@ -120,7 +120,8 @@ pub(crate) fn raw_stream(ctx: &Context) -> ffi::CUstream {
     let _bound = ctx.bind().expect("bind");
     let mut s = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is current.
-    assert_eq!(unsafe { cuda_sys::cuStreamCreate(&mut s, 1) }, SUCCESS);
+    let rc = unsafe { cuda_sys::cuStreamCreate(&mut s, 1) };
+    assert_eq!(rc, SUCCESS);
     s
 }
 
