@@ -24,7 +24,7 @@ pub struct MockLaunch {
 
 impl MockDriver {
     /// The control function `name` of the loaded library.
-    fn control<T: Copy>(&self, name: &[u8]) -> T {
+    pub(crate) fn control<T: Copy>(&self, name: &[u8]) -> T {
         // SAFETY: `name` is one of the mock's exports, declared with type `T` in
         // `exports/kernels.rs`; the library stays loaded while `self` lives (and is linked
         // `-z nodelete`).

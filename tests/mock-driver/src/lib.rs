@@ -207,7 +207,13 @@ mod exports;
 
 mod control_device;
 
+mod control_races;
+
+mod flavour_runs;
+
 pub use control_device::MockLaunch;
+pub use control_races::{RaceCheck, Serialized};
+pub use flavour_runs::{FlavourRun, report, run_in_each_flavour};
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
@@ -612,89 +618,4 @@ impl MockDriver {
 
 extern "C" fn cuda_mock_never() -> u64 {
     0
-}
-
-/// One flavour's run of a test binary in a child process (see [`run_in_each_flavour`]).
-#[derive(Debug)]
-pub struct FlavourRun {
-    /// The flavour it ran against.
-    pub flavour: &'static Flavour,
-    /// How the child exited.
-    pub status: std::process::ExitStatus,
-    /// What it printed.
-    pub stdout: String,
-    /// What it printed to stderr.
-    pub stderr: String,
-}
-
-impl FlavourRun {
-    /// What its stdout lines say from `marker` on, for every line with `marker` in it (a line
-    /// printed by a test under `--nocapture` may follow libtest's `test name ... ` on its line).
-    pub fn lines_containing(&self, marker: &str) -> Vec<&str> {
-        self.stdout
-            .lines()
-            .filter_map(|l| l.find(marker).map(|i| &l[i..]))
-            .collect()
-    }
-
-    /// A report of a failed run: the flavour, the exit status, and the end of both outputs.
-    pub fn failure_report(&self) -> String {
-        let tail = |s: &str| {
-            let lines: Vec<&str> = s.lines().collect();
-            lines[lines.len().saturating_sub(60)..].join("\n")
-        };
-        format!(
-            "=== {} ({}): {}\n--- stdout (end)\n{}\n--- stderr (end)\n{}",
-            self.flavour.name,
-            self.flavour.key(),
-            self.status,
-            tail(&self.stdout),
-            tail(&self.stderr)
-        )
-    }
-}
-
-/// Runs the running test executable again once per flavour, all at once, each child with
-/// [`FLAVOUR_VAR`] naming its flavour, `CUDA_SYS_LIBCUDA` its library (so that the process-wide
-/// driver loads it, as it would libcuda), the environment `env` and the libtest arguments `args`
-/// (such as `["--test-threads=1", "--nocapture", "--skip", "the_runner"]`); returns their outcomes
-/// in the order of `flavours`. The mock's state is per process, so one flavour per process.
-pub fn run_in_each_flavour(
-    flavours: &[&'static Flavour],
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Vec<FlavourRun> {
-    let exe = std::env::current_exe().expect("the test executable");
-    let children: Vec<_> = flavours
-        .iter()
-        .map(|f| {
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(args)
-                .env(FLAVOUR_VAR, f.key())
-                .env("CUDA_SYS_LIBCUDA", f.path())
-                .envs(env.iter().copied())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            (f, cmd.spawn().expect("the test executable runs again"))
-        })
-        .collect();
-    children
-        .into_iter()
-        .map(|(f, child)| {
-            let out = child.wait_with_output().expect("the child's output");
-            FlavourRun {
-                flavour: f,
-                status: out.status,
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            }
-        })
-        .collect()
-}
-
-/// Prints `line` past the test harness's output capture, so that it shows in `cargo test`'s
-/// output even when the test passes.
-pub fn report(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }

@@ -70,6 +70,8 @@ mod capture;
 
 mod control;
 
+mod races;
+
 mod proc_address;
 
 #[cfg(test)]

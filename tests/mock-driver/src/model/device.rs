@@ -1,11 +1,9 @@
 //! The mock's device: modules parsed from PTX text, their kernels, host-backed device memory,
 //! and the work that stream-ordered memory operations and launches leave on the queue.
 //!
-//! - **Modules** come from PTX text only (a cubin or fatbin is `CUDA_ERROR_INVALID_IMAGE`): each
-//!   `.entry NAME(...)` is a kernel, with its parameters' sizes (`.u32` 4, `.u64` 8, `.b8 x[16]`
-//!   16, ...) and an optional `.maxntid X, Y, Z`. Text without a `.entry` fails to load with
-//!   `CUDA_ERROR_INVALID_PTX` and a `ptxas`-style error log; a successful load writes one info-log
-//!   line per kernel.
+//! - **Modules** come from PTX text only (a cubin or fatbin is `CUDA_ERROR_INVALID_IMAGE`), read
+//!   by `model/ptx.rs`. Text without a `.entry` fails to load with `CUDA_ERROR_INVALID_PTX` and a
+//!   `ptxas`-style error log; a successful load writes one info-log line per kernel.
 //! - **Memory** is host memory behind fake device addresses that are never reused (each
 //!   allocation is followed by an unmapped gap), so a stale or out-of-bounds pointer is always
 //!   recognised and counted as a bad use, whether by a call or, later, by queued work (a "GPU
@@ -14,11 +12,16 @@
 //!   kernel launches are jobs on the stream's queue, run in order by the host-function worker. A
 //!   host-to-device copy reads the host memory at the call (like the real driver's staging of
 //!   pageable memory); a device-to-host copy waits for the stream and copies before returning
-//!   (the real driver's behaviour for pageable memory). A kernel runs as a no-op that is counted.
+//!   (the real driver's behaviour for pageable memory). A kernel is counted, and the few of
+//!   `model/kernels.rs` are computed. Each job knows the memory it reads and writes
+//!   ([`DeviceState::accesses`]), which the race detector checks (`model/races.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::kernels::{Memory, kernel_accesses, run_kernel};
 use super::pools::{HostMemory, Pools};
+use super::ptx::Entry;
+use super::races::{Acc, Kind, Space};
 
 /// Where fake device addresses start, and the gap after each allocation.
 const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
@@ -28,16 +31,6 @@ pub(crate) const MAX_ALLOCATION: usize = 1 << 30;
 /// The dynamic shared memory a launch may use unless raised, and the most it may be raised to.
 pub(crate) const DEFAULT_DYNAMIC_SHARED: i32 = 48 * 1024;
 pub(crate) const MAX_DYNAMIC_SHARED: i32 = 227 * 1024;
-
-/// A kernel as the PTX declares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Entry {
-    pub(crate) name: String,
-    /// Each parameter's size in bytes.
-    pub(crate) params: Vec<usize>,
-    /// From `.maxntid`, the product of its dimensions.
-    pub(crate) max_threads: Option<u32>,
-}
 
 #[derive(Debug)]
 pub(crate) struct ModuleRec {
@@ -123,6 +116,12 @@ pub(crate) enum DeviceWork {
         threads: u64,
         params: Vec<Vec<u8>>,
     },
+    /// Work another library enqueued (the fake NCCL's collectives): the memory it reads and
+    /// writes, for the race detector; it changes nothing.
+    External {
+        name: &'static str,
+        accesses: Vec<Acc>,
+    },
 }
 
 #[derive(Debug)]
@@ -155,7 +154,7 @@ impl DeviceWork {
             | DeviceWork::Pinned { .. } => "memcpy",
             DeviceWork::Free { .. } => "free",
             DeviceWork::GraphAlloc { .. } => "mem alloc",
-            DeviceWork::Kernel { .. } => "kernel",
+            DeviceWork::Kernel { .. } | DeviceWork::External { .. } => "kernel",
         }
     }
 }
@@ -383,60 +382,78 @@ pub(crate) fn run(dev: &mut DeviceState, work: DeviceWork) -> bool {
                 false
             }
         }
+        DeviceWork::External { .. } => true,
     }
 }
 
-/// The kernels the mock computes on the host, by name and parameter sizes (the PTX is not
-/// executed: its name and signature stand for the meaning the tests and the example give it);
-/// any other kernel does nothing. Returns `false` where the memory it touches is not allocated.
-///
-/// - `saxpy(u32 n, f32 a, u64 x, u64 y)`: `y[i] = a * x[i] + y[i]` for `i < n` and `i` below
-///   the grid's thread count (one thread per element);
-/// - `store_after_spin(u64 p, u32 value, u64 ns)`: `*p = value` (no spin);
-/// - `copy_u32(u64 dst, u64 src)`: `*dst = *src`;
-/// - `add_u32(u64 p, u32 value)`: `*p += value`;
-/// - `spin(u64 ns)`: nothing.
-fn run_kernel(dev: &mut DeviceState, name: &str, threads: u64, params: &[Vec<u8>]) -> bool {
-    let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
-    let u32_at = |i: usize| u32::from_le_bytes(params[i][..4].try_into().unwrap());
-    let u64_at = |i: usize| u64::from_le_bytes(params[i][..8].try_into().unwrap());
-    let read_u32 = |dev: &mut DeviceState, p: u64| {
-        dev.slice_mut(p, 4)
-            .map(|b| u32::from_le_bytes((&*b).try_into().unwrap()))
-    };
-    let write_u32 = |dev: &mut DeviceState, p: u64, v: u32| {
-        dev.slice_mut(p, 4)
-            .map(|b| b.copy_from_slice(&v.to_le_bytes()))
-            .is_some()
-    };
-    match (name, sizes.as_slice()) {
-        ("saxpy", [4, 4, 8, 8]) => {
-            let n = u64::from(u32_at(0)).min(threads) as usize;
-            let a = f32::from_bits(u32_at(1));
-            let (x, y) = (u64_at(2), u64_at(3));
-            let Some(xs) = dev.slice_mut(x, 4 * n).map(|b| b.to_vec()) else {
-                return n == 0;
-            };
-            let Some(ys) = dev.slice_mut(y, 4 * n) else {
-                return n == 0;
-            };
-            for (yv, xv) in ys.chunks_exact_mut(4).zip(xs.chunks_exact(4)) {
-                let xf = f32::from_le_bytes(xv.try_into().unwrap());
-                let yf = f32::from_le_bytes((&*yv).try_into().unwrap());
-                yv.copy_from_slice(&a.mul_add(xf, yf).to_le_bytes());
+impl Memory for DeviceState {
+    fn bytes(&mut self, ptr: u64, len: usize) -> Option<&mut [u8]> {
+        self.slice_mut(ptr, len)
+    }
+}
+
+impl DeviceState {
+    /// The memory `work` reads and writes: device ranges, and ranges of page-locked host memory
+    /// (pageable host memory is not tracked).
+    pub(crate) fn accesses(&self, work: &DeviceWork) -> Vec<Acc> {
+        let (r, w) = (Kind::Read, Kind::Write);
+        let host =
+            |p: usize, n: usize, k: Kind| self.host.contains(p, n).then(|| Acc::host(p, n, k));
+        let whole = |ptr: u64, k: Kind| {
+            let size = self.allocs.get(&ptr).map_or(0, |a| a.size);
+            Acc::device(ptr, size, k)
+        };
+        match work {
+            DeviceWork::Memset {
+                dst, width, count, ..
+            } => vec![Acc::device(*dst, width * count, w)],
+            DeviceWork::CopyDtoD { dst, src, bytes } => {
+                vec![Acc::device(*src, *bytes, r), Acc::device(*dst, *bytes, w)]
             }
-            true
+            DeviceWork::CopyHtoD { dst, data } => vec![Acc::device(*dst, data.len(), w)],
+            DeviceWork::CopyHtoDAt { dst, src, bytes } => host(*src, *bytes, r)
+                .into_iter()
+                .chain([Acc::device(*dst, *bytes, w)])
+                .collect(),
+            DeviceWork::CopyDtoH { dst, src, bytes } => {
+                std::iter::once(Acc::device(*src, *bytes, r))
+                    .chain(host(*dst, *bytes, w))
+                    .collect()
+            }
+            DeviceWork::Free { ptr } => vec![whole(*ptr, Kind::Free)],
+            DeviceWork::GraphAlloc { ptr } => vec![whole(*ptr, w)],
+            DeviceWork::Pinned {
+                to_host,
+                host: h,
+                dev,
+                bytes,
+            } => {
+                let (hk, dk) = if *to_host { (w, r) } else { (r, w) };
+                host(*h, *bytes, hk)
+                    .into_iter()
+                    .chain([Acc::device(*dev, *bytes, dk)])
+                    .collect()
+            }
+            DeviceWork::Kernel {
+                name,
+                threads,
+                params,
+                ..
+            } => kernel_accesses(name, *threads, params),
+            DeviceWork::External { accesses, .. } => accesses.clone(),
         }
-        ("store_after_spin", [8, 4, 8]) => write_u32(dev, u64_at(0), u32_at(1)),
-        ("copy_u32", [8, 8]) => match read_u32(dev, u64_at(1)) {
-            Some(v) => write_u32(dev, u64_at(0), v),
-            None => false,
-        },
-        ("add_u32", [8, 4]) => match read_u32(dev, u64_at(0)) {
-            Some(v) => write_u32(dev, u64_at(0), v.wrapping_add(u32_at(1))),
-            None => false,
-        },
-        _ => true,
+    }
+
+    /// The allocation an access lies in (alive, freed, or reserved for a graph), by its start:
+    /// where the detector keeps the range's records. `None` for memory the mock never handed out.
+    pub(crate) fn base_of(&self, acc: &Acc) -> Option<u64> {
+        match acc.space {
+            Space::Device => {
+                let (&base, rec) = self.allocs.range(..=acc.ptr).next_back()?;
+                (acc.ptr < base + rec.size.max(1) as u64).then_some(base)
+            }
+            Space::Host => self.host.base_of(acc.ptr as usize).map(|b| b as u64),
+        }
     }
 }
 
@@ -462,174 +479,9 @@ pub(crate) fn release_ctx(dev: &mut DeviceState, ctx: usize) -> u64 {
     orphans
 }
 
-/// The size of a PTX scalar type (`.u32`, `.f64`, `.b8`, `.pred`, ...).
-fn type_size(t: &str) -> Option<usize> {
-    Some(match t {
-        ".u8" | ".s8" | ".b8" => 1,
-        ".u16" | ".s16" | ".b16" | ".f16" | ".bf16" => 2,
-        ".u32" | ".s32" | ".b32" | ".f32" | ".pred" => 4,
-        ".u64" | ".s64" | ".b64" | ".f64" => 8,
-        _ => return None,
-    })
-}
-
-/// One `.param` declaration's size: `.param .u64 name`, `.param .u64 .ptr .global .align 8 p`,
-/// `.param .align 8 .b8 name[16]`.
-fn param_size(decl: &str) -> Result<usize, String> {
-    let tokens: Vec<&str> = decl.split_whitespace().collect();
-    let size = tokens
-        .iter()
-        .find_map(|t| type_size(t))
-        .ok_or_else(|| format!("parameter `{}` has no type", decl.trim()))?;
-    let name = tokens.last().copied().unwrap_or_default();
-    let count = match (name.find('['), name.find(']')) {
-        (Some(a), Some(b)) if b > a => name[a + 1..b]
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| format!("parameter `{name}`: bad array length"))?,
-        _ => 1,
-    };
-    Ok(size * count)
-}
-
-/// The kernels of PTX text and its `.target` architecture (`sm_50` as 50), or a `ptxas`-style
-/// error message.
-pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
-    // Comments out.
-    let mut clean = String::with_capacity(text.len());
-    for line in text.lines() {
-        clean.push_str(line.split("//").next().unwrap_or(""));
-        clean.push('\n');
-    }
-    let version = clean
-        .split_whitespace()
-        .skip_while(|t| *t != ".version")
-        .nth(1)
-        .ok_or("ptxas fatal   : no .version directive (cuda-mock-driver)")?;
-    let (major, minor) = version.split_once('.').unwrap_or((version, "0"));
-    if major.parse::<u32>().is_err() || minor.parse::<u32>().is_err() {
-        return Err(format!(
-            "ptxas fatal   : bad .version `{version}` (cuda-mock-driver)"
-        ));
-    }
-    let target = clean
-        .split_whitespace()
-        .skip_while(|t| *t != ".target")
-        .nth(1)
-        .ok_or("ptxas fatal   : no .target directive (cuda-mock-driver)")?;
-    let ptx_version = target
-        .trim_end_matches(',')
-        .strip_prefix("sm_")
-        .and_then(|a| a.trim_end_matches(char::is_alphabetic).parse::<i32>().ok())
-        .ok_or_else(|| format!("ptxas fatal   : unknown .target `{target}` (cuda-mock-driver)"))?;
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut rest = clean.as_str();
-    while let Some(i) = rest.find(".entry") {
-        rest = rest[i + ".entry".len()..].trim_start();
-        let name_len = rest
-            .find(|c: char| !(c.is_alphanumeric() || "_$".contains(c)))
-            .unwrap_or(rest.len());
-        let name = rest[..name_len].to_string();
-        if name.is_empty() {
-            return Err("ptxas error   : a .entry without a name (cuda-mock-driver)".into());
-        }
-        let mut params = Vec::new();
-        let mut after = rest[name_len..].trim_start();
-        if let Some(list) = after.strip_prefix('(') {
-            let close = list
-                .find(')')
-                .ok_or_else(|| format!("ptxas error   : `{name}`: unclosed parameter list"))?;
-            for decl in list[..close].split(',').filter(|d| !d.trim().is_empty()) {
-                params
-                    .push(param_size(decl).map_err(|e| format!("ptxas error   : `{name}`: {e}"))?);
-            }
-            after = &list[close + 1..];
-        }
-        let header = &after[..after.find('{').unwrap_or(after.len())];
-        let max_threads = match header.find(".maxntid") {
-            Some(m) => {
-                let dims = header[m + ".maxntid".len()..]
-                    .split(',')
-                    .map(|d| d.trim().parse::<u32>())
-                    .collect::<Result<Vec<u32>, _>>()
-                    .map_err(|_| format!("ptxas error   : `{name}`: bad .maxntid"))?;
-                Some(dims.iter().product())
-            }
-            None => None,
-        };
-        if entries.iter().any(|e| e.name == name) {
-            return Err(format!("ptxas error   : duplicate kernel `{name}`"));
-        }
-        entries.push(Entry {
-            name,
-            params,
-            max_threads,
-        });
-    }
-    if entries.is_empty() {
-        return Err(
-            "ptxas fatal   : the module defines no kernel (.entry) (cuda-mock-driver)".into(),
-        );
-    }
-    Ok((entries, ptx_version))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_entries_params_and_maxntid() {
-        let (entries, version) = parse_ptx(
-            ".version 7.8\n.target sm_90a\n// .entry commented(\n\
-             .visible .entry a(\n .param .u64 a_0, // the pointer\n .param .u32 a_1\n)\n{ ret; }\n\
-             .entry b .maxntid 128, 2, 1\n{ ret; }\n\
-             .visible .entry c(.param .align 8 .b8 c_0[24], .param .f64 c_1, .param .u64 .ptr .global .align 4 c_2)\n\
-             .maxntid 64\n{ ret; }\n",
-        )
-        .unwrap();
-        assert_eq!(version, 90);
-        assert_eq!(
-            entries,
-            vec![
-                Entry {
-                    name: "a".into(),
-                    params: vec![8, 4],
-                    max_threads: None
-                },
-                Entry {
-                    name: "b".into(),
-                    params: vec![],
-                    max_threads: Some(256)
-                },
-                Entry {
-                    name: "c".into(),
-                    params: vec![24, 8, 8],
-                    max_threads: Some(64)
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn refuses_text_without_kernels() {
-        assert!(
-            parse_ptx(".version 7.0\n.target sm_50\n")
-                .unwrap_err()
-                .contains(".entry")
-        );
-        assert!(
-            parse_ptx(".entry a() { ret; }")
-                .unwrap_err()
-                .contains(".version")
-        );
-        assert!(
-            parse_ptx(".version 7.0\n.entry a() {}")
-                .unwrap_err()
-                .contains(".target")
-        );
-        assert!(parse_ptx(".version 7.0\n.target sm_50\n.entry a(.param x) {}").is_err());
-    }
 
     #[test]
     fn addresses_are_never_reused() {

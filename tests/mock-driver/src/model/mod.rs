@@ -5,6 +5,12 @@
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
 pub(crate) mod records;
 
+pub(crate) mod races;
+
+pub(crate) mod ptx;
+
+pub(crate) mod kernels;
+
 pub(crate) mod pools;
 
 pub(crate) mod device;

@@ -13,6 +13,7 @@ use crate::base::flavour::DEFAULT_VERSION;
 use crate::model::device::{self, DeviceState};
 use crate::model::graph::Graphs;
 use crate::model::jobs::Job;
+use crate::model::races::Detector;
 use crate::model::records::{Core, Counters, Ctx, Key, Object, StreamRef, new_address};
 
 #[derive(Debug)]
@@ -46,6 +47,8 @@ pub(crate) struct State {
     pub(crate) graphs: Graphs,
     /// Peer access enabled: (context, peer context), until the context is released.
     pub(crate) peers: Vec<(usize, usize)>,
+    /// The race detector (`model/races.rs`, `state/races.rs`).
+    pub(crate) races: Detector,
 }
 
 impl State {
@@ -89,6 +92,7 @@ impl State {
             device: Default::default(),
             graphs: Graphs::default(),
             peers: Vec::new(),
+            races: Detector::default(),
         };
         st.baseline = baseline;
         st.reset();
@@ -105,6 +109,7 @@ impl State {
         self.devices = self.baseline.devices.unwrap_or(DEFAULT_DEVICES);
         self.calls.clear();
         self.counters = Counters::default();
+        self.races.clear();
     }
 
     /// Every device with memory pools, or none.
