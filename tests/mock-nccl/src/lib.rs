@@ -3,6 +3,10 @@
 //! path (init failures, asynchronous errors, failed collectives and groups).
 //!
 //! It moves no data: collectives record their arguments (count, datatype, stream) and return.
+//! The memory each would read and write is reported to the test driver's race detector, through
+//! the hook a test installs ([`MockNccl::set_access_hook`], the driver's
+//! `cuda_mock_stream_access`): as NCCL enqueues its kernels, at the call, or inside a group at
+//! the outermost `ncclGroupEnd` (also when that end fails: NCCL may have enqueued part of it).
 //! Communicators are handles of this library; `ncclCommInitAll` accepts devices 0 and 1 (the
 //! mock driver's), `ncclCommInitRank` ids made by its `ncclGetUniqueId` and one rank per id
 //! (more would wait for peers that never come). Calls are counted; [`MockNccl::fail`] makes the
@@ -17,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use cuda_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
@@ -51,6 +56,65 @@ struct State {
     group_depth: i32,
     /// name -> (count, datatype, stream) of the last call.
     last: HashMap<String, (usize, u32, usize)>,
+    /// The accesses of the calls of the group under way, reported at its end.
+    grouped: Vec<Work>,
+}
+
+/// The memory one call touches on its stream: (address, bytes, written).
+struct Work {
+    name: &'static CStr,
+    stream: usize,
+    accesses: Vec<(u64, usize, bool)>,
+}
+
+/// The test driver's `cuda_mock_stream_access`, if a test installed it (0: none).
+static HOOK: AtomicUsize = AtomicUsize::new(0);
+
+type Hook = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_char,
+    usize,
+    *const u64,
+    *const usize,
+    *const u8,
+) -> u32;
+
+/// Reports `work` to the test driver (nothing without a hook).
+fn report(work: Vec<Work>) {
+    let h = HOOK.load(Ordering::Acquire);
+    if h == 0 {
+        return;
+    }
+    // SAFETY: the address of `cuda_mock_stream_access`, with this signature
+    // (`MockNccl::set_access_hook`'s contract).
+    let hook: Hook = unsafe { std::mem::transmute::<usize, Hook>(h) };
+    for w in work {
+        let ptrs: Vec<u64> = w.accesses.iter().map(|a| a.0).collect();
+        let lens: Vec<usize> = w.accesses.iter().map(|a| a.1).collect();
+        let writes: Vec<u8> = w.accesses.iter().map(|a| u8::from(a.2)).collect();
+        // SAFETY: three arrays of `len` entries and a NUL-terminated name, for the call.
+        let _ = unsafe {
+            hook(
+                w.stream as *mut c_void,
+                w.name.as_ptr(),
+                ptrs.len(),
+                ptrs.as_ptr(),
+                lens.as_ptr(),
+                writes.as_ptr(),
+            )
+        };
+    }
+}
+
+/// The size of one value of `datatype` (0 for an unknown one).
+fn type_size(datatype: ncclDataType_t) -> usize {
+    match datatype.0 {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        4 | 5 | 8 => 8,
+        _ => 0,
+    }
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -325,19 +389,28 @@ pub unsafe extern "C" fn ncclCommUserRank(c: ncclComm_t, rank: *mut c_int) -> nc
     })
 }
 
-/// The checks every collective makes, and its record.
+/// The memory a collective reads and writes on each buffer: the buffer and its size in values
+/// of the datatype (given the communicator's size), and whether it is written.
+type Shape = fn(nranks: usize, count: usize) -> [(usize, bool); 2];
+
+/// The checks every collective makes, its record, and the report of its memory accesses
+/// (`bufs[i]` sized and written as `shape` says; a buffer read and written, in place, is one
+/// write).
 #[allow(clippy::too_many_arguments)]
 fn collective(
-    name: &str,
+    name: &'static CStr,
     c: ncclComm_t,
     bufs: &[*const c_void],
+    shape: Shape,
     count: usize,
     datatype: ncclDataType_t,
     op: Option<ncclRedOp_t>,
     rank: Option<c_int>,
     stream: *mut c_void,
 ) -> ncclResult_t {
-    with(name, |st| {
+    let text = name.to_str().unwrap_or_default();
+    let mut now = Vec::new();
+    let rc = with(text, |st| {
         let c = tri!(comm(st, c));
         let null = count > 0 && bufs.iter().any(|b| b.is_null());
         let bad_type = datatype.0 >= ncclDataType_t::ncclNumTypes.0;
@@ -347,9 +420,61 @@ fn collective(
             return INVALID;
         }
         st.last
-            .insert(name.to_string(), (count, datatype.0, stream as usize));
+            .insert(text.to_string(), (count, datatype.0, stream as usize));
+        let sizes = shape(c.size as usize, count);
+        let mut accesses: Vec<(u64, usize, bool)> = Vec::new();
+        for (&b, &(values, write)) in bufs.iter().zip(&sizes) {
+            let bytes = values * type_size(datatype);
+            if b.is_null() || bytes == 0 {
+                continue;
+            }
+            match accesses.iter_mut().find(|a| a.0 == b as u64) {
+                Some(a) => {
+                    a.1 = a.1.max(bytes);
+                    a.2 |= write;
+                }
+                None => accesses.push((b as u64, bytes, write)),
+            }
+        }
+        let work = Work {
+            name,
+            stream: stream as usize,
+            accesses,
+        };
+        if st.group_depth > 0 {
+            st.grouped.push(work);
+        } else {
+            now.push(work);
+        }
         OK
-    })
+    });
+    report(now);
+    rc
+}
+
+/// Reads `count` values, writes `count` values (all-reduce, broadcast).
+fn same(_: usize, count: usize) -> [(usize, bool); 2] {
+    [(count, false), (count, true)]
+}
+
+/// Reads `count` values, writes `count` from every rank (all-gather).
+fn gather(nranks: usize, count: usize) -> [(usize, bool); 2] {
+    [(count, false), (count * nranks, true)]
+}
+
+/// Reads `count` values for every rank, writes `count` (reduce-scatter).
+fn scatter(nranks: usize, count: usize) -> [(usize, bool); 2] {
+    [(count * nranks, false), (count, true)]
+}
+
+/// Reads `count` values (send).
+fn read_only(_: usize, count: usize) -> [(usize, bool); 2] {
+    [(count, false), (0, false)]
+}
+
+/// Writes `count` values (recv).
+fn write_only(_: usize, count: usize) -> [(usize, bool); 2] {
+    [(count, true), (0, false)]
 }
 
 /// `ncclAllReduce`.
@@ -365,9 +490,10 @@ pub extern "C" fn ncclAllReduce(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclAllReduce",
+        c"ncclAllReduce",
         comm,
         &bufs,
+        same,
         count,
         datatype,
         Some(op),
@@ -389,9 +515,10 @@ pub extern "C" fn ncclBroadcast(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclBroadcast",
+        c"ncclBroadcast",
         comm,
         &bufs,
+        same,
         count,
         datatype,
         None,
@@ -412,9 +539,10 @@ pub extern "C" fn ncclAllGather(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclAllGather",
+        c"ncclAllGather",
         comm,
         &bufs,
+        gather,
         count,
         datatype,
         None,
@@ -436,9 +564,10 @@ pub extern "C" fn ncclReduceScatter(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclReduceScatter",
+        c"ncclReduceScatter",
         comm,
         &bufs,
+        scatter,
         count,
         datatype,
         Some(op),
@@ -458,9 +587,10 @@ pub extern "C" fn ncclSend(
     stream: *mut c_void,
 ) -> ncclResult_t {
     collective(
-        "ncclSend",
+        c"ncclSend",
         comm,
         &[send],
+        read_only,
         count,
         datatype,
         None,
@@ -481,9 +611,10 @@ pub extern "C" fn ncclRecv(
 ) -> ncclResult_t {
     let bufs = [recv as *const c_void];
     collective(
-        "ncclRecv",
+        c"ncclRecv",
         comm,
         &bufs,
+        write_only,
         count,
         datatype,
         None,
@@ -512,6 +643,13 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
         return ncclResult_t::ncclInvalidUsage;
     }
     st.group_depth -= 1;
+    let work = if st.group_depth == 0 {
+        std::mem::take(&mut st.grouped)
+    } else {
+        Vec::new()
+    };
+    drop(g);
+    report(work);
     injected.unwrap_or(OK)
 }
 
@@ -570,6 +708,13 @@ pub unsafe extern "C" fn mock_nccl_calls(name: *const c_char) -> u64 {
     g.as_ref()
         .and_then(|st| st.calls.get(name.as_ref()).copied())
         .unwrap_or(0)
+}
+
+/// Installs the test driver's `cuda_mock_stream_access` (null: none), to which every collective
+/// reports the memory it touches.
+#[unsafe(no_mangle)]
+pub extern "C" fn mock_nccl_set_access_hook(hook: *const c_void) {
+    HOOK.store(hook as usize, Ordering::Release);
 }
 
 /// Live communicators.
