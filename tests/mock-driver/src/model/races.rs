@@ -229,12 +229,16 @@ pub(crate) struct Detector {
     pub(crate) execs: HashMap<usize, ExecClocks>,
     reports: Vec<String>,
     count: u64,
+    /// Print each race to stderr as it is found (`races=print`).
+    pub(crate) print: bool,
 }
 
 impl Detector {
     /// Forgets everything (races included): what happened before is taken as ordered.
     pub(crate) fn clear(&mut self) {
+        let print = self.print;
         *self = Detector::default();
+        self.print = print;
     }
 
     /// Forgets the races found so far (the clocks and records stay).
@@ -409,9 +413,13 @@ impl Detector {
         .describe();
         for earlier in found {
             self.count += 1;
+            let report = format!("{new} is not ordered after {earlier}");
+            if self.print {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "cuda-mock-driver: race: {report}");
+            }
             if self.reports.len() < KEPT {
-                self.reports
-                    .push(format!("{new} is not ordered after {earlier}"));
+                self.reports.push(report);
             }
         }
     }

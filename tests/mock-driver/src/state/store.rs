@@ -110,6 +110,7 @@ impl State {
         self.calls.clear();
         self.counters = Counters::default();
         self.races.clear();
+        self.races.print = self.baseline.print_races.unwrap_or(false);
     }
 
     /// Every device with memory pools, or none.
@@ -131,6 +132,9 @@ impl State {
         }
         if let Some(p) = cfg.pools {
             self.set_pools(p);
+        }
+        if let Some(p) = cfg.print_races {
+            self.races.print = p;
         }
     }
 
