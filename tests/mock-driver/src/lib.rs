@@ -113,6 +113,7 @@
 //! int      cuda_mock_configure(const char *spec);         // CUDA_MOCK_CONFIG syntax; 0, or -1 on a parse error
 //! int      cuda_mock_fail(const char *name, uint32_t nth, uint32_t code); // nth >= 1, counted from now
 //! int      cuda_mock_fail_always(const char *name, uint32_t code);
+//! void     cuda_mock_clear_failures(void);                // the rules added since the reset go
 //! void     cuda_mock_set_version(int version);            // cuDriverGetVersion's answer
 //! const char *cuda_mock_flavour(void);                    // "CUDA 12.2, no cuGetProcAddress"
 //! int      cuda_mock_exports(const char *name);           // 1 if this flavour exports it
@@ -520,6 +521,12 @@ impl MockDriver {
         // SAFETY: a NUL-terminated string that outlives the call.
         let rc = unsafe { (self.fail_always)(c.as_ptr(), code.0) };
         assert_eq!(rc, 0, "cuda_mock_fail_always({name}) refused");
+    }
+
+    /// `cuda_mock_clear_failures`: forgets the failure rules added since the last reset, and
+    /// nothing else (counters and races stay).
+    pub fn clear_failures(&self) {
+        self.control::<extern "C" fn()>(b"cuda_mock_clear_failures\0")()
     }
 
     /// `cuda_mock_set_version`.
