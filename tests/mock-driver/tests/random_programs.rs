@@ -28,6 +28,10 @@ const OPS_VAR: &str = "CUDA_STREAM_RANDOM_OPS";
 const REPEAT_VAR: &str = "CUDA_STREAM_RANDOM_REPEAT";
 /// The time a run may take (default 900 s).
 const SECONDS_VAR: &str = "CUDA_STREAM_RANDOM_SECONDS";
+/// How many failing programs end the run (default 3), and how long each may be minimised
+/// (default 60 s): the mutation harness (`tests/perf/mutations.py`) stops at the first.
+const MAX_FAILURES_VAR: &str = "CUDA_STREAM_RANDOM_MAX_FAILURES";
+const SHRINK_SECONDS_VAR: &str = "CUDA_STREAM_RANDOM_SHRINK_SECONDS";
 
 /// The test driver as the programs' harness.
 struct Mock {
@@ -140,7 +144,9 @@ fn random_programs_read_what_the_model_says_and_never_race() {
         .map_or(1, |d| d.as_nanos() as u64)
         | (1 << 63);
     let seeds = (1..=FIXED_SEEDS).chain((0..).map(|i| fresh.wrapping_add(i)));
-    let c = campaign(env, &h, seeds, min_ops, budget, 3);
+    let max_failures = var(MAX_FAILURES_VAR).unwrap_or(3) as usize;
+    let shrink = Duration::from_secs(var(SHRINK_SECONDS_VAR).unwrap_or(60));
+    let c = campaign(env, &h, seeds, min_ops, budget, max_failures, shrink);
     let excluded: Vec<u32> = env.cfg.excluded.iter().map(|h| h.number()).collect();
     report(&format!(
         "random programs: {} programs, {} operations in {:.1} s ({:.0} operations/s; seeds 1 to \

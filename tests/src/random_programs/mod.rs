@@ -250,8 +250,8 @@ pub struct Campaign {
     pub failures: Vec<Box<Failure>>,
 }
 
-/// Runs the programs of `seeds` until `min_ops` operations have run and the fixed seeds are
-/// done, or `budget` has passed, or `max_failures` programs failed.
+/// Runs the programs of `seeds` until `min_ops` operations have run, or `budget` has passed, or
+/// `max_failures` programs failed (each minimised within `shrink_budget`).
 pub fn campaign(
     env: &Env,
     h: &dyn Harness,
@@ -259,6 +259,7 @@ pub fn campaign(
     min_ops: u64,
     budget: Duration,
     max_failures: usize,
+    shrink_budget: Duration,
 ) -> Campaign {
     let start = Instant::now();
     let mut c = Campaign::default();
@@ -267,7 +268,7 @@ pub fn campaign(
             break;
         }
         c.programs += 1;
-        match check_seed(seed, env, h, Duration::from_secs(60)) {
+        match check_seed(seed, env, h, shrink_budget) {
             Ok(n) => c.ops += n as u64,
             Err(f) => c.failures.push(f),
         }
