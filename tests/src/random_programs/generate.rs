@@ -49,6 +49,11 @@ struct BufState {
     reads_on: Vec<usize>,
     /// Which allocation of the slot this is.
     generation: u64,
+    /// The stream slots it was used on (at the top level).
+    streams: Vec<usize>,
+    /// A use of it may be covered by the context's completion only (a failed record, a stream
+    /// that ended where nothing marks its end).
+    lost: bool,
 }
 
 /// What the generator knows of an executable graph: its context, and the buffer slots its graph
@@ -97,6 +102,9 @@ impl Gen<'_> {
     /// Records a top-level use of `b` on stream `s` (`NO_SLOT` for none of the slots).
     fn used(&mut self, b: usize, s: usize, write: bool) {
         let st = &mut self.bufs[b];
+        if !st.streams.contains(&s) {
+            st.streams.push(s);
+        }
         if write {
             st.write_on = Some(s);
             st.reads_on.clear();
@@ -391,6 +399,7 @@ impl Gen<'_> {
                     } else {
                         s
                     }),
+                    streams: vec![s],
                     generation: self.bufs[b].generation + 1,
                     ..BufState::default()
                 };
@@ -400,6 +409,12 @@ impl Gen<'_> {
                 let s = any_stream(self)?;
                 let act = self.slot_act(s)?;
                 self.note_act(s, &act);
+                if self.cfg.faults && self.p.threads == 1 && self.rng.chance(1, 40) {
+                    for (b, _) in act.buffers() {
+                        self.bufs[b].lost = true;
+                    }
+                    return Some((OpKind::FaultyAct { s, act }, false));
+                }
                 OpKind::Act { s, act }
             }
             15 | 16 => {
@@ -452,9 +467,10 @@ impl Gen<'_> {
             24 | 25 => {
                 let b = self.rng.pick(&self.bufs_where(|_, st| !st.borrowed))?;
                 self.bufs[b].alive = false;
+                let lost = self.bufs[b].lost && self.excluded(Hole::IntoRawFailure);
                 match self.rng.below(6) {
                     0 => OpKind::Free { b },
-                    1 => OpKind::IntoRaw { b },
+                    1 if !lost => OpKind::IntoRaw { b },
                     2 if self.cfg.faults
                         && self.p.threads == 1
                         && !self.excluded(Hole::IntoRawFailure) =>
@@ -506,8 +522,18 @@ impl Gen<'_> {
                 }
                 self.stream_alive[s] = false;
                 if self.p.streams[s].kind == StreamKind::Owned && self.rng.chance(1, 3) {
+                    let into_raw = self.rng.chance(1, 2);
+                    if into_raw {
+                        // Its uses are covered by the context's completion only now (a lost
+                        // end): `into_raw` of such a buffer fails, and forgets them (hole 4).
+                        for b in 0..self.bufs.len() {
+                            if self.bufs[b].streams.contains(&s) {
+                                self.bufs[b].lost = true;
+                            }
+                        }
+                    }
                     match self.rng.pick(&self.streams_where(|_, _| true)) {
-                        Some(on) => OpKind::DropStreamInHostFn { s, on },
+                        Some(on) => OpKind::DropStreamInHostFn { s, on, into_raw },
                         None => OpKind::DropStream { s },
                     }
                 } else {
@@ -607,7 +633,7 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
             ops: Vec::new(),
             to_vec_exclusive: cfg.excluded.contains(&Hole::CompletedOn),
             drops_exclusive: cfg.excluded.contains(&Hole::StreamEndDuringFree),
-            parent_refusals: cfg.excluded.contains(&Hole::LazyMarkInCapture),
+            captures_alone: cfg.captures_alone,
         },
         stream_alive: vec![true; n_streams],
         bufs: vec![BufState::default(); n_bufs],

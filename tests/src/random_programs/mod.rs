@@ -44,9 +44,7 @@ pub use world::Env;
 pub enum Hole {
     /// 1: a lazy mark recorded into a capture (work on another stream, or a drop, inside the
     /// closure of a capture of the stream a buffer was last used on). Leaves out `Outside` and
-    /// `DropInside` steps of captures, and accepts the refusal of a capture's own use of a
-    /// buffer whose lazy mark is on a pool stream the capture's scope took as a fork since (a
-    /// capture's beginning settles no lazy mark).
+    /// `DropInside` steps of captures.
     LazyMarkInCapture,
     /// 2: another thread's capture broken by work on a buffer last used on the captured stream.
     /// Leaves out concurrency between a capture and other threads' buffer operations.
@@ -117,6 +115,9 @@ pub struct Config {
     /// How long each kernel thread spins before it writes (on a GPU, so that a missing wait
     /// shows as a stale value).
     pub delay_ns: u64,
+    /// Captures run with no other operation at the same time (a GPU's driver invalidates a
+    /// capture when another thread frees memory with `cuMemFree`, or page-locks memory).
+    pub captures_alone: bool,
     pub excluded: Vec<Hole>,
 }
 
@@ -133,6 +134,7 @@ impl Config {
             faults: true,
             borrow: true,
             delay_ns: 0,
+            captures_alone: false,
             excluded: holes_from_env(),
         }
     }
@@ -148,6 +150,7 @@ impl Config {
             faults: false,
             borrow: true,
             delay_ns: 20_000,
+            captures_alone: true,
             excluded: holes_from_env(),
         }
     }

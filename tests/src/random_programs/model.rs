@@ -5,16 +5,20 @@
 //! checked). Operations are taken in program order, which for each buffer is the order the
 //! program made its operations in (their dependencies).
 //!
-//! An error is a failure, except where the crate documents a refusal: a fork's use inside a
-//! capture of a buffer whose earlier use is on the capturing stream (`Error::Refused`), and the
-//! failure `IntoRawFails` provokes. A refused step ends its capture with that error and no
-//! graph; the work it did outside the capture before the refusal stands.
+//! An error is a failure, except where the crate documents a refusal or the program provokes a
+//! failure: a use inside a capture refused (`Error::Refused`: the buffer's conflicting earlier
+//! use is on a stream in a capture now, or covered by the context's completion only), `into_raw`
+//! refused (graphs hold the memory, or a use is covered by the context's completion only: the
+//! buffer comes back), and the faults `IntoRawFails` and `FaultyAct` inject. A refused step
+//! ends its capture with that error and no graph; the work it did outside the capture before
+//! the refusal stands.
 
 use std::collections::BTreeSet;
 
 use super::execute::Outcome;
 use super::kernels::apply;
 use super::program::*;
+use super::run::NO_GRAPH;
 
 /// The values a buffer may hold: `None` where undefined.
 type Val = Option<BTreeSet<u32>>;
@@ -162,39 +166,53 @@ impl Model {
     }
 
     /// Whether operation `i`'s error is one the crate documents for it.
-    fn allowed(&self, p: &Program, op: &OpKind, out: &Outcome) -> bool {
+    fn allowed(&self, op: &OpKind, out: &Outcome) -> bool {
         match op {
             OpKind::IntoRawFails { .. } => true,
+            // The memory is freed, after the context's work where a use is covered by nothing
+            // else, and the refusal that forced that wait reported.
+            OpKind::Free { .. } => out.error.as_ref().is_some_and(|e| e.1),
             // Refused while graphs hold the memory, which they let go of on the driver's threads
             // (so either answer can come after a capture): the buffer comes back.
             OpKind::IntoRaw { .. } => out.error.as_ref().is_some_and(|e| e.1),
-            OpKind::Capture {
-                pre, scoped, post, ..
-            } => {
-                let steps: Vec<&Step<CapAct>> = pre.iter().chain(scoped).chain(post).collect();
-                match out.steps.iter().rposition(|o| o.error.is_some()) {
-                    Some(k) => {
-                        let refused = out.steps[k].error.as_ref().is_some_and(|e| e.1);
-                        let st = steps[k];
-                        refused
-                            && (st.lane > 0
-                                || p.parent_refusals
-                                || matches!(
-                                    st.act,
-                                    CapAct::Outside { .. } | CapAct::DropInside { .. }
-                                ))
-                    }
-                    None => false,
-                }
-            }
+            // Every refusal a capture's step gets is documented: a conflicting earlier use on a
+            // stream that is in a capture now (a fork of the pool it was used on, hole 1's
+            // family), or one covered by the context's completion only.
+            OpKind::Capture { .. } => out
+                .steps
+                .iter()
+                .rev()
+                .find_map(|o| o.error.as_ref())
+                .is_some_and(|e| e.1),
+            // A failed event record: the error of that call.
+            OpKind::FaultyAct { .. } => out
+                .error
+                .as_ref()
+                .is_some_and(|e| e.0.contains("cuEventRecord")),
             _ => false,
         }
     }
 
-    fn op(&mut self, p: &Program, i: usize, op: &Op, out: &Outcome) {
+    fn op(&mut self, i: usize, op: &Op, out: &Outcome) {
         let (loose, t) = (op.loose, op.thread);
+        if let OpKind::Replay { exec, .. } = &op.kind {
+            let missing = out.error.as_ref().is_some_and(|e| e.0 == NO_GRAPH);
+            if missing != self.execs[*exec].is_none() {
+                self.problems.push(format!(
+                    "#{i}: the executable graph {}",
+                    if missing {
+                        "is missing"
+                    } else {
+                        "should be missing"
+                    }
+                ));
+            }
+            if missing {
+                return;
+            }
+        }
         if let Some((e, _)) = &out.error {
-            if !self.allowed(p, &op.kind, out) {
+            if !self.allowed(&op.kind, out) {
                 self.problems.push(format!("#{i}: returned an error: {e}"));
             }
         }
@@ -214,6 +232,19 @@ impl Model {
                 };
             }
             OpKind::Act { act, .. } if ok => self.act(act, &mut [], i, loose, t),
+            OpKind::FaultyAct { act, .. } => {
+                // Enqueued or not: each buffer it writes holds either value.
+                let before: Vec<(usize, Val)> = act
+                    .buffers()
+                    .iter()
+                    .map(|(b, _)| (*b, self.bufs[*b].val.clone()))
+                    .collect();
+                self.act(act, &mut [], i, loose, t);
+                for (b, v) in before {
+                    let after = self.bufs[b].val.clone();
+                    self.bufs[b].val = union(&v, &after);
+                }
+            }
             OpKind::CopyFromHost { b, v, .. } if ok => self.write(*b, one(*v), i, loose, t),
             OpKind::ToVec { b, s, .. } => {
                 let v = self.view(*b, loose, t);
@@ -380,7 +411,7 @@ pub fn check(p: &Program, outs: &[Outcome], host_fns: u64) -> Vec<String> {
     };
     for (i, op) in p.ops.iter().enumerate() {
         match outs.get(i) {
-            Some(o) if o.ran => m.op(p, i, op, o),
+            Some(o) if o.ran => m.op(i, op, o),
             _ => m.problems.push(format!("#{i}: did not run")),
         }
     }

@@ -219,10 +219,20 @@ pub enum OpKind {
     DropStream {
         s: usize,
     },
-    /// The stream (owned) moved into a host function on `on`, which drops it.
+    /// The stream (owned) moved into a host function on `on`, which drops it, or hands its
+    /// handle over (`into_raw`: its end is then marked nowhere, and the test destroys the handle
+    /// at the end).
     DropStreamInHostFn {
         s: usize,
         on: usize,
+        into_raw: bool,
+    },
+    /// Work on `s` with the next `cuEventRecord` failing (the test driver's fault injection):
+    /// either the work was enqueued and its use cannot be marked (then only the context's
+    /// completion covers it), or a record before it failed and nothing was enqueued.
+    FaultyAct {
+        s: usize,
+        act: Act,
     },
     NewStream {
         s: usize,
@@ -286,9 +296,9 @@ pub struct Program {
     /// A stream's drop is ordered with every buffer operation, and a drop in a host function
     /// waits for the host function to have run (hole 9 excluded).
     pub drops_exclusive: bool,
-    /// A capture's own use of a buffer may be refused (hole 1 excluded: a lazy mark of the
-    /// buffer on a pool stream that the capture's scope took as a fork since).
-    pub parent_refusals: bool,
+    /// A capture runs with no other operation at the same time (on a GPU, where a free that
+    /// synchronises the context, or a page-locking, on another thread invalidates it).
+    pub captures_alone: bool,
 }
 
 /// An object operations share, for their order.
@@ -301,6 +311,8 @@ pub enum Obj {
     /// A context, which a context synchronisation and a capture in it must not overlap (the
     /// synchronisation would invalidate the capture).
     Ctx(usize),
+    /// Everything: a capture runs alone where `captures_alone` says.
+    All,
 }
 
 impl Act {
@@ -373,9 +385,10 @@ impl OpKind {
                 v.extend([(Stream(*s), false), (Stream(*other), false)])
             }
             OpKind::DropStream { s } | OpKind::NewStream { s } => v.push((Stream(*s), true)),
-            OpKind::DropStreamInHostFn { s, on } => {
+            OpKind::DropStreamInHostFn { s, on, .. } => {
                 v.extend([(Stream(*s), true), (Stream(*on), false)])
             }
+            OpKind::FaultyAct { s, act: a } => act(&mut v, *s, a),
             OpKind::Scope { s, body, .. } => {
                 v.push((Stream(*s), false));
                 for st in body {
@@ -422,6 +435,9 @@ impl OpKind {
             )
         {
             v.extend((0..p.buffers.len()).map(|b| (Buffer(b), true)));
+        }
+        if p.captures_alone {
+            v.push((All, matches!(self, OpKind::Capture { .. })));
         }
         v
     }

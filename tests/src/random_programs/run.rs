@@ -13,6 +13,9 @@ use super::execute::{Outcome, Target, block_on, mode};
 use super::program::*;
 use super::world::{BufObj, Env, Raw, StreamObj, World, free_owned, raw_destroy, raw_stream};
 
+/// A replay's answer when its capture was refused.
+pub const NO_GRAPH: &str = "no executable graph (its capture was refused)";
+
 /// How long an operation may wait for the ones before it before the program counts as hung.
 const HANG: Duration = Duration::from_secs(120);
 /// How long a program may run before the process is aborted with the program printed (a
@@ -146,7 +149,10 @@ impl World<'_> {
                     Err(e) => {
                         // Without an error: refused, graphs hold the memory (`into_raw`'s docs).
                         let error = match e.error() {
-                            Some(e) => (e.to_string(), false),
+                            Some(e) => (
+                                e.to_string(),
+                                matches!(e, cuda_stream::Error::Refused { .. }),
+                            ),
                             None => ("refused: graphs hold the memory".to_string(), true),
                         };
                         let out = Outcome {
@@ -195,17 +201,35 @@ impl World<'_> {
                 }
                 Outcome::of(&Ok(()))
             }
-            OpKind::DropStreamInHostFn { s, on } => {
+            OpKind::DropStreamInHostFn { s, on, into_raw } => {
                 let old = std::mem::replace(&mut *self.stream_mut(*s), StreamObj::Gone);
                 let StreamObj::Owned(owned) = old else {
                     panic!("the generator dropped a stream that is not owned in a host function")
                 };
                 let wait = p.drops_exclusive;
+                let handed = self.handed_over.clone();
+                let into_raw = *into_raw;
                 Outcome::of(&self.with_stream(*on, |st| {
-                    st.launch_host_func(move || drop(owned))?;
+                    st.launch_host_func(move || {
+                        if into_raw {
+                            let raw = owned.into_raw();
+                            handed
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(Raw(raw as usize));
+                        } else {
+                            drop(owned);
+                        }
+                    })?;
                     // Hole 9 excluded: the drop has run when the operation ends.
                     if wait { st.synchronize() } else { Ok(()) }
                 }))
+            }
+            OpKind::FaultyAct { s, act } => {
+                self.h.fail_next("cuEventRecord");
+                let r = self.with_stream(*s, |st| self.act(Target::Stream(st), act, &mut []));
+                self.h.clear_failures();
+                Outcome::of(&r)
             }
             OpKind::NewStream { s } => {
                 let sp = p.streams[*s];
@@ -289,10 +313,15 @@ impl World<'_> {
             }
             OpKind::Replay { exec, s, .. } => {
                 let g = self.execs[*exec].lock().unwrap_or_else(|e| e.into_inner());
-                let e = g
-                    .as_ref()
-                    .expect("the generator replayed a graph that is not there");
-                Outcome::of(&self.with_stream(*s, |st| e.launch(st)))
+                match g.as_ref() {
+                    Some(e) => Outcome::of(&self.with_stream(*s, |st| e.launch(st))),
+                    // Its capture was refused: nothing to replay (the model knows).
+                    None => Outcome {
+                        ran: true,
+                        error: Some((NO_GRAPH.to_string(), true)),
+                        ..Outcome::default()
+                    },
+                }
             }
             OpKind::DropExec { exec } => {
                 let old = self.execs[*exec]

@@ -52,7 +52,8 @@ pub fn valid(p: &Program) -> bool {
             | OpKind::Completion { s } => streams[*s],
             OpKind::WaitStream { s, other } => streams[*s] && streams[*other],
             OpKind::DropStream { s } => std::mem::replace(&mut streams[*s], false),
-            OpKind::DropStreamInHostFn { s, on } => {
+            OpKind::FaultyAct { s, act } => streams[*s] && alive_bufs(act, &bufs),
+            OpKind::DropStreamInHostFn { s, on, .. } => {
                 let ok = streams[*on] && s != on && streams[*s];
                 streams[*s] = false;
                 ok

@@ -147,6 +147,8 @@ pub struct World<'e> {
     pub execs: Vec<Mutex<Option<GraphExec>>>,
     /// Runs of the program's host functions (replays included).
     pub host_fns: Arc<AtomicU64>,
+    /// Streams handed over (`into_raw`) inside host functions, destroyed by the teardown.
+    pub handed_over: Arc<Mutex<Vec<Raw>>>,
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -177,6 +179,7 @@ impl<'e> World<'e> {
             pinned,
             execs: (0..prog.execs).map(|_| Mutex::new(None)).collect(),
             host_fns: Arc::new(AtomicU64::new(0)),
+            handed_over: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -285,6 +288,13 @@ impl<'e> World<'e> {
             }
         }
         drop(self.pinned);
+        let handed =
+            std::mem::take(&mut *self.handed_over.lock().unwrap_or_else(|e| e.into_inner()));
+        for raw in handed {
+            // SAFETY: a live stream handed over by `into_raw`, ours to destroy once.
+            let _ = unsafe { cuda_sys::cuStreamSynchronize(raw.stream()) };
+            raw_destroy(raw);
+        }
         // Until every free has been made: those deferred out of host functions, those waiting
         // for events (plain memory), those of graphs let go on the driver's thread.
         for _ in 0..1000 {
