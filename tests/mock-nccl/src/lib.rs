@@ -21,13 +21,17 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
 use cuda_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
+mod accesses;
 mod control;
 
+use accesses::{
+    HOOK, Shape, Work, gather, read_only, report, same, scatter, type_size, write_only,
+};
 pub use control::{
     MockNccl, find_next_to_exe, mock_nccl_file_name, mock_nccl_path, partial_nccl_file_name,
     partial_nccl_path,
@@ -58,63 +62,6 @@ struct State {
     last: HashMap<String, (usize, u32, usize)>,
     /// The accesses of the calls of the group under way, reported at its end.
     grouped: Vec<Work>,
-}
-
-/// The memory one call touches on its stream: (address, bytes, written).
-struct Work {
-    name: &'static CStr,
-    stream: usize,
-    accesses: Vec<(u64, usize, bool)>,
-}
-
-/// The test driver's `cuda_mock_stream_access`, if a test installed it (0: none).
-static HOOK: AtomicUsize = AtomicUsize::new(0);
-
-type Hook = unsafe extern "C" fn(
-    *mut c_void,
-    *const c_char,
-    usize,
-    *const u64,
-    *const usize,
-    *const u8,
-) -> u32;
-
-/// Reports `work` to the test driver (nothing without a hook).
-fn report(work: Vec<Work>) {
-    let h = HOOK.load(Ordering::Acquire);
-    if h == 0 {
-        return;
-    }
-    // SAFETY: the address of `cuda_mock_stream_access`, with this signature
-    // (`MockNccl::set_access_hook`'s contract).
-    let hook: Hook = unsafe { std::mem::transmute::<usize, Hook>(h) };
-    for w in work {
-        let ptrs: Vec<u64> = w.accesses.iter().map(|a| a.0).collect();
-        let lens: Vec<usize> = w.accesses.iter().map(|a| a.1).collect();
-        let writes: Vec<u8> = w.accesses.iter().map(|a| u8::from(a.2)).collect();
-        // SAFETY: three arrays of `len` entries and a NUL-terminated name, for the call.
-        let _ = unsafe {
-            hook(
-                w.stream as *mut c_void,
-                w.name.as_ptr(),
-                ptrs.len(),
-                ptrs.as_ptr(),
-                lens.as_ptr(),
-                writes.as_ptr(),
-            )
-        };
-    }
-}
-
-/// The size of one value of `datatype` (0 for an unknown one).
-fn type_size(datatype: ncclDataType_t) -> usize {
-    match datatype.0 {
-        0 | 1 | 10 | 11 => 1,
-        6 | 9 => 2,
-        2 | 3 | 7 => 4,
-        4 | 5 | 8 => 8,
-        _ => 0,
-    }
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -389,10 +336,6 @@ pub unsafe extern "C" fn ncclCommUserRank(c: ncclComm_t, rank: *mut c_int) -> nc
     })
 }
 
-/// The memory a collective reads and writes on each buffer: the buffer and its size in values
-/// of the datatype (given the communicator's size), and whether it is written.
-type Shape = fn(nranks: usize, count: usize) -> [(usize, bool); 2];
-
 /// The checks every collective makes, its record, and the report of its memory accesses
 /// (`bufs[i]` sized and written as `shape` says; a buffer read and written, in place, is one
 /// write).
@@ -450,31 +393,6 @@ fn collective(
     });
     report(now);
     rc
-}
-
-/// Reads `count` values, writes `count` values (all-reduce, broadcast).
-fn same(_: usize, count: usize) -> [(usize, bool); 2] {
-    [(count, false), (count, true)]
-}
-
-/// Reads `count` values, writes `count` from every rank (all-gather).
-fn gather(nranks: usize, count: usize) -> [(usize, bool); 2] {
-    [(count, false), (count * nranks, true)]
-}
-
-/// Reads `count` values for every rank, writes `count` (reduce-scatter).
-fn scatter(nranks: usize, count: usize) -> [(usize, bool); 2] {
-    [(count * nranks, false), (count, true)]
-}
-
-/// Reads `count` values (send).
-fn read_only(_: usize, count: usize) -> [(usize, bool); 2] {
-    [(count, false), (0, false)]
-}
-
-/// Writes `count` values (recv).
-fn write_only(_: usize, count: usize) -> [(usize, bool); 2] {
-    [(count, true), (0, false)]
 }
 
 /// `ncclAllReduce`.

@@ -21,10 +21,12 @@
 //! generator leaves out the operations that would hit them (each [`Hole`] says which), so that
 //! the programs pass on a branch without the fixes. Once a hole is closed, its entry goes.
 
+mod display;
 mod execute;
 pub mod generate;
 mod kernels;
 pub mod model;
+mod order;
 pub mod program;
 mod run;
 pub mod shrink;
