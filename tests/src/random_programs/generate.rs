@@ -475,7 +475,9 @@ impl Gen<'_> {
                         && self.p.threads == 1
                         && !self.excluded(Hole::IntoRawFailure) =>
                     {
-                        self.bufs[b].alive = true;
+                        // Handed over if no use needed a wait, else back with the error: either
+                        // way not used again (a later allocation of the slot, or the teardown,
+                        // drops what came back, after its uses).
                         OpKind::IntoRawFails { b }
                     }
                     _ => OpKind::Drop { b },

@@ -159,13 +159,27 @@ impl Config {
 }
 
 /// `CUDA_STREAM_RANDOM_HOLES=include` generates the operations of the known holes too (to check
-/// fixes); otherwise they are left out ([`KNOWN_HOLES`]).
+/// fixes), `include:2,3` those of holes 2 and 3; otherwise they are left out ([`KNOWN_HOLES`]).
 pub const HOLES_VAR: &str = "CUDA_STREAM_RANDOM_HOLES";
 
 fn holes_from_env() -> Vec<Hole> {
-    match std::env::var(HOLES_VAR).as_deref() {
-        Ok("include") => Vec::new(),
-        _ => KNOWN_HOLES.to_vec(),
+    let v = std::env::var(HOLES_VAR).unwrap_or_default();
+    match v.strip_prefix("include") {
+        Some("") => Vec::new(),
+        // `include:2,3`: those holes' operations too.
+        Some(list) => {
+            let numbers: Vec<u32> = list
+                .trim_start_matches(':')
+                .split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .collect();
+            KNOWN_HOLES
+                .iter()
+                .copied()
+                .filter(|h| !numbers.contains(&h.number()))
+                .collect()
+        }
+        None => KNOWN_HOLES.to_vec(),
     }
 }
 

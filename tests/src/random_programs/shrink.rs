@@ -40,7 +40,11 @@ pub fn valid(p: &Program) -> bool {
                 bufs[*b] = None;
                 ok
             }
-            OpKind::IntoRawFails { b } => bufs[*b] == Some(false),
+            OpKind::IntoRawFails { b } => {
+                let ok = bufs[*b] == Some(false);
+                bufs[*b] = None;
+                ok
+            }
             OpKind::Release { b } => {
                 let ok = bufs[*b] == Some(true);
                 bufs[*b] = None;
