@@ -173,7 +173,8 @@
 //! - `devices=N`: 0 to 8 devices (default 2);
 //! - `pools=0` / `pools=1`: no device, or every device, has memory pools;
 //! - `races=print`: each race the detector finds is also printed to stderr, as
-//!   `cuda-mock-driver: race: ...` (for a child process such as an example).
+//!   `cuda-mock-driver: race: ...` (for a child process such as an example); `races=off`: no
+//!   race detector (to measure its cost).
 //!
 //! A string that does not parse aborts the process with a message: a misconfigured test must not
 //! run on.

@@ -58,14 +58,28 @@ pub(crate) struct Config {
     /// `pools=0`: no device has memory pools.
     pub(crate) pools: Option<bool>,
     /// `races=print`: each race the detector finds is also printed to stderr (for a child
-    /// process, whose races no control function of the test's process can read).
-    pub(crate) print_races: Option<bool>,
+    /// process, whose races no control function of the test's process can read); `races=off`:
+    /// no detector (to measure what it costs).
+    pub(crate) races: Option<RaceMode>,
+}
+
+/// What the race detector does (`races=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RaceMode {
+    /// Records the races (the default).
+    #[default]
+    Count,
+    /// Records them and prints each to stderr.
+    Print,
+    /// No detector.
+    Off,
 }
 
 /// Parses `key=value` entries separated by `;`:
 /// `fail=SYMBOL:N:CODE` (N 1-based, or `*` for every call; CODE a number or a `CUDA_*` name),
 /// `version=12040`, `devices=1`, `pools=0` (no device has memory pools; `pools=1`, all do),
-/// `races=print` (each race found is printed to stderr; `races=count`, only counted).
+/// `races=print` (each race found is printed to stderr; `races=count`, only counted; `races=off`,
+/// no race detector).
 pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
     let mut cfg = Config::default();
     for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
@@ -118,10 +132,15 @@ pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
                 });
             }
             "races" => {
-                cfg.print_races = Some(match value {
-                    "print" => true,
-                    "count" => false,
-                    _ => return Err(format!("`{entry}`: expected races=print or races=count")),
+                cfg.races = Some(match value {
+                    "print" => RaceMode::Print,
+                    "count" => RaceMode::Count,
+                    "off" => RaceMode::Off,
+                    _ => {
+                        return Err(format!(
+                            "`{entry}`: expected races=print, races=count or races=off"
+                        ));
+                    }
                 });
             }
             "omit" => {
@@ -171,12 +190,19 @@ mod tests {
 
     #[test]
     fn races_are_printed_or_counted() {
-        assert_eq!(parse_config("races=print").unwrap().print_races, Some(true));
         assert_eq!(
-            parse_config("races=count").unwrap().print_races,
-            Some(false)
+            parse_config("races=print").unwrap().races,
+            Some(RaceMode::Print)
         );
-        assert_eq!(parse_config("").unwrap().print_races, None);
+        assert_eq!(
+            parse_config("races=count").unwrap().races,
+            Some(RaceMode::Count)
+        );
+        assert_eq!(
+            parse_config("races=off").unwrap().races,
+            Some(RaceMode::Off)
+        );
+        assert_eq!(parse_config("").unwrap().races, None);
     }
 
     #[test]

@@ -231,14 +231,16 @@ pub(crate) struct Detector {
     count: u64,
     /// Print each race to stderr as it is found (`races=print`).
     pub(crate) print: bool,
+    /// No detection at all (`races=off`).
+    pub(crate) off: bool,
 }
 
 impl Detector {
     /// Forgets everything (races included): what happened before is taken as ordered.
     pub(crate) fn clear(&mut self) {
-        let print = self.print;
+        let (print, off) = (self.print, self.off);
         *self = Detector::default();
-        self.print = print;
+        (self.print, self.off) = (print, off);
     }
 
     /// Forgets the races found so far (the clocks and records stay).

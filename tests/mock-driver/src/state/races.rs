@@ -22,6 +22,9 @@ fn blocking(s: &StreamRef) -> bool {
 impl State {
     /// Checks `accs`, made by `op` with `clock` at `epoch`, and records them.
     fn race_check(&mut self, accs: &[Acc], clock: &Clock, epoch: (Comp, u32), op: Op) {
+        if self.races.off {
+            return;
+        }
         for acc in accs {
             if let Some(base) = self.device.base_of(acc) {
                 self.races.access(base, *acc, clock, epoch, op);
@@ -31,6 +34,9 @@ impl State {
 
     /// New work `call` on `s` touching `accs`: the stream's clock advances.
     pub(crate) fn race_op(&mut self, s: StreamRef, call: &'static str, accs: &[Acc]) {
+        if self.races.off {
+            return;
+        }
         let mut clock = self.races.enter(s.key, s.ctx, blocking(&s));
         let epoch = self.races.tick_queue(s.key, &mut clock);
         let op = Op {
@@ -43,12 +49,18 @@ impl State {
 
     /// [`race_op`](State::race_op) for a memset, copy or kernel about to be queued.
     pub(crate) fn race_work(&mut self, s: StreamRef, call: &'static str, work: &DeviceWork) {
+        if self.races.off {
+            return;
+        }
         let accs = self.device.accesses(work);
         self.race_op(s, call, &accs);
     }
 
     /// An event record of `core` on `s`: the event stands for the stream's work so far.
     pub(crate) fn race_record(&mut self, s: StreamRef, core: u64) {
+        if self.races.off {
+            return;
+        }
         let clock = self.races.enter(s.key, s.ctx, blocking(&s));
         self.races.events.insert(core, clock.clone());
         self.races.store(s.key, clock);
@@ -56,6 +68,9 @@ impl State {
 
     /// `s` waits for the event of `core`'s last record.
     pub(crate) fn race_wait(&mut self, s: StreamRef, core: u64) {
+        if self.races.off {
+            return;
+        }
         let mut clock = self.races.enter(s.key, s.ctx, blocking(&s));
         if let Some(e) = self.races.events.get(&core) {
             clock.join(e);
@@ -80,12 +95,18 @@ impl State {
 
     /// A synchronisation returned: the host knows `clock`'s work completed.
     pub(crate) fn race_host_learns(&mut self, clock: &Clock) {
+        if self.races.off {
+            return;
+        }
         self.races.host_learns(clock);
     }
 
     /// An access of the host (`cuMemFree`, `cuMemFreeHost`, or one a test declares), ordered
     /// after what the host knows.
     pub(crate) fn race_host_op(&mut self, call: &'static str, accs: &[Acc]) {
+        if self.races.off {
+            return;
+        }
         let (clock, epoch) = self.races.host_event();
         let op = Op {
             call,
@@ -98,6 +119,9 @@ impl State {
     /// and the previous launch of `exec`; each node after its dependencies, on its lane; the
     /// stream's later work after every node.
     pub(crate) fn race_graph_launch(&mut self, s: StreamRef, exec: usize, nodes: &[Node]) {
+        if self.races.off {
+            return;
+        }
         let mut start = self.races.enter(s.key, s.ctx, blocking(&s));
         let mut lanes = match self.races.execs.remove(&exec) {
             Some(e) => {

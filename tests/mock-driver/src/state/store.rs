@@ -8,7 +8,9 @@ use std::thread::ThreadId;
 use cuda_sys::{CUresult, CUstream};
 
 use super::threads::current;
-use crate::base::config::{CONFIG_VAR, Config, DEFAULT_DEVICES, MAX_DEVICES, Rule, parse_config};
+use crate::base::config::{
+    CONFIG_VAR, Config, DEFAULT_DEVICES, MAX_DEVICES, RaceMode, Rule, parse_config,
+};
 use crate::base::flavour::DEFAULT_VERSION;
 use crate::model::device::{self, DeviceState};
 use crate::model::graph::Graphs;
@@ -110,7 +112,12 @@ impl State {
         self.calls.clear();
         self.counters = Counters::default();
         self.races.clear();
-        self.races.print = self.baseline.print_races.unwrap_or(false);
+        self.set_races(self.baseline.races.unwrap_or_default());
+    }
+
+    fn set_races(&mut self, mode: RaceMode) {
+        self.races.print = mode == RaceMode::Print;
+        self.races.off = mode == RaceMode::Off;
     }
 
     /// Every device with memory pools, or none.
@@ -133,8 +140,8 @@ impl State {
         if let Some(p) = cfg.pools {
             self.set_pools(p);
         }
-        if let Some(p) = cfg.print_races {
-            self.races.print = p;
+        if let Some(m) = cfg.races {
+            self.set_races(m);
         }
     }
 
