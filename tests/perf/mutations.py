@@ -187,12 +187,15 @@ def sh(cmd, cwd, env=None, timeout=None):
 
 
 def copy_tree(root, work):
+    """The tracked files, copied with the time of the copy (cargo rebuilds from modification
+    times: a file older than the last build of a mutated version would not be rebuilt)."""
     src = os.path.join(work, "src")
     files = sh("git ls-files -z", root).stdout.split("\0")
     for f in filter(None, files):
         dst = os.path.join(src, f)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copy2(os.path.join(root, f), dst)
+        shutil.copyfile(os.path.join(root, f), dst)
+        shutil.copymode(os.path.join(root, f), dst)
     return src
 
 
