@@ -1,6 +1,7 @@
 //! The main example (`examples/streams.rs`) runs to its end against the test driver, which
 //! computes its SAXPY kernel on the host (also when replayed from a graph), so every result check
-//! of the example runs here too; and without a driver it says so and exits with status 2.
+//! of the example runs here too, with no race on memory (the driver's race detector prints each
+//! race it finds, `races=print`); and without a driver it says so and exits with status 2.
 //!
 //! `cargo test` builds the example before the tests run; it lies in `target/<profile>/examples/`,
 //! next to the folder of this test's executable.
@@ -32,6 +33,7 @@ fn run(driver: &str, args: &[&str]) -> Output {
     let out = Command::new(example())
         .args(args)
         .env("CUDA_SYS_LIBCUDA", driver)
+        .env("CUDA_MOCK_CONFIG", "races=print")
         .env_remove("CUDA_SYS_ABI_VERSION")
         .output()
         .expect("the example starts");
@@ -49,6 +51,12 @@ fn the_example_checks_its_results_against_the_test_driver() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "status {:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let races: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("cuda-mock-driver: race:"))
+        .collect();
+    assert!(races.is_empty(), "the example races:\n{}", races.join("\n"));
     for line in [
         "CUDA driver 13.0 with 2 device(s)",
         "streams: high priority -5, low priority 0",

@@ -15,6 +15,8 @@
 //! - [`Window`]: decides whether a "still pending" observation is meaningful.
 //! - [`bogus`]: bogus values fed to the safe API, each case in a child process (shared with the
 //!   test driver's suite).
+//! - [`random_programs`]: seeded random programs over the safe API with a reference model (shared
+//!   with the test driver's suite, which runs them with its race detector).
 //!
 //! The helpers panic on driver errors: they are test infrastructure, and a panic names the call.
 
@@ -27,6 +29,7 @@ mod gpu;
 mod kernels;
 mod memory;
 mod process;
+pub mod random_programs;
 mod saxpy;
 mod window;
 

@@ -25,10 +25,10 @@ pub struct MockLaunch {
 
 impl MockDriver {
     /// The control function `name` of the loaded library.
-    fn control<T: Copy>(&self, name: &[u8]) -> T {
+    pub(crate) fn control<T: Copy>(&self, name: &[u8]) -> T {
         // SAFETY: `name` is one of the mock's exports, declared with type `T` in `exports/`
-        // (`kernels.rs`, `pools.rs`, `control.rs`); the library stays loaded while `self`
-        // lives (and is linked `-z nodelete`).
+        // (`kernels.rs`, `pools.rs`, `control.rs`, `races.rs`); the library stays loaded while
+        // `self` lives (and is linked `-z nodelete`).
         unsafe {
             *self
                 ._lib

@@ -84,11 +84,23 @@
 //!   device-to-device copies, the device side of host-to-device copies (the host side is read at
 //!   the call) and kernel launches (counted) are queued on the stream and run by the worker in
 //!   order; a device-to-host copy waits for the stream and copies before returning. The PTX is
-//!   not executed, but a few kernels are computed on the host by name and signature (`saxpy`, as
-//!   in the example, and the GPU tests' `store_after_spin`, `copy_u32`, `add_u32`, `spin`), so
+//!   not executed, but a few kernels are computed on the host by name and signature
+//!   (`model/kernels.rs`: `saxpy`, as in the example, the GPU tests' `store_after_spin`,
+//!   `copy_u32`, `add_u32`, `spin`, and the random programs' `rp_set`, `rp_add`, `rp_scale`), so
 //!   results can be checked; other kernels do nothing.
 //!   `cuMemFree` and `cuModuleUnload` do not wait: queued work that reaches freed memory or an
 //!   unloaded module counts as a bad use. `cuLaunchKernel` keeps the parameter bytes it read.
+//! - **A race detector** (`model/races.rs`): the happens-before relation of what the mock runs
+//!   (per stream a vector clock, advanced by stream order, event records and waits, the legacy
+//!   stream's implicit synchronisation, host synchronisation and successful queries, graph
+//!   launches with their nodes' dependencies), against which every access to device memory and
+//!   page-locked host memory is checked when it is enqueued (memsets, copies, the kernels of
+//!   `model/kernels.rs`, stream-ordered allocations and frees, `cuMemFree`, graph nodes at each
+//!   launch, and what another library reports through `cuda_mock_stream_access`). A conflicting
+//!   access not ordered after an earlier one, or a free not ordered after every access, is a
+//!   race, recorded with both operations named; [`MockDriver::races`],
+//!   [`MockDriver::race_reports`] and [`MockDriver::serialize`] (which fails a test that races)
+//!   read them.
 //! - Any use or destroy of a handle the mock did not create, or already destroyed, returns
 //!   `CUDA_ERROR_INVALID_HANDLE` (`CUDA_ERROR_INVALID_CONTEXT` for contexts), is counted, and
 //!   never crashes. No export unwinds into C: every body runs under `catch_unwind`, and a poisoned
@@ -103,6 +115,7 @@
 //! int      cuda_mock_configure(const char *spec);         // CUDA_MOCK_CONFIG syntax; 0, or -1 on a parse error
 //! int      cuda_mock_fail(const char *name, uint32_t nth, uint32_t code); // nth >= 1, counted from now
 //! int      cuda_mock_fail_always(const char *name, uint32_t code);
+//! void     cuda_mock_clear_failures(void);                // the rules added since the reset go
 //! void     cuda_mock_set_version(int version);            // cuDriverGetVersion's answer
 //! const char *cuda_mock_flavour(void);                    // "CUDA 12.2, no cuGetProcAddress"
 //! int      cuda_mock_exports(const char *name);           // 1 if this flavour exports it
@@ -136,6 +149,12 @@
 //! int      cuda_mock_last_launch_attribute(uint32_t i, uint32_t out[4]); // id, values; or -1
 //! int      cuda_mock_read_memory(uint64_t ptr, uint8_t *out, size_t len);     // 0, or -1
 //! int64_t  cuda_mock_event_flags(void *handle);           // an event's creation flags, -1 if not one
+//! uint64_t cuda_mock_races(void);                         // races found since the last reset
+//! int64_t  cuda_mock_race_report(uint32_t i, uint8_t *out, size_t cap); // its length, or -1
+//! void     cuda_mock_clear_races(void);
+//! int      cuda_mock_host_access(uint64_t ptr, size_t len, int write); // checked as the host's
+//! CUresult cuda_mock_stream_access(CUstream, const char *name, size_t n, const uint64_t *ptrs,
+//!                                  const size_t *lens, const uint8_t *writes); // another library's work
 //! ```
 //!
 //! A `name` is a binding name of cuda-sys, meaning that binding's exported symbol: the name C
@@ -157,7 +176,11 @@
 //! - `fail=SYMBOL:N:CODE`: fail the Nth call (1, 2, ...) or every call (`*`) with CODE, a number
 //!   or a `CUDA_*` name;
 //! - `version=V`: what `cuDriverGetVersion` reports (default: the flavour's version);
-//! - `devices=N`: 0 to 8 devices (default 2).
+//! - `devices=N`: 0 to 8 devices (default 2);
+//! - `pools=0` / `pools=1`: no device, or every device, has memory pools;
+//! - `races=print`: each race the detector finds is also printed to stderr, as
+//!   `cuda-mock-driver: race: ...` (for a child process such as an example); `races=off`: no
+//!   race detector (to measure its cost).
 //!
 //! A string that does not parse aborts the process with a message: a misconfigured test must not
 //! run on.
@@ -213,11 +236,14 @@ mod exports;
 
 mod control_device;
 
+mod control_races;
+
 mod flavours;
 
 mod flavour_runs;
 
 pub use control_device::MockLaunch;
+pub use control_races::{RaceCheck, Serialized};
 pub use flavour_runs::{FlavourRun, report, run_in_each_flavour};
 pub use flavours::{FLAVOUR_VAR, FLAVOURS, Flavour, mock_driver_file_name, mock_driver_path};
 
@@ -381,6 +407,12 @@ impl MockDriver {
         // SAFETY: a NUL-terminated string that outlives the call.
         let rc = unsafe { (self.fail_always)(c.as_ptr(), code.0) };
         assert_eq!(rc, 0, "cuda_mock_fail_always({name}) refused");
+    }
+
+    /// `cuda_mock_clear_failures`: forgets the failure rules added since the last reset, and
+    /// nothing else (counters and races stay).
+    pub fn clear_failures(&self) {
+        self.control::<extern "C" fn()>(b"cuda_mock_clear_failures\0")()
     }
 
     /// `cuda_mock_set_version`.

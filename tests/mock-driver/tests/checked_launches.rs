@@ -6,9 +6,9 @@
 //! kernel, the parameter and both sizes, and reaches no driver; launch attributes go through
 //! `cuLaunchKernelEx` (`Unsupported` on CUDA 11.4, which lacks it).
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, report, run_in_each_flavour};
+use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, Serialized, report, run_in_each_flavour};
 use cuda_stream::ffi::{CUlaunchAttributeID, CUresult};
 use cuda_stream::{
     ArgKind, ArgMismatch, CaptureMode, Context, DeviceBuffer, Error, KernelArg, LaunchConfig,
@@ -56,7 +56,7 @@ fn flavour() -> &'static Flavour {
 }
 
 /// Serialises the test, installs this process's flavour as the driver (once) and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     static MOCK: OnceLock<MockDriver> = OnceLock::new();
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MOCK.get_or_init(|| {
@@ -69,7 +69,7 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
         unsafe { MockDriver::open(&path) }.expect("the mock's control functions resolve")
     });
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 fn has_param_info() -> bool {

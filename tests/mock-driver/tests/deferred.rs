@@ -11,10 +11,10 @@
 //! The fault suite (`fault_injection/`) runs the same paths with each driver call failing.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{
     AsStream, Context, Event, EventOptions, Stream, StreamOptions, StreamPool, deferred_failed,
@@ -30,11 +30,11 @@ const PER_KIND: usize = 32;
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Runs `f` on a fresh thread (no context current) and joins it; a panic continues here.

@@ -5,11 +5,11 @@
 //! later work waits for the borrow's uses, and bad borrows are refused before any use; a pinned
 //! buffer copies to a buffer of another context.
 
+use std::sync::Mutex;
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::{
     AsStream, BorrowedBuffer, CaptureMode, Context, DeviceBuffer, Error, GraphBuffer,
     PinnedHostBuffer, Stream,
@@ -17,7 +17,7 @@ use cuda_stream::{
 
 static LOCK: Mutex<()> = Mutex::new(());
 
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     // Frees that graphs queued when the previous test let them go are made against its state,
@@ -27,7 +27,7 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     settle(m);
     m.set_memory_pools(1, false);
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 fn settle(m: &MockDriver) {

@@ -10,10 +10,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
     AsStream, CaptureMode, CaptureStatus, Context, Error, EventOptions, OwnedStream, Stream,
@@ -26,11 +26,11 @@ const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Runs `f` on a fresh thread (no context current, fresh thread-local caches) and joins it.

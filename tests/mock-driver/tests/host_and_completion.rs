@@ -9,12 +9,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{AsStream, Completion, Context, Error, OwnedStream, Stream};
 
@@ -24,11 +24,11 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test (the mock's state is process-wide), installs the mock as the process-wide
 /// driver (once) and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Waits until `done` holds, parking between checks (a waker that unparks this thread cuts the

@@ -5,23 +5,23 @@
 //! a use on a stream that has ended since is waited for through the stream's final event; a
 //! failed wait of `into_raw` gives the buffer back with the error.
 
+use std::sync::Mutex;
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::{Context, DeviceBuffer, PinnedHostBuffer, pending_frees, poll_pending_frees};
 
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock (device 1 without memory pools, before anything asks)
 /// and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     m.set_memory_pools(1, false);
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 fn settle(m: &MockDriver) {

@@ -23,10 +23,10 @@
 //! [`every_driver_generation_runs_cuda_stream`], prints one line per configuration.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, report, run_in_each_flavour};
+use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, Serialized, report, run_in_each_flavour};
 use cuda_stream::ffi::{CUgraphExecUpdateResult, CUstreamCaptureMode};
 use cuda_stream::ffi::{CUresult, LoadError};
 use cuda_stream::{
@@ -47,7 +47,7 @@ struct Setup {
 
 /// In a child: serialises the test, checks that the process-wide driver is the flavour's
 /// library, and resets the mock. `None` in the parent process (the test then does nothing).
-fn setup() -> Option<(MutexGuard<'static, ()>, &'static Setup)> {
+fn setup() -> Option<(Serialized, &'static Setup)> {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     let flavour = Flavour::from_env()?;
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -67,7 +67,7 @@ fn setup() -> Option<(MutexGuard<'static, ()>, &'static Setup)> {
         }
     });
     s.mock.reset();
-    Some((guard, s))
+    Some((s.mock.checked(guard), s))
 }
 
 /// Checks that `err` is `Unsupported` for `call`, whose ABI needs CUDA `since` (`introduced`),

@@ -1,9 +1,9 @@
 //! Several devices against the mock: peer queries, idempotent peer access, peer copies both ways
 //! with their results, and what a peer copy refuses.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::CUresult;
 use cuda_stream::{Context, DeviceBuffer, Error};
 
@@ -12,7 +12,7 @@ static LOCK: Mutex<()> = Mutex::new(());
 /// Serialises the tests and resets the mock. Both primary contexts stay retained for the whole
 /// process, as the fault suite's fixture keeps them: the mock frees a context's memory when its
 /// last retain goes, even under work still queued, which a later test would count.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     static KEEP: OnceLock<(Context, Context)> = OnceLock::new();
@@ -24,7 +24,7 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
         c.synchronize().unwrap();
     }
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 #[test]

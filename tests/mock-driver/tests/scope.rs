@@ -8,20 +8,20 @@
 //! thread has no per-thread state yet).
 
 use std::collections::HashSet;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::{Context, OwnedStream, Result};
 
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test and installs the mock as the process-wide driver (once).
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     static RESET: std::sync::Once = std::sync::Once::new();
     RESET.call_once(|| m.reset());
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Runs `f` on a new thread (no per-thread scope state yet) and returns what it returns.

@@ -123,6 +123,13 @@ impl MockNccl {
         unsafe { f(name.as_ptr()) }
     }
 
+    /// Makes every collective report the memory it reads and writes to `hook`, the test
+    /// driver's `cuda_mock_stream_access` (`cuda_mock_driver::MockDriver::stream_access_fn`), so
+    /// that the driver's race detector checks it (null: no reports).
+    pub fn set_access_hook(&self, hook: *const std::ffi::c_void) {
+        self.f::<extern "C" fn(*const std::ffi::c_void)>(b"mock_nccl_set_access_hook\0")(hook)
+    }
+
     /// Live communicators.
     pub fn live_comms(&self) -> u64 {
         self.f::<extern "C" fn() -> u64>(b"mock_nccl_live_comms\0")()

@@ -3,6 +3,10 @@
 //! path (init failures, asynchronous errors, failed collectives and groups).
 //!
 //! It moves no data: collectives record their arguments (count, datatype, stream) and return.
+//! The memory each would read and write is reported to the test driver's race detector, through
+//! the hook a test installs ([`MockNccl::set_access_hook`], the driver's
+//! `cuda_mock_stream_access`): as NCCL enqueues its kernels, at the call, or inside a group at
+//! the outermost `ncclGroupEnd` (also when that end fails: NCCL may have enqueued part of it).
 //! Communicators are handles of this library; `ncclCommInitAll` accepts devices 0 and 1 (the
 //! mock driver's), `ncclCommInitRank` ids made by its `ncclGetUniqueId` and one rank per id
 //! (more would wait for peers that never come). Calls are counted; [`MockNccl::fail`] makes the
@@ -17,13 +21,18 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
 use cuda_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
+mod accesses;
 mod control;
 mod cudart;
 
+use accesses::{
+    HOOK, Shape, Work, gather, read_only, report, same, scatter, type_size, write_only,
+};
 pub use control::{
     MockNccl, find_next_to_exe, mock_nccl_file_name, mock_nccl_path, partial_nccl_file_name,
     partial_nccl_path,
@@ -54,6 +63,8 @@ struct State {
     group_devices: Vec<c_int>,
     /// name -> (count, datatype, stream) of the last call.
     last: HashMap<String, (usize, u32, usize)>,
+    /// The accesses of the calls of the group under way, reported at its end.
+    grouped: Vec<Work>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -332,19 +343,24 @@ pub unsafe extern "C" fn ncclCommUserRank(c: ncclComm_t, rank: *mut c_int) -> nc
     })
 }
 
-/// The checks every collective makes, and its record.
+/// The checks every collective makes, its record, and the report of its memory accesses
+/// (`bufs[i]` sized and written as `shape` says; a buffer read and written, in place, is one
+/// write).
 #[allow(clippy::too_many_arguments)]
 fn collective(
-    name: &str,
+    name: &'static CStr,
     c: ncclComm_t,
     bufs: &[*const c_void],
+    shape: Shape,
     count: usize,
     datatype: ncclDataType_t,
     op: Option<ncclRedOp_t>,
     rank: Option<c_int>,
     stream: *mut c_void,
 ) -> ncclResult_t {
-    with(name, |st| {
+    let text = name.to_str().unwrap_or_default();
+    let mut now = Vec::new();
+    let rc = with(text, |st| {
         let c = tri!(comm(st, c));
         let null = count > 0 && bufs.iter().any(|b| b.is_null());
         let bad_type = datatype.0 >= ncclDataType_t::ncclNumTypes.0;
@@ -354,15 +370,39 @@ fn collective(
             return INVALID;
         }
         st.last
-            .insert(name.to_string(), (count, datatype.0, stream as usize));
+            .insert(text.to_string(), (count, datatype.0, stream as usize));
+        let sizes = shape(c.size as usize, count);
+        let mut accesses: Vec<(u64, usize, bool)> = Vec::new();
+        for (&b, &(values, write)) in bufs.iter().zip(&sizes) {
+            let bytes = values * type_size(datatype);
+            if b.is_null() || bytes == 0 {
+                continue;
+            }
+            match accesses.iter_mut().find(|a| a.0 == b as u64) {
+                Some(a) => {
+                    a.1 = a.1.max(bytes);
+                    a.2 |= write;
+                }
+                None => accesses.push((b as u64, bytes, write)),
+            }
+        }
+        let work = Work {
+            name,
+            stream: stream as usize,
+            accesses,
+        };
         // The work is launched on the communicator's device: now, or at the group's end.
         if st.group_depth > 0 {
+            st.grouped.push(work);
             st.group_devices.push(c.device);
         } else {
+            now.push(work);
             cudart::on_devices(&[c.device], |_| ());
         }
         OK
-    })
+    });
+    report(now);
+    rc
 }
 
 /// `ncclAllReduce`.
@@ -378,9 +418,10 @@ pub extern "C" fn ncclAllReduce(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclAllReduce",
+        c"ncclAllReduce",
         comm,
         &bufs,
+        same,
         count,
         datatype,
         Some(op),
@@ -402,9 +443,10 @@ pub extern "C" fn ncclBroadcast(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclBroadcast",
+        c"ncclBroadcast",
         comm,
         &bufs,
+        same,
         count,
         datatype,
         None,
@@ -425,9 +467,10 @@ pub extern "C" fn ncclAllGather(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclAllGather",
+        c"ncclAllGather",
         comm,
         &bufs,
+        gather,
         count,
         datatype,
         None,
@@ -449,9 +492,10 @@ pub extern "C" fn ncclReduceScatter(
 ) -> ncclResult_t {
     let bufs = [send, recv as *const c_void];
     collective(
-        "ncclReduceScatter",
+        c"ncclReduceScatter",
         comm,
         &bufs,
+        scatter,
         count,
         datatype,
         Some(op),
@@ -471,9 +515,10 @@ pub extern "C" fn ncclSend(
     stream: *mut c_void,
 ) -> ncclResult_t {
     collective(
-        "ncclSend",
+        c"ncclSend",
         comm,
         &[send],
+        read_only,
         count,
         datatype,
         None,
@@ -494,9 +539,10 @@ pub extern "C" fn ncclRecv(
 ) -> ncclResult_t {
     let bufs = [recv as *const c_void];
     collective(
-        "ncclRecv",
+        c"ncclRecv",
         comm,
         &bufs,
+        write_only,
         count,
         datatype,
         None,
@@ -525,11 +571,19 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
         return ncclResult_t::ncclInvalidUsage;
     }
     st.group_depth -= 1;
-    if st.group_depth == 0 {
-        let devices = std::mem::take(&mut st.group_devices);
-        drop(g);
+    let (work, devices) = if st.group_depth == 0 {
+        (
+            std::mem::take(&mut st.grouped),
+            std::mem::take(&mut st.group_devices),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    drop(g);
+    if !devices.is_empty() {
         cudart::on_devices(&devices, |_| ());
     }
+    report(work);
     injected.unwrap_or(OK)
 }
 
@@ -605,6 +659,13 @@ pub unsafe extern "C" fn mock_nccl_calls(name: *const c_char) -> u64 {
     g.as_ref()
         .and_then(|st| st.calls.get(name.as_ref()).copied())
         .unwrap_or(0)
+}
+
+/// Installs the test driver's `cuda_mock_stream_access` (null: none), to which every collective
+/// reports the memory it touches.
+#[unsafe(no_mangle)]
+pub extern "C" fn mock_nccl_set_access_hook(hook: *const c_void) {
+    HOOK.store(hook as usize, Ordering::Release);
 }
 
 /// Live communicators.

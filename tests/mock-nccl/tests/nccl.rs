@@ -3,7 +3,9 @@
 //! aborting the communicator, argument checks before NCCL is called, the arguments NCCL
 //! receives, groups always ended, collectives in a capture tying their buffers to the graph,
 //! every NCCL call of each operation failed in turn, and a missing NCCL library or symbol (each
-//! in a child process, whose process-wide NCCL is another).
+//! in a child process, whose process-wide NCCL is another). The fake NCCL reports the memory
+//! each collective reads and writes to the test driver's race detector, and every test fails on
+//! a race.
 
 use std::process::Command;
 
@@ -254,6 +256,63 @@ fn a_collective_in_a_capture_ties_its_buffers_to_the_graph() {
     drop((exec, x));
     drain_deferred();
     assert_eq!(m.bad_uses(), 0);
+}
+
+/// The memory of each collective reaches the test driver's race detector: at the call, at the
+/// group's end, and from each replay of a captured one. Raw memsets on another stream, which
+/// nothing orders, race with them (checked, then forgotten).
+#[test]
+fn collectives_report_their_buffers_to_the_race_detector() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, _n, m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let mut s = ctx.new_stream().unwrap();
+    let t = ctx.new_stream().unwrap();
+    let a = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let mut b = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let races = |expected: &str| {
+        let r = m.race_reports();
+        m.clear_races();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].contains(expected), "{r:?}");
+    };
+    let raw_memset = |p: u64| {
+        // SAFETY: `p` holds 64 values; the race with the collective is the point of the test
+        // (the mock touches no memory for a collective).
+        unsafe { cuda_stream::memset_d32_async(&t, p, 1, 64) }.unwrap();
+    };
+    comm.all_reduce(&s, &a, &mut b, ReduceOp::Sum).unwrap();
+    assert_eq!(
+        m.races(),
+        0,
+        "the collective is ordered after b's zeroing on s"
+    );
+    raw_memset(b.device_ptr());
+    races("is not ordered after ncclAllReduce (write of");
+    t.synchronize().unwrap();
+    group(|g| g.all_reduce_in_place(&comm, &s, &mut b, ReduceOp::Sum)).unwrap();
+    assert_eq!(m.races(), 0);
+    raw_memset(b.device_ptr());
+    races("is not ordered after ncclAllReduce (write of");
+    t.synchronize().unwrap();
+    let graph = s
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            comm.all_reduce_in_place(&cap, &mut b, ReduceOp::Sum)
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&s).unwrap();
+    raw_memset(b.device_ptr());
+    races("is not ordered after ncclAllReduce (write of");
+    s.synchronize().unwrap();
+    t.synchronize().unwrap();
+    drop((exec, graph, a, b));
+    drain_deferred();
 }
 
 #[test]

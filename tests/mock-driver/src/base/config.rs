@@ -57,11 +57,29 @@ pub(crate) struct Config {
     pub(crate) devices: Option<usize>,
     /// `pools=0`: no device has memory pools.
     pub(crate) pools: Option<bool>,
+    /// `races=print`: each race the detector finds is also printed to stderr (for a child
+    /// process, whose races no control function of the test's process can read); `races=off`:
+    /// no detector (to measure what it costs).
+    pub(crate) races: Option<RaceMode>,
+}
+
+/// What the race detector does (`races=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum RaceMode {
+    /// Records the races (the default).
+    #[default]
+    Count,
+    /// Records them and prints each to stderr.
+    Print,
+    /// No detector.
+    Off,
 }
 
 /// Parses `key=value` entries separated by `;`:
 /// `fail=SYMBOL:N:CODE` (N 1-based, or `*` for every call; CODE a number or a `CUDA_*` name),
-/// `version=12040`, `devices=1`, `pools=0` (no device has memory pools; `pools=1`, all do).
+/// `version=12040`, `devices=1`, `pools=0` (no device has memory pools; `pools=1`, all do),
+/// `races=print` (each race found is printed to stderr; `races=count`, only counted; `races=off`,
+/// no race detector).
 pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
     let mut cfg = Config::default();
     for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
@@ -113,6 +131,18 @@ pub(crate) fn parse_config(spec: &str) -> Result<Config, String> {
                     _ => return Err(format!("`{entry}`: expected pools=0 or pools=1")),
                 });
             }
+            "races" => {
+                cfg.races = Some(match value {
+                    "print" => RaceMode::Print,
+                    "count" => RaceMode::Count,
+                    "off" => RaceMode::Off,
+                    _ => {
+                        return Err(format!(
+                            "`{entry}`: expected races=print, races=count or races=off"
+                        ));
+                    }
+                });
+            }
             "omit" => {
                 return Err(format!(
                     "`{entry}`: symbols cannot be omitted at run time (a loaded library cannot \
@@ -159,6 +189,23 @@ mod tests {
     }
 
     #[test]
+    fn races_are_printed_or_counted() {
+        assert_eq!(
+            parse_config("races=print").unwrap().races,
+            Some(RaceMode::Print)
+        );
+        assert_eq!(
+            parse_config("races=count").unwrap().races,
+            Some(RaceMode::Count)
+        );
+        assert_eq!(
+            parse_config("races=off").unwrap().races,
+            Some(RaceMode::Off)
+        );
+        assert_eq!(parse_config("").unwrap().races, None);
+    }
+
+    #[test]
     fn rejects_what_it_cannot_do() {
         for bad in [
             "fail=cuStreamCreate:0:2",
@@ -168,6 +215,7 @@ mod tests {
             "version=abc",
             "devices=9",
             "pools=2",
+            "races=loud",
             "omit=cuStreamGetId",
             "colour=blue",
             "nonsense",

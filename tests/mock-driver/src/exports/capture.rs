@@ -569,6 +569,7 @@ fn record_with_flags(
         if let Some(rc) = on_event_record(&mut st, s, core) {
             return rc;
         }
+        st.race_record(s, core);
         let record = if st.idle(s.key) {
             (0, Some(Instant::now()))
         } else {

@@ -237,8 +237,9 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
         if let Some(rc) = crate::state::capture::on_ctx_sync(&mut st, ctx) {
             return rc;
         }
+        let learnt = st.race_ctx_clock(ctx);
         let target = st.ctx_last_job.get(&ctx).copied().unwrap_or(0);
-        drop(state::wait_until_done(st, target));
+        state::wait_until_done(st, target).race_host_learns(&learnt);
         SUCCESS
     })
 }

@@ -120,6 +120,16 @@ pub unsafe extern "C" fn cuda_mock_fail_always(name: *const c_char, code: u32) -
     add_rule(name, None, code)
 }
 
+/// Forgets the failure rules added since the last reset (`CUDA_MOCK_CONFIG`'s stay); counters
+/// and the race detector's records are untouched.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_clear_failures() {
+    guard((), || {
+        let mut st = state::lock();
+        st.rules = st.baseline.rules.clone();
+    });
+}
+
 /// The flavour this library was built as, such as `CUDA 12.2, no cuGetProcAddress`: a string
 /// that lives as long as the process.
 #[unsafe(no_mangle)]

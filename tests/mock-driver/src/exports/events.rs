@@ -105,6 +105,7 @@ pub unsafe extern "C" fn cuEventRecord(h_event: CUevent, h_stream: CUstream) -> 
         if let Some(rc) = crate::state::capture::on_event_record(&mut st, s, core) {
             return rc;
         }
+        st.race_record(s, core);
         let record = if st.idle(s.key) {
             (0, Some(Instant::now()))
         } else {
@@ -137,7 +138,11 @@ pub unsafe extern "C" fn cuEventQuery(h_event: CUevent) -> CUresult {
         }
         match event_state(&st, core) {
             Some((false, _)) => NOT_READY,
-            _ => SUCCESS,
+            _ => {
+                let learnt = st.race_event_clock(core);
+                st.race_host_learns(&learnt);
+                SUCCESS
+            }
         }
     })
 }
@@ -159,7 +164,8 @@ pub unsafe extern "C" fn cuEventSynchronize(h_event: CUevent) -> CUresult {
             .get(&core)
             .and_then(|c| c.record)
             .map_or(0, |r| r.0);
-        drop(state::wait_until_done(st, target));
+        let learnt = st.race_event_clock(core);
+        state::wait_until_done(st, target).race_host_learns(&learnt);
         SUCCESS
     })
 }

@@ -349,6 +349,7 @@ unsafe fn instantiate_params(
 /// Queues one launch of executable graph `h` on stream `s`.
 fn launch(st: &mut State, h: usize, s: StreamRef) -> Result<(), CUresult> {
     let nodes = exec_mut(st, h)?.nodes.clone();
+    st.race_graph_launch(s, h, &nodes);
     for n in &nodes {
         match n.kind {
             NodeKind::Host(f, data) => {

@@ -350,6 +350,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
 ) -> CUresult {
     api("cuLaunchKernel", false, |mut st| {
         let launch = Launch {
+            call: "cuLaunchKernel",
             f,
             grid: [grid_dim_x, grid_dim_y, grid_dim_z],
             block: [block_dim_x, block_dim_y, block_dim_z],
@@ -365,6 +366,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
 /// A launch as `cuLaunchKernel` and `cuLaunchKernelEx` describe it: each attribute as its id
 /// and up to three values.
 pub(super) struct Launch {
+    pub(super) call: &'static str,
     pub(super) f: CUfunction,
     pub(super) grid: [u32; 3],
     pub(super) block: [u32; 3],
@@ -385,6 +387,7 @@ pub(super) unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let Launch {
+        call,
         f,
         grid,
         block,
@@ -439,6 +442,7 @@ pub(super) unsafe fn launch_kernel(
             return rc;
         }
     } else {
+        st.race_work(s, call, &work);
         tri!(st.enqueue(s, Work::Device(work)));
     }
     st.device.last_launch = Some(LaunchRec {

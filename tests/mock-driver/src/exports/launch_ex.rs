@@ -209,6 +209,7 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
             attrs.push([a.id.0, v[0], v[1], v[2]]);
         }
         let launch = Launch {
+            call: "cuLaunchKernelEx",
             f,
             grid,
             block,

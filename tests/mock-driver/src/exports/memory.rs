@@ -9,6 +9,7 @@ use cuda_sys::{CUdeviceptr, CUresult, CUstream};
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 use crate::model::device::{DeviceWork, MAX_ALLOCATION};
 use crate::model::jobs::Work;
+use crate::model::races::{Acc, Kind};
 use crate::state::capture::on_device_work;
 use crate::state::{self, State};
 
@@ -135,6 +136,15 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     api("cuMemFree_v2", false, |mut st| {
         tri!(st.current_ctx());
         let queued = st.device.allocs.get(&dptr).is_some_and(|a| a.freeing);
+        let live = st
+            .device
+            .allocs
+            .get(&dptr)
+            .filter(|a| a.alive)
+            .map(|a| a.size);
+        if let (false, Some(size)) = (queued, live) {
+            st.race_host_op("cuMemFree", &[Acc::device(dptr, size, Kind::Free)]);
+        }
         if !queued && st.device.free(dptr) {
             SUCCESS
         } else {
@@ -205,6 +215,7 @@ fn memset(
             if let Some(rc) = on_device_work(&mut st, s, &work) {
                 return rc;
             }
+            st.race_work(s, symbol, &work);
             tri!(st.enqueue(s, Work::Device(work)));
         }
         SUCCESS
@@ -290,6 +301,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
             if let Some(rc) = on_device_work(&mut st, s, &work) {
                 return rc;
             }
+            st.race_work(s, "cuMemcpyDtoDAsync", &work);
             tri!(st.enqueue(s, Work::Device(work)));
         }
         SUCCESS
@@ -343,6 +355,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
                     data: data.to_vec(),
                 }
             };
+            st.race_work(s, "cuMemcpyHtoDAsync", &work);
             tri!(st.enqueue(s, Work::Device(work)));
         }
         SUCCESS
@@ -390,11 +403,17 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
                 dev: src_device,
                 bytes: byte_count,
             };
+            st.race_work(s, "cuMemcpyDtoHAsync", &work);
             tri!(st.enqueue(s, Work::Device(work)));
             return SUCCESS;
         }
+        // Into pageable memory: the copy runs in stream order, and the host waits for it.
+        let read = Acc::device(src_device, byte_count, Kind::Read);
+        st.race_op(s, "cuMemcpyDtoHAsync", &[read]);
+        let learnt = st.race_stream_clock(s);
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
         let mut st = state::wait_until_done(st, target);
+        st.race_host_learns(&learnt);
         let Some(bytes) = st.device.slice_mut(src_device, byte_count) else {
             st.counters.bad_uses += 1;
             return INVALID_VALUE;

@@ -72,6 +72,8 @@ mod capture;
 
 mod control;
 
+mod races;
+
 mod proc_address;
 
 #[cfg(test)]

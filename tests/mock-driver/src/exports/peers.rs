@@ -109,6 +109,7 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
             if let Some(rc) = on_device_work(&mut st, s, &work) {
                 return rc;
             }
+            st.race_work(s, "cuMemcpyPeerAsync", &work);
             tri!(st.enqueue(s, Work::Device(work)));
         }
         SUCCESS

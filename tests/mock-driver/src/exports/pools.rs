@@ -34,6 +34,7 @@ use super::devices::valid_device;
 use crate::model::device::{DeviceWork, MAX_ALLOCATION};
 use crate::model::jobs::Work;
 use crate::model::pools::PoolRec;
+use crate::model::races::{Acc, Kind};
 use crate::state::capture::on_device_work;
 use crate::state::{self, State};
 
@@ -240,6 +241,8 @@ fn alloc_async(
             return rc;
         }
         let p = st.device.allocate_from(s.ctx, bytesize, Some(h));
+        // Usable in stream order after the allocation: a write, for the race detector.
+        st.race_op(s, symbol, &[Acc::device(p, bytesize, Kind::Write)]);
         // SAFETY: non-null; the caller's contract makes it writable.
         unsafe { put(dptr, p) };
         SUCCESS
@@ -309,6 +312,7 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, h_stream: CUstream) -
             }
             return rc;
         }
+        st.race_work(s, "cuMemFreeAsync", &work);
         tri!(st.enqueue(s, Work::Device(work)));
         if let Some(a) = st.device.allocs.get_mut(&dptr) {
             a.freeing = true;
@@ -360,6 +364,12 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     api("cuMemFreeHost", false, |mut st| {
         tri!(st.current_ctx());
+        let base = p as usize;
+        if let Some(size) = st.device.host.size_of(base) {
+            st.race_host_op("cuMemFreeHost", &[Acc::host(base, size, Kind::Free)]);
+            st.races
+                .forget(crate::model::races::Space::Host, base as u64);
+        }
         if st.device.host.free(p as usize) {
             SUCCESS
         } else {

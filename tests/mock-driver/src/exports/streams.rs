@@ -133,7 +133,12 @@ fn stream_query(symbol: &'static str, h_stream: CUstream, per_thread: bool) -> C
         if let Some(rc) = crate::state::capture::on_stream_poll(&mut st, s) {
             return rc;
         }
-        if st.idle(s.key) { SUCCESS } else { NOT_READY }
+        if !st.idle(s.key) {
+            return NOT_READY;
+        }
+        let learnt = st.race_stream_clock(s);
+        st.race_host_learns(&learnt);
+        SUCCESS
     })
 }
 /// `cuStreamSynchronize`: waits for the stream's queued host functions.
@@ -163,8 +168,9 @@ fn stream_synchronize(symbol: &'static str, h_stream: CUstream, per_thread: bool
         if let Some(rc) = crate::state::capture::on_stream_poll(&mut st, s) {
             return rc;
         }
+        let learnt = st.race_stream_clock(s);
         let target = st.last_job.get(&s.key).copied().unwrap_or(0);
-        drop(state::wait_until_done(st, target));
+        state::wait_until_done(st, target).race_host_learns(&learnt);
         SUCCESS
     })
 }
@@ -190,6 +196,7 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
         if let Some(rc) = crate::state::capture::on_wait(&mut st, s, core, flags) {
             return rc;
         }
+        st.race_wait(s, core);
         let seq = st
             .cores
             .get(&core)
@@ -226,6 +233,7 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         if let Some(rc) = crate::state::capture::on_callback(&mut st, s) {
             return rc;
         }
+        st.race_op(s, "cuStreamAddCallback", &[]);
         tri!(st.enqueue(s, Work::Callback(f, h_stream as usize, user_data as usize)));
         SUCCESS
     })
@@ -251,6 +259,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
         if let Some(rc) = crate::state::capture::on_host_fn(&mut st, s, f, user_data as usize) {
             return rc;
         }
+        st.race_op(s, "cuLaunchHostFunc", &[]);
         tri!(st.enqueue(s, Work::Host(f, user_data as usize)));
         SUCCESS
     })

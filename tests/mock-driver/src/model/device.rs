@@ -14,12 +14,16 @@
 //!   kernel launches are jobs on the stream's queue, run in order by the host-function worker. A
 //!   host-to-device copy reads the host memory at the call (like the real driver's staging of
 //!   pageable memory); a device-to-host copy waits for the stream and copies before returning
-//!   (the real driver's behaviour for pageable memory). A kernel runs as a no-op that is counted.
+//!   (the real driver's behaviour for pageable memory). A kernel is counted, and the few of
+//!   `model/kernels.rs` are computed. Each job knows the memory it reads and writes
+//!   ([`DeviceState::accesses`]), which the race detector checks (`model/races.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::kernels::{Memory, kernel_accesses, run_kernel};
 use super::pools::{HostMemory, Pools};
 use super::ptx::Entry;
+use super::races::{Acc, Kind, Space};
 
 /// Where fake device addresses start, and the gap after each allocation.
 const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
@@ -114,6 +118,12 @@ pub(crate) enum DeviceWork {
         threads: u64,
         params: Vec<Vec<u8>>,
     },
+    /// Work another library enqueued (the fake NCCL's collectives): the memory it reads and
+    /// writes, for the race detector; it changes nothing.
+    External {
+        name: &'static str,
+        accesses: Vec<Acc>,
+    },
 }
 
 #[derive(Debug)]
@@ -146,7 +156,7 @@ impl DeviceWork {
             | DeviceWork::Pinned { .. } => "memcpy",
             DeviceWork::Free { .. } => "free",
             DeviceWork::GraphAlloc { .. } => "mem alloc",
-            DeviceWork::Kernel { .. } => "kernel",
+            DeviceWork::Kernel { .. } | DeviceWork::External { .. } => "kernel",
         }
     }
 }
@@ -374,60 +384,78 @@ pub(crate) fn run(dev: &mut DeviceState, work: DeviceWork) -> bool {
                 false
             }
         }
+        DeviceWork::External { .. } => true,
     }
 }
 
-/// The kernels the mock computes on the host, by name and parameter sizes (the PTX is not
-/// executed: its name and signature stand for the meaning the tests and the example give it);
-/// any other kernel does nothing. Returns `false` where the memory it touches is not allocated.
-///
-/// - `saxpy(u32 n, f32 a, u64 x, u64 y)`: `y[i] = a * x[i] + y[i]` for `i < n` and `i` below
-///   the grid's thread count (one thread per element);
-/// - `store_after_spin(u64 p, u32 value, u64 ns)`: `*p = value` (no spin);
-/// - `copy_u32(u64 dst, u64 src)`: `*dst = *src`;
-/// - `add_u32(u64 p, u32 value)`: `*p += value`;
-/// - `spin(u64 ns)`: nothing.
-fn run_kernel(dev: &mut DeviceState, name: &str, threads: u64, params: &[Vec<u8>]) -> bool {
-    let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
-    let u32_at = |i: usize| u32::from_le_bytes(params[i][..4].try_into().unwrap());
-    let u64_at = |i: usize| u64::from_le_bytes(params[i][..8].try_into().unwrap());
-    let read_u32 = |dev: &mut DeviceState, p: u64| {
-        dev.slice_mut(p, 4)
-            .map(|b| u32::from_le_bytes((&*b).try_into().unwrap()))
-    };
-    let write_u32 = |dev: &mut DeviceState, p: u64, v: u32| {
-        dev.slice_mut(p, 4)
-            .map(|b| b.copy_from_slice(&v.to_le_bytes()))
-            .is_some()
-    };
-    match (name, sizes.as_slice()) {
-        ("saxpy", [4, 4, 8, 8]) => {
-            let n = u64::from(u32_at(0)).min(threads) as usize;
-            let a = f32::from_bits(u32_at(1));
-            let (x, y) = (u64_at(2), u64_at(3));
-            let Some(xs) = dev.slice_mut(x, 4 * n).map(|b| b.to_vec()) else {
-                return n == 0;
-            };
-            let Some(ys) = dev.slice_mut(y, 4 * n) else {
-                return n == 0;
-            };
-            for (yv, xv) in ys.chunks_exact_mut(4).zip(xs.chunks_exact(4)) {
-                let xf = f32::from_le_bytes(xv.try_into().unwrap());
-                let yf = f32::from_le_bytes((&*yv).try_into().unwrap());
-                yv.copy_from_slice(&a.mul_add(xf, yf).to_le_bytes());
+impl Memory for DeviceState {
+    fn bytes(&mut self, ptr: u64, len: usize) -> Option<&mut [u8]> {
+        self.slice_mut(ptr, len)
+    }
+}
+
+impl DeviceState {
+    /// The memory `work` reads and writes: device ranges, and ranges of page-locked host memory
+    /// (pageable host memory is not tracked).
+    pub(crate) fn accesses(&self, work: &DeviceWork) -> Vec<Acc> {
+        let (r, w) = (Kind::Read, Kind::Write);
+        let host =
+            |p: usize, n: usize, k: Kind| self.host.contains(p, n).then(|| Acc::host(p, n, k));
+        let whole = |ptr: u64, k: Kind| {
+            let size = self.allocs.get(&ptr).map_or(0, |a| a.size);
+            Acc::device(ptr, size, k)
+        };
+        match work {
+            DeviceWork::Memset {
+                dst, width, count, ..
+            } => vec![Acc::device(*dst, width * count, w)],
+            DeviceWork::CopyDtoD { dst, src, bytes } => {
+                vec![Acc::device(*src, *bytes, r), Acc::device(*dst, *bytes, w)]
             }
-            true
+            DeviceWork::CopyHtoD { dst, data } => vec![Acc::device(*dst, data.len(), w)],
+            DeviceWork::CopyHtoDAt { dst, src, bytes } => host(*src, *bytes, r)
+                .into_iter()
+                .chain([Acc::device(*dst, *bytes, w)])
+                .collect(),
+            DeviceWork::CopyDtoH { dst, src, bytes } => {
+                std::iter::once(Acc::device(*src, *bytes, r))
+                    .chain(host(*dst, *bytes, w))
+                    .collect()
+            }
+            DeviceWork::Free { ptr } => vec![whole(*ptr, Kind::Free)],
+            DeviceWork::GraphAlloc { ptr } => vec![whole(*ptr, w)],
+            DeviceWork::Pinned {
+                to_host,
+                host: h,
+                dev,
+                bytes,
+            } => {
+                let (hk, dk) = if *to_host { (w, r) } else { (r, w) };
+                host(*h, *bytes, hk)
+                    .into_iter()
+                    .chain([Acc::device(*dev, *bytes, dk)])
+                    .collect()
+            }
+            DeviceWork::Kernel {
+                name,
+                threads,
+                params,
+                ..
+            } => kernel_accesses(name, *threads, params),
+            DeviceWork::External { accesses, .. } => accesses.clone(),
         }
-        ("store_after_spin", [8, 4, 8]) => write_u32(dev, u64_at(0), u32_at(1)),
-        ("copy_u32", [8, 8]) => match read_u32(dev, u64_at(1)) {
-            Some(v) => write_u32(dev, u64_at(0), v),
-            None => false,
-        },
-        ("add_u32", [8, 4]) => match read_u32(dev, u64_at(0)) {
-            Some(v) => write_u32(dev, u64_at(0), v.wrapping_add(u32_at(1))),
-            None => false,
-        },
-        _ => true,
+    }
+
+    /// The allocation an access lies in (alive, freed, or reserved for a graph), by its start:
+    /// where the detector keeps the range's records. `None` for memory the mock never handed out.
+    pub(crate) fn base_of(&self, acc: &Acc) -> Option<u64> {
+        match acc.space {
+            Space::Device => {
+                let (&base, rec) = self.allocs.range(..=acc.ptr).next_back()?;
+                (acc.ptr < base + rec.size.max(1) as u64).then_some(base)
+            }
+            Space::Host => self.host.base_of(acc.ptr as usize).map(|b| b as u64),
+        }
     }
 }
 

@@ -70,6 +70,9 @@ pub(crate) struct Node {
     pub(crate) kind: NodeKind,
     /// Indices of earlier nodes of the same graph.
     pub(crate) deps: Vec<usize>,
+    /// Which stream of the capture recorded it (its index among the capture's streams): the
+    /// node's branch, for the race detector.
+    pub(crate) lane: usize,
 }
 
 #[derive(Debug)]

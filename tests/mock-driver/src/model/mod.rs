@@ -5,9 +5,13 @@
 // Bottom to top: each module imports only the ones above it (checked by tests/layers.rs).
 pub(crate) mod records;
 
-pub(crate) mod pools;
+pub(crate) mod races;
 
 pub(crate) mod ptx;
+
+pub(crate) mod kernels;
+
+pub(crate) mod pools;
 
 pub(crate) mod device;
 

@@ -213,6 +213,17 @@ impl HostMemory {
             .is_some_and(|(&base, &size)| (p - base).checked_add(len).is_some_and(|e| e <= size))
     }
 
+    /// The size of the live allocation that starts at `p`.
+    pub(crate) fn size_of(&self, p: usize) -> Option<usize> {
+        self.allocs.get(&p).copied()
+    }
+
+    /// The start of the live allocation holding `p`.
+    pub(crate) fn base_of(&self, p: usize) -> Option<usize> {
+        let (&base, &size) = self.allocs.range(..=p).next_back()?;
+        (p - base < size).then_some(base)
+    }
+
     pub(crate) fn live(&self) -> u64 {
         self.allocs.len() as u64
     }

@@ -75,6 +75,7 @@ pub(crate) fn add_node(st: &mut State, key: Key, kind: NodeKind) -> Result<(), C
         return Err(INVALIDATED);
     }
     let graph = c.graph;
+    let lane = c.members.iter().position(|k| *k == key).unwrap_or(0);
     let deps = m.tail.clone();
     let handle = fresh_handle();
     let g = st
@@ -82,7 +83,12 @@ pub(crate) fn add_node(st: &mut State, key: Key, kind: NodeKind) -> Result<(), C
         .graphs
         .get_mut(&graph)
         .expect("the capture's graph");
-    g.nodes.push(Node { handle, kind, deps });
+    g.nodes.push(Node {
+        handle,
+        kind,
+        deps,
+        lane,
+    });
     let index = g.nodes.len() - 1;
     st.graphs.captures.set_tail(key, vec![index], vec![handle]);
     Ok(())

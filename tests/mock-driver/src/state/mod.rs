@@ -11,5 +11,7 @@ pub(crate) mod worker;
 
 pub(crate) mod capture;
 
+pub(crate) mod races;
+
 pub(crate) use store::State;
 pub(crate) use worker::{lock, wait_until_done};

@@ -8,11 +8,14 @@ use std::thread::ThreadId;
 use cuda_sys::{CUresult, CUstream};
 
 use super::threads::current;
-use crate::base::config::{CONFIG_VAR, Config, DEFAULT_DEVICES, MAX_DEVICES, Rule, parse_config};
+use crate::base::config::{
+    CONFIG_VAR, Config, DEFAULT_DEVICES, MAX_DEVICES, RaceMode, Rule, parse_config,
+};
 use crate::base::flavour::DEFAULT_VERSION;
 use crate::model::device::{self, DeviceState};
 use crate::model::graph::Graphs;
 use crate::model::jobs::Job;
+use crate::model::races::Detector;
 use crate::model::records::{Core, Counters, Ctx, Key, Object, StreamRef, new_address};
 
 #[derive(Debug)]
@@ -46,6 +49,8 @@ pub(crate) struct State {
     pub(crate) graphs: Graphs,
     /// Peer access enabled: (context, peer context), until the context is released.
     pub(crate) peers: Vec<(usize, usize)>,
+    /// The race detector (`model/races.rs`, `state/races.rs`).
+    pub(crate) races: Detector,
 }
 
 impl State {
@@ -89,6 +94,7 @@ impl State {
             device: Default::default(),
             graphs: Graphs::default(),
             peers: Vec::new(),
+            races: Detector::default(),
         };
         st.baseline = baseline;
         st.reset();
@@ -105,6 +111,13 @@ impl State {
         self.devices = self.baseline.devices.unwrap_or(DEFAULT_DEVICES);
         self.calls.clear();
         self.counters = Counters::default();
+        self.races.clear();
+        self.set_races(self.baseline.races.unwrap_or_default());
+    }
+
+    fn set_races(&mut self, mode: RaceMode) {
+        self.races.print = mode == RaceMode::Print;
+        self.races.off = mode == RaceMode::Off;
     }
 
     /// Every device with memory pools, or none.
@@ -126,6 +139,9 @@ impl State {
         }
         if let Some(p) = cfg.pools {
             self.set_pools(p);
+        }
+        if let Some(m) = cfg.races {
+            self.set_races(m);
         }
     }
 

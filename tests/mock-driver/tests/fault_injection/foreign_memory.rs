@@ -2,8 +2,15 @@
 //! it, the graph replayed) and of borrowed memory (`BorrowedBuffer` on an owned and on a
 //! borrowed owner stream: the first use waits for the owner, the end of the borrow makes the
 //! owner wait).
+//!
+//! The owner of the borrowed memory is a `DeviceBuffer` of this crate, freed when the operation
+//! returns. After an error the borrow's uses are not ordered before that free (see
+//! `BorrowedBuffer::release`: "synchronise before the owner reuses the memory"; and the owner's
+//! free is on the context's service stream or its own stream, not necessarily the borrow's
+//! owner stream), so the operations synchronise the context then, as the caller of the `unsafe`
+//! `BorrowedBuffer::from_raw` must. (Without it the race detector reports each such free.)
 
-use cuda_stream::{BorrowedBuffer, CaptureMode, DeviceBuffer, GraphBuffer, Stream};
+use cuda_stream::{BorrowedBuffer, CaptureMode, DeviceBuffer, GraphBuffer, Result, Stream};
 
 use crate::harness::capture::then_graph_frees;
 use crate::harness::fixture::{Op, op_frees};
@@ -45,7 +52,7 @@ pub(crate) fn ops() -> Vec<Op> {
             |fx| {
                 let owned = DeviceBuffer::<u8>::zeroed(&fx.ctx, &fx.owned, 16)?;
                 let out = DeviceBuffer::<u8>::alloc_on(&fx.ctx, &fx.other, 16)?;
-                {
+                synchronized_on_error(&fx.ctx, || {
                     let view = cuda_stream::AsStream::as_stream(&fx.owned);
                     // SAFETY: `owned` holds 16 bytes for the whole borrow, used on `fx.owned`.
                     let x = unsafe {
@@ -59,9 +66,9 @@ pub(crate) fn ops() -> Vec<Op> {
                     }?;
                     out.copy_from(&fx.other, &x)?;
                     x.release()?;
-                }
-                assert_eq!(out.to_vec(&fx.other)?, [0; 16]);
-                Ok(())
+                    assert_eq!(out.to_vec(&fx.other)?, [0; 16]);
+                    Ok(())
+                })
             },
         ),
         op_frees(
@@ -72,7 +79,7 @@ pub(crate) fn ops() -> Vec<Op> {
                 // SAFETY: the fixture's stream lives until `Fixture::finish`.
                 let owner = unsafe { Stream::borrow_raw(raw, fx) }?;
                 let owned = DeviceBuffer::<u16>::zeroed(&fx.ctx, &owner, 8)?;
-                {
+                synchronized_on_error(&fx.ctx, || {
                     // SAFETY: as above, with `owned` used on the borrowed stream.
                     let x = unsafe {
                         BorrowedBuffer::<u16>::from_raw(
@@ -85,10 +92,20 @@ pub(crate) fn ops() -> Vec<Op> {
                     }?;
                     x.fill(&fx.owned, 3)?;
                     x.release()?;
-                }
-                assert_eq!(owned.to_vec(owner)?, [3; 8]);
-                Ok(())
+                    assert_eq!(owned.to_vec(owner)?, [3; 8]);
+                    Ok(())
+                })
             },
         ),
     ]
+}
+
+/// Runs `f`; after an error, waits for the context's work (ignoring a failure of that wait too)
+/// before the owner of the borrowed memory is freed, as `BorrowedBuffer::release` asks.
+fn synchronized_on_error(ctx: &cuda_stream::Context, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let r = f();
+    if r.is_err() {
+        let _ = ctx.synchronize();
+    }
+    r
 }

@@ -122,6 +122,15 @@ fn freeing_and_unloading_wait_for_the_work_that_uses_them() {
         drop(held);
         s1.synchronize().unwrap();
         assert_eq!(m.bad_uses(), 1, "the queued memset found its memory freed");
+        // And the race detector names the free and the memset it is not ordered after.
+        let races = m.race_reports();
+        assert_eq!(races.len(), 1, "{races:?}");
+        assert!(races[0].starts_with("cuMemFree (free of"), "{races:?}");
+        assert!(
+            races[0].contains("is not ordered after cuMemsetD32Async"),
+            "{races:?}"
+        );
+        m.clear_races();
     });
 }
 

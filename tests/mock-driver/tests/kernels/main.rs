@@ -13,9 +13,9 @@ mod frees;
 mod launches;
 mod modules;
 
-use std::sync::{Mutex, MutexGuard, mpsc};
+use std::sync::{Mutex, mpsc};
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::CUresult;
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
@@ -51,7 +51,7 @@ const PTX: &str = r#"
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     // Device 0 has memory pools (the main path: stream-ordered allocations, frees enqueued
@@ -61,7 +61,7 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     m.set_memory_pools(0, true);
     m.set_memory_pools(1, false);
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Runs `f` on a fresh thread (no context current there) and joins it; a panic continues here.

@@ -15,11 +15,11 @@ mod host_fns;
 mod streams_and_events;
 
 use std::ffi::c_void;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use cuda_mock_driver::MockDriver;
+use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_sys::*;
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
@@ -31,7 +31,7 @@ const PER_THREAD: CUstream = std::ptr::without_provenance_mut(2);
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Serialises the test, installs the mock as the process-wide driver (once) and resets it.
-fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MockDriver::global();
     m.reset();
@@ -40,7 +40,7 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     // A test runs on the main thread under --test-threads=1: drop what an earlier one left.
     // SAFETY: a null out-pointer is allowed.
     while unsafe { cuCtxPopCurrent(std::ptr::null_mut()) } == SUCCESS {}
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Retains device `dev`'s primary context and makes it current.

@@ -1,6 +1,7 @@
 //! What a run must leave behind: nothing leaked (every stream, event, retain, module,
 //! allocation, graph and user object it made is gone, but for the one whose destroy failed),
-//! nothing destroyed twice or used dead, no driver call from a host function, nothing left queued.
+//! nothing destroyed twice or used dead, no driver call from a host function, nothing left queued,
+//! and no race on memory (the test driver's race detector).
 
 use cuda_mock_driver::MockDriver;
 use cuda_stream::{deferred_pending, pending_frees};
@@ -70,6 +71,8 @@ pub(crate) struct After {
     deferred: usize,
     pending_frees: usize,
     dead_fixture_handles: Vec<&'static str>,
+    /// The race detector's reports.
+    races: Vec<String>,
 }
 
 impl After {
@@ -88,6 +91,7 @@ impl After {
                 .filter(|&(_, h)| m.destroyed(h as *mut u8) != Some(false))
                 .map(|(what, _)| what)
                 .collect(),
+            races: m.race_reports(),
         }
     }
 
@@ -133,8 +137,32 @@ impl After {
         if !self.dead_fixture_handles.is_empty() {
             p.push(format!("destroyed {:?}", self.dead_fixture_handles));
         }
+        for r in &self.races {
+            p.push(format!("race: {r}"));
+        }
         p
     }
+}
+
+/// Operations whose fault cases race because of a hole of the use tracking that is known and
+/// being closed (issue 29, section 1), with the hole: their races are counted and printed, not
+/// failed. An operation listed here that races in none of its cases fails the suite: its hole is
+/// closed, and the entry must go.
+pub(crate) const KNOWN_RACES: &[(&str, &str)] = &[(
+    "DeviceBuffer::copy_from_peer in a capture; the graph replays it",
+    "hole 5: the replay's use of the peer buffer (device 1) is recorded on a device-0 stream, \
+     the event cannot be recorded there, and the free's fallback (synchronising device 1) does \
+     not cover the replay when nothing synchronised its stream (the failed call came first)",
+)];
+
+/// Splits the races out of `problems` when `op` is one of [`KNOWN_RACES`]: how many there were.
+pub(crate) fn known_races(op: &str, problems: &mut Vec<String>) -> usize {
+    if !KNOWN_RACES.iter().any(|(name, _)| *name == op) {
+        return 0;
+    }
+    let before = problems.len();
+    problems.retain(|p| !p.starts_with("race: "));
+    before - problems.len()
 }
 
 /// What may be left alive after `failed` failed: the handle that the failed destroy, release,

@@ -12,10 +12,10 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
-use cuda_mock_driver::{Flavour, MockDriver};
+use cuda_mock_driver::{Flavour, MockDriver, Serialized};
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{Context, Result};
 
@@ -37,7 +37,7 @@ pub(crate) fn flavour() -> &'static Flavour {
 /// driver (once, before any `cuda-stream` call) and resets it. Device 0 has memory pools, device
 /// 1 has none, so both ways of allocating and freeing are exercised (a device property: a reset
 /// keeps it).
-pub(crate) fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
+pub(crate) fn mock() -> (Serialized, &'static MockDriver) {
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let m = MOCK.get_or_init(|| {
         let path = flavour().path();
@@ -51,7 +51,7 @@ pub(crate) fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
         m
     });
     m.reset();
-    (guard, m)
+    (m.checked(guard), m)
 }
 
 /// Waits until every host function and device job the mock has queued has run (their driver

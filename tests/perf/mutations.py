@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Mutation testing of the use tracking: does the random-program generator notice a missing wait?
+
+Each mutation removes one wait that the use tracking makes (a `cuStreamWaitEvent`, an event
+synchronisation or poll, a context synchronisation, a free's check that the uses completed),
+written as a textual patch over the source: `ORIGINAL` must occur exactly once in its file and
+becomes `MUTATED`. Nothing in the checkout changes: the workspace's tracked files are copied to a
+scratch folder (`--work`, default `target/mutations`, git-ignored), each mutation patched there in
+turn, and the random programs run against the test driver (`cargo test -p cuda-mock-driver --test
+random_programs`, with its race detector) until the first failure or `--ops` operations. The
+unmutated source runs first and must pass. The table printed says, for each mutation, whether it
+was caught, after how many programs' operations, and the first problem seen.
+
+    tests/perf/mutations.py                   # every mutation, 300,000 operations each at most
+    tests/perf/mutations.py --ops 1000000 --only wait_for_event
+    tests/perf/mutations.py --list
+
+Exits non-zero if a mutation is not caught (or the unmutated run fails).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+TRACKING = "cuda-stream/src/memory/use_tracking/mod.rs"
+CAPTURE = "cuda-stream/src/memory/use_tracking/capture.rs"
+ALLOCATION = "cuda-stream/src/memory/allocation.rs"
+PINNED = "cuda-stream/src/memory/pinned.rs"
+BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
+
+# (name, file, original, mutated, what the wait is for)
+MUTATIONS = [
+    (
+        "wait_for_lazy_mark",
+        TRACKING,
+        "(None, Mark::Event(ev)) => self.wait(waiter, ev),",
+        "(None, Mark::Event(_ev)) => Ok(()),",
+        "a use on another stream waits for the event just recorded after a lazy use",
+    ),
+    (
+        "wait_for_final_event",
+        TRACKING,
+        "(Some(End::Marked(fev)), _) => self.wait(waiter, fev),",
+        "(Some(End::Marked(_fev)), _) => Ok(()),",
+        "a use waits for the final event of the ended stream of a lazy use",
+    ),
+    (
+        "wait_for_lost_end_sync",
+        TRACKING,
+        "                    _ => {\n                        self.synchronize_context()?;",
+        "                    _ => {",
+        "a lazy use on a stream that ended where nothing marks its end (inside a host function): "
+        "the context is synchronised",
+    ),
+    (
+        "wait_for_event",
+        TRACKING,
+        "Mark::Event(ev) => self.wait(waiter, ev),\n            Mark::Lost => {",
+        "Mark::Event(_ev) => Ok(()),\n            Mark::Lost => {",
+        "a use waits for the event recorded after an evented (eager) use",
+    ),
+    (
+        "wait_for_lost_mark_sync",
+        TRACKING,
+        "host function).\n                self.synchronize_context()?;",
+        "host function).",
+        "a use marked lost (its event could not be recorded): the context is synchronised",
+    ),
+    (
+        "own_event_service_wait",
+        TRACKING,
+        "                self.wait(service, fev)?;\n",
+        "",
+        "an event for a lazy use of an ended stream is recorded on the service stream after "
+        "a wait for the stream's final event",
+    ),
+    (
+        "around_waits_for_last_write",
+        TRACKING,
+        "            inner.wait_for(stream, w).map_err(not_enqueued)?;\n",
+        "            let _ = w;\n",
+        "a new use waits for the buffer's last write",
+    ),
+    (
+        "around_waits_for_reads",
+        TRACKING,
+        "                inner.wait_for(stream, r).map_err(not_enqueued)?;\n",
+        "                let _ = r;\n",
+        "a write waits for the reads since the last write",
+    ),
+    (
+        "free_waits_for_uses",
+        TRACKING,
+        "            self.wait_for(stream, u)?;\n",
+        "            let _ = u;\n",
+        "a stream-ordered free waits for every use",
+    ),
+    (
+        "hand_back_waits",
+        TRACKING,
+        "if let Err(e) = inner.wait_for(owner, u) {",
+        "if let Err(e) = { let _ = (owner, &u); Ok::<(), Error>(()) } {",
+        "the end of a borrow: the owner's stream waits for every use",
+    ),
+    (
+        "settle_polls_final_event",
+        CAPTURE,
+        "                    Some(&End::Marked(fev)) => {\n                        poll_until_done(fev)?;",
+        "                    Some(&End::Marked(_fev)) => {",
+        "work recorded into a capture: the host waits for the final event of the ended stream "
+        "of a conflicting use",
+    ),
+    (
+        "settle_polls_event",
+        CAPTURE,
+        "                    poll_until_done(ev)?;\n",
+        "",
+        "work recorded into a capture: the host waits for the event of a conflicting use",
+    ),
+    (
+        "into_raw_synchronizes",
+        ALLOCATION,
+        'check(unsafe { f(ev) }, "cuEventSynchronize")?;',
+        "let _ = (f, ev);",
+        "into_raw waits on the host for every use",
+    ),
+    (
+        "plain_free_checks_events",
+        ALLOCATION,
+        "if in_host_fn() || !events.iter().all(|(_, ev)| event_done(*ev)) {",
+        "if in_host_fn() {",
+        "a plain free is made now only if every use's event has completed",
+    ),
+    (
+        "pending_free_checks_events",
+        ALLOCATION,
+        "if pending[i].events.iter().all(|(_, ev)| event_done(*ev)) {",
+        "if true {",
+        "a pending plain free is made only once every use's event has completed",
+    ),
+    (
+        "plain_free_after_context_sync",
+        ALLOCATION,
+        'check(unsafe { f() }, "cuCtxSynchronize")?;\n    free_plain_now(ctx, ptr)',
+        "let _ = f;\n    free_plain_now(ctx, ptr)",
+        "a plain free after a use nothing marks waits for the context",
+    ),
+    (
+        "pinned_host_access_waits",
+        PINNED,
+        'check(unsafe { f(c.event) }, "cuEventSynchronize")?;',
+        "let _ = (f, c);",
+        "host access to a page-locked buffer waits for the copies it conflicts with",
+    ),
+    (
+        "pinned_copy_waits",
+        PINNED,
+        'check(unsafe { wait(raw, c.event, 0) }, "cuStreamWaitEvent")?;',
+        "let _ = (wait, raw, c);",
+        "a copy to or from a page-locked buffer waits for the copies it conflicts with",
+    ),
+    (
+        "pinned_forgets_only_completed",
+        PINNED,
+        "        if rc != ffi::CUresult::CUDA_SUCCESS {\n            return true;\n        }",
+        "        let _ = rc;",
+        "a page-locked buffer forgets a copy only once its event has completed",
+    ),
+    (
+        "replay_waits_for_uses",
+        BUFFER_OPS,
+        "    Uses::around_all(&mut list, stream, launch)\n}",
+        "    let _ = list;\n    launch()\n}",
+        "a graph launch waits for the other uses of the buffers its graph holds",
+    ),
+]
+
+
+def sh(cmd, cwd, env=None, timeout=None):
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, timeout=timeout, text=True, capture_output=True, shell=True
+    )
+
+
+def copy_tree(root, work):
+    """The tracked files, copied with the time of the copy (cargo rebuilds from modification
+    times: a file older than the last build of a mutated version would not be rebuilt)."""
+    src = os.path.join(work, "src")
+    files = sh("git ls-files -z", root).stdout.split("\0")
+    for f in filter(None, files):
+        dst = os.path.join(src, f)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(os.path.join(root, f), dst)
+        shutil.copymode(os.path.join(root, f), dst)
+    return src
+
+
+def run_programs(src, target, ops, seconds):
+    env = dict(os.environ)
+    env.update(
+        CARGO_TARGET_DIR=target,
+        CUDA_STREAM_RANDOM_OPS=str(ops),
+        CUDA_STREAM_RANDOM_SECONDS=str(seconds),
+        CUDA_STREAM_RANDOM_MAX_FAILURES="1",
+        CUDA_STREAM_RANDOM_SHRINK_SECONDS="20",
+        CARGO_TERM_COLOR="never",
+    )
+    build = sh("cargo test -q -p cuda-mock-driver --test random_programs --no-run", src, env)
+    if build.returncode != 0:
+        return ("build failed", build.stderr.strip().splitlines()[-1:], 0)
+    start = time.time()
+    r = sh(
+        "cargo test -q -p cuda-mock-driver --test random_programs -- --nocapture",
+        src,
+        env,
+        timeout=seconds + 600,
+    )
+    out = r.stdout + r.stderr
+    m = re.search(r"random programs: (\d+) programs, (\d+) operations", out)
+    n_ops = int(m.group(2)) if m else 0
+    first = re.search(r"^seed (0x[0-9a-f]+) failed \(\d+ operations\): (.*)$", out, re.M)
+    if r.returncode == 0:
+        return ("passed", [], n_ops)
+    if first:
+        return ("caught", [first.group(1), first.group(2)[:160]], n_ops)
+    return ("failed", out.strip().splitlines()[-3:], n_ops)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--ops", type=int, default=300_000, help="operations per mutation at most")
+    ap.add_argument("--seconds", type=int, default=600, help="time per mutation at most")
+    ap.add_argument("--only", action="append", help="run these mutations only (by name)")
+    ap.add_argument("--work", help="scratch folder (default: target/mutations)")
+    ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--skip-baseline", action="store_true", help="do not run the unmutated source")
+    args = ap.parse_args()
+    root = sh("git rev-parse --show-toplevel", os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    muts = [m for m in MUTATIONS if not args.only or m[0] in args.only]
+    if args.list:
+        for name, path, _, _, what in muts:
+            print(f"{name:32} {path}: {what}")
+        return 0
+    work = os.path.abspath(args.work or os.path.join(root, "target", "mutations"))
+    shutil.rmtree(os.path.join(work, "src"), ignore_errors=True)
+    src = copy_tree(root, work)
+    target = os.path.join(work, "target")
+    pristine = {}
+    for _, path, original, _, _ in muts:
+        text = open(os.path.join(src, path)).read()
+        pristine[path] = text
+        n = text.count(original)
+        if n != 1:
+            print(f"{path}: the patch's original text occurs {n} times (must be once):\n{original}")
+            return 2
+    rows = []
+    ok = True
+    if not args.skip_baseline:
+        status, detail, n = run_programs(src, target, args.ops, args.seconds)
+        print(f"unmutated: {status} ({n} operations) {' '.join(detail)}", flush=True)
+        if status != "passed":
+            return 1
+    for name, path, original, mutated, what in muts:
+        full = os.path.join(src, path)
+        open(full, "w").write(pristine[path].replace(original, mutated, 1))
+        t0 = time.time()
+        status, detail, n = run_programs(src, target, args.ops, args.seconds)
+        open(full, "w").write(pristine[path])
+        rows.append((name, status, n, time.time() - t0, detail))
+        print(f"{name}: {status} after {n} operations ({time.time() - t0:.0f} s) {' '.join(detail)}", flush=True)
+        ok &= status == "caught"
+    print()
+    print(f"| mutation (wait removed) | caught | operations run | seed | first problem |")
+    print(f"| --- | --- | --- | --- | --- |")
+    for name, status, n, secs, detail in rows:
+        seed, problem = (detail + ["", ""])[:2] if status == "caught" else ("", " ".join(detail))
+        print(f"| `{name}` | {'yes' if status == 'caught' else 'NO: ' + status} | {n} | {seed} | {problem} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
