@@ -10,7 +10,7 @@
 //! device 0's primary context current, and `ncclCommInitRank` called so makes a communicator of
 //! device 0.
 
-use std::ffi::c_int;
+use std::ffi::{CStr, c_char, c_int};
 use std::ptr;
 use std::sync::{Mutex, OnceLock};
 
@@ -100,4 +100,21 @@ pub(crate) fn on_devices<R>(devices: &[c_int], mut f: impl FnMut(c_int) -> R) ->
         set_device(saved);
     }
     out
+}
+
+/// Emulates the CUDA runtime's current device (see `cudart`) against the driver library at
+/// `path` (the mock driver the test loaded): 1 if it opened.
+///
+/// # Safety
+///
+/// `path` is a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mock_nccl_use_driver(path: *const c_char) -> c_int {
+    if path.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's contract.
+    let path = unsafe { CStr::from_ptr(path) };
+    let path = std::ffi::OsString::from(path.to_string_lossy().into_owned());
+    c_int::from(use_driver(&path))
 }

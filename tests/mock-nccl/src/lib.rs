@@ -589,23 +589,6 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
 
 // The control functions.
 
-/// Emulates the CUDA runtime's current device (see `cudart`) against the driver library at
-/// `path` (the mock driver the test loaded): 1 if it opened.
-///
-/// # Safety
-///
-/// `path` is a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mock_nccl_use_driver(path: *const c_char) -> c_int {
-    if path.is_null() {
-        return 0;
-    }
-    // SAFETY: the caller's contract.
-    let path = unsafe { CStr::from_ptr(path) };
-    let path = std::ffi::OsString::from(path.to_string_lossy().into_owned());
-    c_int::from(cudart::use_driver(&path))
-}
-
 /// Forgets the failure rules, the counts and the records (communicators stay).
 #[unsafe(no_mangle)]
 pub extern "C" fn mock_nccl_reset() {
