@@ -250,7 +250,15 @@ impl Function<'_> {
     /// - the module stays loaded while a graph that contains the launch can still run (dropping a
     ///   [`Module`](crate::Module) waits for its context's stream work, not for graphs: give the
     ///   capture an `Arc<Module>` with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive),
-    ///   or keep the module until the graphs are gone).
+    ///   or keep the module until the graphs are gone);
+    /// - with [`programmatic_serialization`](crate::LaunchConfig::programmatic_serialization),
+    ///   the kernel may start before the work enqueued before it on the same stream has
+    ///   finished (once the kernel before it triggers, or as soon as it starts): the kernel
+    ///   waits (`griddepcontrol.wait`, CUDA's `cudaGridDependencySynchronize()`) before it touches
+    ///   any memory that work reads or writes, buffers passed as `read()` / `write()` included.
+    ///   The use tracking orders a buffer's uses on one stream by the stream's order, which such
+    ///   a launch relaxes; it adds nothing between the two kernels (that would undo what the
+    ///   attribute is for), and orders uses on other streams and the free as for any launch.
     ///
     /// The kernel's own memory safety (indexes within bounds, through every address it is
     /// given, as a buffer, an integer or a struct's field) is part of this promise.
