@@ -324,7 +324,11 @@ impl<'a> Stream<'a> {
     /// `torch.cuda.graph`, CuPy's `Stream.begin_capture`, C code), so that Rust code handed the
     /// stream can enqueue into it: kernels, host functions that run on every replay, events and
     /// forks, by the same rules as in [`OwnedStream::capture`]. The capture is left running.
-    /// [`Error::NotCapturing`] if there is no active capture.
+    /// [`Error::NotCapturing`] if there is no active capture. Buffers of this crate are refused
+    /// there ([`Error::Refused`]): other code launches the capture's graphs, where this crate
+    /// cannot order them against the buffers' other uses; launch kernels on raw addresses and
+    /// tie the buffers with [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in)
+    /// (a [`GraphBuffer`](crate::GraphBuffer) allocated in the capture works as in any).
     ///
     /// Events the view records are destroyed when `f` returns; streams forked in its scopes go
     /// back to their pool once the capture has ended. Host functions are kept alive by the

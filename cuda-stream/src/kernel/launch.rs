@@ -176,7 +176,9 @@ impl Function<'_> {
     /// [`buf.write()`](crate::DeviceBuffer::write) is ordered for you: the stream first waits
     /// for the buffer's earlier uses on other streams that this one conflicts with, the launch
     /// is recorded as a use (so later uses elsewhere wait for it, and the buffer's free waits
-    /// for it), and inside a capture the graph keeps the buffer allocated for its replays.
+    /// for it), and inside a capture the graph keeps the buffer allocated for its replays (a
+    /// capture that other code began refuses buffer arguments, [`Error::Refused`]: its graphs
+    /// are launched where this crate cannot order them).
     ///
     /// The arguments are checked against the kernel's parameters ([`Function::params`], read
     /// once when the function was looked up): their number, each one's size, and a float for an

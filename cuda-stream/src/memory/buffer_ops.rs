@@ -489,11 +489,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// `cuUserObjectCreate`, `cuGraphRetainUserObject`). On a stream that is not capturing it
     /// records a write on the stream instead, with nothing enqueued: the stream first waits for
     /// the buffer's earlier uses elsewhere, and the free waits for work enqueued on the stream
-    /// after this call, where the stream is one this crate created (elsewhere the use is marked
-    /// by an event recorded now, which covers nothing enqueued later). A kernel launch that takes
-    /// the buffer as [`read`](DeviceBuffer::read) or [`write`](DeviceBuffer::write) does all
-    /// this by itself, on every stream; this serves launches that pass
-    /// [`device_ptr`](DeviceBuffer::device_ptr).
+    /// after this call, where the stream is one this crate created and whose handle was never
+    /// taken (elsewhere the use is marked by an event recorded now, which covers nothing enqueued
+    /// later). A kernel launch that takes the buffer as [`read`](DeviceBuffer::read) or
+    /// [`write`](DeviceBuffer::write) does all this by itself, on every stream; this serves
+    /// launches that pass [`device_ptr`](DeviceBuffer::device_ptr). In a capture that other code
+    /// began, where every other buffer operation is refused, it ties the buffer too: that
+    /// capture's graphs are launched where this crate does not see them, so ordering their raw
+    /// work against the buffer's other uses is that work's promise
+    /// ([`Function::launch`](crate::Function::launch)'s `# Safety`).
     ///
     /// The stream must belong to the buffer's context ([`Error::ContextMismatch`]); an
     /// invalidated capture is [`Error::NotCapturing`]. Each call adds a user object; a zero-byte
