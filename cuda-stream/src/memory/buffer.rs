@@ -372,7 +372,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Frees the memory, returning the driver's answer: in stream order after every recorded use
     /// (see [`DeviceBuffer`]); without pools, queued until the uses have completed. The host
-    /// never waits. If the free cannot be enqueued the memory is left allocated (leaked).
+    /// never waits. If the free cannot be enqueued the memory is left allocated (leaked). A
+    /// free that cannot be ordered yet, because the stream of a use has joined a capture that
+    /// other code began, is queued (`Ok`) and made at a later allocation or free, once that
+    /// capture has ended.
     ///
     /// While a graph holds the allocation (see [`is_held_by_graphs`](DeviceBuffer::is_held_by_graphs))
     /// this gives up the buffer's share and returns `Ok(())` at once: the memory is freed, in the
