@@ -288,27 +288,35 @@ fn one(
     });
     let bound = gpu.bind();
     gpu.spin(s, Duration::from_millis(100));
-    match route {
-        Route::Direct => enqueue_wake(s, &w),
-        Route::Notifier(n) => {
-            let e = gpu.event();
-            // SAFETY: live event and streams of the current context.
-            unsafe {
-                ok(sys::cuEventRecord(e, s), "cuEventRecord");
-                ok(
-                    sys::cuStreamWaitEvent(n as CUstream, e, 0),
-                    "cuStreamWaitEvent",
-                );
-            }
-            enqueue_wake(n as CUstream, &w);
+    let event = match route {
+        // On the kernel's stream, which a default stream resolves through the current context.
+        Route::Direct => {
+            enqueue_wake(s, &w);
+            None
         }
-    }
+        Route::Notifier(_) => {
+            let e = gpu.event();
+            // SAFETY: a live event and stream of the current context.
+            ok(unsafe { sys::cuEventRecord(e, s) }, "cuEventRecord");
+            Some(e)
+        }
+    };
+    // As `completed()` does: the context is popped after the record, and the notifier stream
+    // (an explicit handle, which needs none) is given its wait and host function after.
     let kept = if pop {
         drop(bound);
         None
     } else {
         Some(bound)
     };
+    if let (Route::Notifier(n), Some(e)) = (route, event) {
+        // SAFETY: a live event and a live stream of its context.
+        ok(
+            unsafe { sys::cuStreamWaitEvent(n as CUstream, e, 0) },
+            "cuStreamWaitEvent",
+        );
+        enqueue_wake(n as CUstream, &w);
+    }
     let r = wait_for(&w, how, limit);
     drop(kept);
     r
