@@ -137,6 +137,7 @@ impl Inner {
     /// Marks the use `u`, whose work was just enqueued on its stream, with an event recorded
     /// there now (lost if none can be recorded).
     #[cold]
+    #[inline(never)]
     pub(super) fn mark_now(&self, u: &mut Use) {
         u.mark = match self.record_new(u.stream) {
             Ok(ev) => Mark::Event(ev),

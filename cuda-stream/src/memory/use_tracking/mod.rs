@@ -340,14 +340,8 @@ impl Uses {
             // completion cover the use later.
             s.seq += 1;
             u.seq = s.seq;
-            let out = op();
-            if u.end.as_ref().is_some_and(|e| e.has_ended()) {
-                // The handle was taken (`raw()`) on another thread meanwhile: the epoch's
-                // settling event may precede the work, which gets an event of its own (the
-                // stream cannot be captured while this call is in progress).
-                inner.mark_now(u);
-            }
-            return out;
+            let _recheck = Recheck { inner, u };
+            return op();
         }
         if !s.eager {
             let elsewhere = |u: &Use| u.stream != stream && u.mark != Mark::Done;
@@ -434,6 +428,24 @@ impl Uses {
     /// cannot deadlock. Stable while the tracker is borrowed.
     pub(crate) fn key(&self) -> usize {
         &self.0 as *const Inner as usize
+    }
+}
+
+/// Checks, once the work of a use on the stream and epoch of the last one has been enqueued (it
+/// drops after the work's result is made), that the epoch did not end meanwhile: the handle was
+/// taken (`raw()`) on another thread, whose settling event may then precede the work, which gets
+/// an event of its own (the stream cannot be captured while this call is in progress).
+struct Recheck<'a> {
+    inner: &'a Inner,
+    u: &'a mut Use,
+}
+
+impl Drop for Recheck<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.u.end.as_ref().is_some_and(|e| e.has_ended()) {
+            self.inner.mark_now(self.u);
+        }
     }
 }
 
