@@ -17,7 +17,7 @@
 //! compute-sanitizer --tool synccheck gpu-bundle/bin/host_fn_wake
 //! compute-sanitizer --tool memcheck  gpu-bundle/bin/host_fn_wake
 //! compute-sanitizer --tool racecheck gpu-bundle/bin/host_fn_wake
-//! gpu-bundle/bin/host_fn_wake --wait-s 20 --rounds 20   # a longer wait per host function, more rounds
+//! gpu-bundle/bin/host_fn_wake --wait-s 20 --rounds 20   # longer waits, more rounds
 //! ```
 //!
 //! Each case waits at most `--wait-s` seconds (default 10) for each host function, and prints

@@ -32,9 +32,9 @@
 //! # Private streams and epochs
 //!
 //! A stream is *private* while this crate created it, it lives and its handle has not left the
-//! crate (`raw()` of [`Stream`](crate::Stream), its owners and [`CaptureStream`](crate::CaptureStream),
-//! [`current_stream_raw`](crate::current_stream_raw), `into_raw`); the context's service stream
-//! is private for the context's life. Only this crate can capture a private stream. Every other
+//! crate (`raw()` of [`Stream`](crate::Stream), of its owners and of
+//! [`CaptureStream`](crate::CaptureStream), [`current_stream_raw`](crate::current_stream_raw),
+//! `into_raw`); the context's service stream is private for the context's life. Only this crate can capture a private stream. Every other
 //! stream (borrowed, the per-thread default stream, the legacy stream, a stream whose handle was
 //! taken) may end or be captured by other code at any moment, unseen, so a use there is marked by
 //! an event recorded right after it, in the call that enqueued it. So is every use of a buffer
@@ -92,10 +92,10 @@
 //!   and the graph holds the allocation; every launch of an executable graph made from it
 //!   through [`GraphExec::launch`](crate::GraphExec::launch) is a use (a write of each buffer).
 //!   A buffer allocated in the capture ([`GraphBuffer`](crate::GraphBuffer)) is tracked inside it
-//!   with captured events. In a capture this crate did not begin ([`Stream::in_capture`](crate::Stream::in_capture), a
-//!   stream captured by raw calls), whose graphs are launched where no hook sees them, buffers
-//!   are refused; `keep_alive_in` only ties one to the graph (ordering the raw work that uses it
-//!   is that unsafe code's promise).
+//!   with captured events. In a capture this crate did not begin
+//!   ([`Stream::in_capture`](crate::Stream::in_capture), a stream captured by raw calls), whose
+//!   graphs are launched where no hook sees them, buffers are refused; `keep_alive_in` only
+//!   ties one to the graph (ordering the raw work that uses it is that unsafe code's promise).
 //!
 //! # Calls while a stream is being captured
 //!
@@ -124,7 +124,8 @@
 //!   settles one of them cannot be told apart: code that forks a capture it did not begin does
 //!   not do it while other threads move buffers last used on the joining stream.
 //! - With `programmatic_serialization` a kernel may start before the previous one on its stream
-//!   has ended: the launch's `# Safety` contract covers it ([`Function::launch`](crate::Function::launch)).
+//!   has ended: the launch's `# Safety` contract covers it
+//!   ([`Function::launch`](crate::Function::launch)).
 
 use std::sync::{Arc, Mutex, Weak};
 
