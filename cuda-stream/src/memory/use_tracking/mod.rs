@@ -34,12 +34,13 @@
 //! A stream is *private* while this crate created it, it lives and its handle has not left the
 //! crate (`raw()` of [`Stream`](crate::Stream), of its owners and of
 //! [`CaptureStream`](crate::CaptureStream), [`current_stream_raw`](crate::current_stream_raw),
-//! `into_raw`); the context's service stream is private for the context's life. Only this crate can capture a private stream. Every other
-//! stream (borrowed, the per-thread default stream, the legacy stream, a stream whose handle was
-//! taken) may end or be captured by other code at any moment, unseen, so a use there is marked by
-//! an event recorded right after it, in the call that enqueued it. So is every use of a buffer
-//! that has moved between streams (*eager*): a lazy mark settled later would also cover the work
-//! its stream enqueued since for other buffers, and serialise a pipeline.
+//! `into_raw`); the context's service stream is private for the context's life. Only this crate
+//! can capture a private stream. Every other stream (borrowed, the per-thread default stream, the
+//! legacy stream, a stream whose handle was taken) may end or be captured by other code at any
+//! moment, unseen, so a use there is marked by an event recorded right after it, in the call that
+//! enqueued it. So is every use of a buffer that has moved between streams (*eager*): a lazy mark
+//! settled later would also cover the work its stream enqueued since for other buffers, and
+//! serialise a pipeline.
 //!
 //! A private stream's life is cut into epochs (`stream::known_streams`), each with an end that
 //! its lazy uses share. An epoch ends when the stream ends, right before a capture this crate
