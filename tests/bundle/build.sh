@@ -60,6 +60,10 @@ cp target/release/examples/probe "$out/bin/probe"
 # What the driver and NCCL do with the current context, in raw calls (`bin/contexts`).
 cargo build --release -p cuda-stream-tests --example contexts --features nccl
 cp target/release/examples/contexts "$out/bin/contexts"
+# Whether a host function that is to wake a parked thread runs, in raw calls (`bin/host_fn_wake`,
+# plainly and under each compute-sanitizer tool: see tests/examples/host_fn_wake.rs).
+cargo build --release -p cuda-stream-tests --example host_fn_wake
+cp target/release/examples/host_fn_wake "$out/bin/host_fn_wake"
 cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
     cargo build --release -p cuda-stream-interop --features nccl

@@ -220,10 +220,12 @@ fn safe_fills_copies_and_a_kernel_captured_keep_their_buffers_alive_across_repla
 }
 
 /// A capture begun with raw calls on a borrowed stream (as PyTorch's `torch.cuda.graph` begins
-/// one): `fill` and `copy_from` on the borrowed view find the capture's graph and tie the
-/// buffers to it; the buffer dropped before the replays is still there for them.
+/// one): `fill` and `copy_from` on the borrowed view are refused (the graphs of a capture this
+/// crate did not begin are launched where it cannot order them against the buffers' other uses),
+/// and `keep_alive_in` ties a buffer to the graph for raw work, which every replay finds, also
+/// after the buffer is dropped.
 #[test]
-fn a_captured_fill_on_a_borrowed_stream_whose_capture_began_raw_is_kept_by_the_graph() {
+fn a_buffer_in_a_capture_begun_raw_is_refused_or_kept_by_the_graph() {
     let Some(ctx) = gpu() else { return };
     let _turn = alone();
     const N: usize = (1 << 16) + 3;
@@ -241,18 +243,28 @@ fn a_captured_fill_on_a_borrowed_stream_whose_capture_began_raw_is_kept_by_the_g
         let owner = ();
         // SAFETY: `raw` lives until it is destroyed below, after the view is gone.
         let view = unsafe { Stream::borrow_raw(raw, &owner) }.unwrap();
-        src.fill(&view, 0xc0ff_ee00)
-            .and_then(|()| out.copy_from(&view, &src))
+        for r in [src.fill(&view, 1), out.copy_from(&view, &src)] {
+            assert!(
+                matches!(r, Err(cuda_stream::Error::Refused { .. })),
+                "a buffer used in a capture begun elsewhere: {r:?}"
+            );
+        }
+        assert!(!src.is_held_by_graphs() && !out.is_held_by_graphs());
+        src.keep_alive_in(&view).and_then(|()| {
+            // SAFETY: `src` holds N words and is tied to the capture's graph just above.
+            unsafe { cuda_stream::memset_d32_async(&view, src.device_ptr(), 0xc0ff_ee00, N) }
+        })
     };
     let mut graph = ptr::null_mut();
     // SAFETY: a valid out-pointer; the capture was begun on this thread.
     let rc = unsafe { sys::cuStreamEndCapture(raw, &mut graph) };
     captured.unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     assert_eq!(rc, CUresult::CUDA_SUCCESS, "cuStreamEndCapture");
-    // SAFETY: the capture handed the graph over; its work is of `ctx`, and the memory its nodes
-    // use is held by the graph's user objects.
+    // SAFETY: the capture handed the graph over; its work is of `ctx`, and the memory its node
+    // uses is held by the graph's user object.
     let graph = unsafe { cuda_stream::Graph::from_raw(graph, &ctx) }.unwrap();
     assert!(src.is_held_by_graphs());
+    let ptr = src.device_ptr();
     drop(src);
     let exec = graph.instantiate().unwrap();
     drop(graph);
@@ -263,16 +275,17 @@ fn a_captured_fill_on_a_borrowed_stream_whose_capture_began_raw_is_kept_by_the_g
         "the executable graph holds it"
     );
     for replay in 1..=5 {
-        out.fill(&s, 0).unwrap();
         exec.launch(&s).unwrap();
+        s.synchronize().unwrap();
         assert_eq!(
-            out.to_vec(&s).unwrap(),
+            cuda_stream_tests::read_u32s(&ctx, ptr, N),
             vec![0xc0ff_ee00; N],
             "replay {replay}"
         );
     }
     drop(exec);
     wait_until_freed(&ctx, src_alloc);
+    drop(out);
     // SAFETY: created above; no view of it is left.
     unsafe { raw_stream_destroy(raw) };
 }

@@ -7,6 +7,7 @@
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr;
+use std::sync::Mutex;
 
 use crate::base::capture_mode::{CaptureMode, CaptureStatus};
 use crate::base::error::{Error, Result, check, driver_fn};
@@ -17,9 +18,25 @@ use crate::graph::capture_view::{CaptureShared, CaptureStream, sweep_parked};
 use crate::graph::replay::Graph;
 use crate::graph::user_objects::graph_lock;
 use crate::stream::host_fn::{Discard, any_run_once, run_once_discard};
+use crate::stream::known_streams;
 use crate::stream::owned::OwnedStream;
 use crate::stream::pool::PooledStream;
 use crate::stream::view::{AsStream, KnownContext, Stream};
+
+/// The ids of the captures this crate has begun and not yet ended: the captures whose graphs it
+/// hands out, so whose launches it sees (through [`GraphExec::launch`](crate::GraphExec::launch)).
+static OURS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+fn ours() -> std::sync::MutexGuard<'static, Vec<u64>> {
+    OURS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether capture `id` was begun by this crate (`capture` on a stream), and is under way: work
+/// in it is replayed only where this crate sees it. A capture other code began (a framework's,
+/// reached through [`Stream::in_capture`] or a borrowed or lent stream) is not.
+pub(crate) fn begun_here(id: u64) -> bool {
+    id != 0 && ours().contains(&id)
+}
 
 fn per_thread_refused(call: &'static str) -> Error {
     Error::Refused {
@@ -169,7 +186,7 @@ fn capture_on(
     mode: CaptureMode,
     f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<()>,
 ) -> Result<Graph> {
-    let (raw, ctx) = (stream.raw(), stream.context_raw());
+    let (raw, ctx) = (stream.handle(), stream.context_raw());
     if raw as usize == 2 {
         return Err(per_thread_refused("cuStreamBeginCapture"));
     }
@@ -186,6 +203,10 @@ fn capture_on(
     sweep_parked();
     {
         let _bound = stream.bind_if_default()?;
+        // The uses of buffers marked lazily on the stream so far are settled by one event now,
+        // while it can still be recorded: once the capture has begun, a record there would be a
+        // node of the capture (see the ordering model in `memory::use_tracking`).
+        known_streams::settle(raw)?;
         // SAFETY: the stream is live; the mode is a valid `CUstreamCaptureMode`.
         check(unsafe { begin(raw, mode.raw()) }, "cuStreamBeginCapture")?;
         if stream.is_default() {
@@ -209,11 +230,13 @@ fn capture_on(
         }
     };
     let id = status.id().unwrap_or(0);
+    ours().push(id);
     let shared = CaptureShared::new(id, graph, raw, ctx);
     let result = catch_unwind(AssertUnwindSafe(|| {
         f(CaptureStream::new(raw, ctx, &shared))
     }));
     let (graph, ended) = end_capture(end, raw, id);
+    ours().retain(|&c| c != id);
     shared.finish(ended);
     let route = shared.route.get().cloned();
     match result {
@@ -239,7 +262,7 @@ fn in_capture_on<R>(
     stream: Stream<'_>,
     f: impl for<'cap> FnOnce(CaptureStream<'cap>) -> Result<R>,
 ) -> Result<R> {
-    let (raw, ctx) = (stream.raw(), stream.context_raw());
+    let (raw, ctx) = (stream.handle(), stream.context_raw());
     if raw as usize == 2 {
         return Err(per_thread_refused("cuStreamGetCaptureInfo"));
     }
@@ -265,7 +288,7 @@ fn in_capture_on<R>(
 
 fn status_of(stream: Stream<'_>) -> Result<CaptureStatus> {
     let _bound = stream.bind_if_default()?;
-    capture_info(stream.raw()).map(|(status, _)| status)
+    capture_info(stream.handle()).map(|(status, _)| status)
 }
 
 impl<'a> Stream<'a> {
@@ -301,7 +324,11 @@ impl<'a> Stream<'a> {
     /// `torch.cuda.graph`, CuPy's `Stream.begin_capture`, C code), so that Rust code handed the
     /// stream can enqueue into it: kernels, host functions that run on every replay, events and
     /// forks, by the same rules as in [`OwnedStream::capture`]. The capture is left running.
-    /// [`Error::NotCapturing`] if there is no active capture.
+    /// [`Error::NotCapturing`] if there is no active capture. Buffers of this crate are refused
+    /// there ([`Error::Refused`]): other code launches the capture's graphs, where this crate
+    /// cannot order them against the buffers' other uses; launch kernels on raw addresses and
+    /// tie the buffers with [`DeviceBuffer::keep_alive_in`](crate::DeviceBuffer::keep_alive_in)
+    /// (a [`GraphBuffer`](crate::GraphBuffer) allocated in the capture works as in any).
     ///
     /// Events the view records are destroyed when `f` returns; streams forked in its scopes go
     /// back to their pool once the capture has ended. Host functions are kept alive by the

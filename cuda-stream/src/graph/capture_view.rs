@@ -254,8 +254,17 @@ impl<'cap> CaptureStream<'cap> {
         }
     }
 
-    /// The raw handle, for enqueueing with raw driver calls (which the capture records).
+    /// The raw handle, for enqueueing with raw driver calls (which the capture records). As
+    /// [`Stream::raw`] says, the stream is lent to code this crate cannot see: after the
+    /// capture, buffers used on it mark each use with an event.
     pub fn raw(self) -> ffi::CUstream {
+        crate::stream::known_streams::lend(self.raw);
+        self.raw
+    }
+
+    /// The raw handle, for this crate's own calls.
+    #[inline(always)]
+    pub(crate) fn handle(self) -> ffi::CUstream {
         self.raw
     }
 
@@ -481,11 +490,15 @@ impl<'scope, 'cap> CaptureScope<'scope, 'cap> {
             // Never a stream a leaked current-stream guard names: `current_stream` would lend a
             // plain view of it while it is captured. The pool holds such a stream back when it
             // is given back, so this never repeats; dropping the lease would hold it back too.
-            if !crate::stream::guarded_streams::contains(lease.as_stream().raw()) {
+            if !crate::stream::guarded_streams::contains(lease.as_stream().handle()) {
                 break lease;
             }
         };
-        let raw = lease.as_stream().raw();
+        let raw = lease.as_stream().handle();
+        // Buffers used on the stream under an earlier lease may have lazy marks on it: settled
+        // by one event now, before the stream joins the capture (see the ordering model in
+        // `memory::use_tracking`).
+        crate::stream::known_streams::settle(raw)?;
         // The capture returns the stream to the pool itself, after the capture has ended.
         std::mem::forget(lease);
         if let Err(e) = join_streams(raw, self.parent.raw, self.parent.ctx) {

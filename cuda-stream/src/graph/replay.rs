@@ -219,13 +219,13 @@ impl Graph {
                 "cuGraphInstantiateWithParams",
                 ffi::fns::cuGraphInstantiateWithParams,
             ) {
-                Ok(f) => instantiate_params(f, self.raw, options.flags(), stream.raw())?,
+                Ok(f) => instantiate_params(f, self.raw, options.flags(), stream.handle())?,
                 Err(e @ Error::InHostFunction { .. }) => return Err(e),
                 // Before CUDA 12.0: what the upload flag does, in two calls.
                 Err(_) => {
                     let upload = ffi::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
                     let flags = options.flags() & !u64::from(upload.0);
-                    instantiate_then_upload(self.raw, flags, stream.raw())?
+                    instantiate_then_upload(self.raw, flags, stream.handle())?
                 }
             },
         };
@@ -435,16 +435,16 @@ impl GraphExec {
         if stream.context_raw() != self.ctx {
             return Err(other_context("cuGraphLaunch"));
         }
-        crate::stream::host_panics::report(stream.raw(), stream.context_raw())?;
+        crate::stream::host_panics::report(stream.handle(), stream.context_raw())?;
         let f = driver_fn!(cuGraphLaunch);
         if let Some(route) = &self.route {
-            route.set(stream.raw(), stream.context_raw());
+            route.set(stream.handle(), stream.context_raw());
         }
         let _bound = stream.bind_if_default()?;
         // The buffers the graph uses: the launch waits for their other uses and counts as one.
-        replay_uses::around_launch(&self.replayed, stream.raw(), || {
+        replay_uses::around_launch(&self.replayed, stream.handle(), self.ctx, || {
             // SAFETY: the executable graph and the stream are live and of the same context.
-            check(unsafe { f(self.raw, stream.raw()) }, "cuGraphLaunch")
+            check(unsafe { f(self.raw, stream.handle()) }, "cuGraphLaunch")
         })
     }
 
@@ -458,7 +458,7 @@ impl GraphExec {
         let f = driver_fn!(cuGraphUpload);
         let _bound = stream.bind_if_default()?;
         // SAFETY: the executable graph and the stream are live and of the same context.
-        check(unsafe { f(self.raw, stream.raw()) }, "cuGraphUpload")
+        check(unsafe { f(self.raw, stream.handle()) }, "cuGraphUpload")
     }
 
     /// Updates the executable graph in place from `graph`, which must have the same shape (the

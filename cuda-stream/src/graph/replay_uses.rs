@@ -15,9 +15,10 @@ use crate::ffi;
 /// An allocation a graph's work uses, as the memory layer registered it.
 pub(crate) type Held = Weak<dyn Any + Send + Sync>;
 
-/// Orders `launch` (a graph launch on `stream`) after the other uses of `held` and records it
-/// as a use of each.
-pub(crate) type Hook = fn(&[Held], ffi::CUstream, &mut dyn FnMut() -> Result<()>) -> Result<()>;
+/// Orders `launch` (a graph launch on `stream`, of context `ctx`) after the other uses of `held`
+/// and records it as a use of each.
+pub(crate) type Hook =
+    fn(&[Held], ffi::CUstream, ffi::CUcontext, &mut dyn FnMut() -> Result<()>) -> Result<()>;
 
 /// Registered allocations by the handle of the graph being captured.
 static BY_GRAPH: Mutex<Option<HashMap<usize, Vec<Held>>>> = Mutex::new(None);
@@ -46,19 +47,20 @@ pub(crate) fn take(graph: ffi::CUgraph) -> Arc<[Held]> {
         .map_or_else(|| Arc::from(Vec::new()), Arc::from)
 }
 
-/// Runs `launch` on `stream`, ordered against the other uses of `held` through the hook (just
-/// `launch` when nothing is held).
+/// Runs `launch` on `stream` (of context `ctx`), ordered against the other uses of `held`
+/// through the hook (just `launch` when nothing is held).
 #[inline]
 pub(crate) fn around_launch(
     held: &[Held],
     stream: ffi::CUstream,
+    ctx: ffi::CUcontext,
     mut launch: impl FnMut() -> Result<()>,
 ) -> Result<()> {
     if held.is_empty() {
         return launch();
     }
     match HOOK.get() {
-        Some(hook) => hook(held, stream, &mut launch),
+        Some(hook) => hook(held, stream, ctx, &mut launch),
         None => launch(),
     }
 }

@@ -86,7 +86,9 @@ pub struct LaunchAttributes {
     pub cooperative: bool,
     /// Programmatic stream serialisation (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`:
     /// CUDA 11.8, compute capability 9.0): the kernel may start before the previous one on the
-    /// stream ends, once that one triggers it (programmatic dependent launch).
+    /// stream ends, once that one triggers it (programmatic dependent launch). The kernel must
+    /// wait (`griddepcontrol.wait`) before it touches what earlier work on the stream uses, its
+    /// buffer arguments included: [`Function::launch`](crate::Function::launch)'s `# Safety`.
     pub programmatic_serialization: bool,
     /// The launch's priority (`CU_LAUNCH_ATTRIBUTE_PRIORITY`: CUDA 12.0), as a stream priority.
     pub priority: Option<i32>,

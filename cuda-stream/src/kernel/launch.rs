@@ -176,7 +176,9 @@ impl Function<'_> {
     /// [`buf.write()`](crate::DeviceBuffer::write) is ordered for you: the stream first waits
     /// for the buffer's earlier uses on other streams that this one conflicts with, the launch
     /// is recorded as a use (so later uses elsewhere wait for it, and the buffer's free waits
-    /// for it), and inside a capture the graph keeps the buffer allocated for its replays.
+    /// for it), and inside a capture the graph keeps the buffer allocated for its replays (a
+    /// capture that other code began refuses buffer arguments, [`Error::Refused`]: its graphs
+    /// are launched where this crate cannot order them).
     ///
     /// The arguments are checked against the kernel's parameters ([`Function::params`], read
     /// once when the function was looked up): their number, each one's size, and a float for an
@@ -250,7 +252,15 @@ impl Function<'_> {
     /// - the module stays loaded while a graph that contains the launch can still run (dropping a
     ///   [`Module`](crate::Module) waits for its context's stream work, not for graphs: give the
     ///   capture an `Arc<Module>` with [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive),
-    ///   or keep the module until the graphs are gone).
+    ///   or keep the module until the graphs are gone);
+    /// - with [`programmatic_serialization`](crate::LaunchConfig::programmatic_serialization),
+    ///   the kernel may start before the work enqueued before it on the same stream has
+    ///   finished (once the kernel before it triggers, or as soon as it starts): the kernel
+    ///   waits (`griddepcontrol.wait`, CUDA's `cudaGridDependencySynchronize()`) before it touches
+    ///   any memory that work reads or writes, buffers passed as `read()` / `write()` included.
+    ///   The use tracking orders a buffer's uses on one stream by the stream's order, which such
+    ///   a launch relaxes; it adds nothing between the two kernels (that would undo what the
+    ///   attribute is for), and orders uses on other streams and the free as for any launch.
     ///
     /// The kernel's own memory safety (indexes within bounds, through every address it is
     /// given, as a buffer, an integer or a struct's field) is part of this promise.

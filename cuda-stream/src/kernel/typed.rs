@@ -349,6 +349,9 @@ impl<'m, A: KernelSignature> TypedKernel<'m, A> {
     ///   from it), and those accesses do not race with other work or with the host;
     /// - the module stays loaded while a graph that contains the launch can still run, as for
     ///   [`Function::launch`];
+    /// - with programmatic serialisation, the kernel waits (`griddepcontrol.wait`) before it
+    ///   touches what the work before it on the stream uses, its buffer arguments included (see
+    ///   [`Function::launch`]);
     /// - for a kernel declared with [`Function::typed_unchecked`], the tuple matches the
     ///   kernel's parameters (for one declared with [`Function::typed`], that was checked).
     #[inline]

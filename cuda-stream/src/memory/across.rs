@@ -1,89 +1,17 @@
-//! Use tracking for work that touches buffers on several streams or contexts at once: a peer
-//! copy or a kernel reading a buffer of another device, whose remote side is recorded on a
-//! stream of the remote context ([`enqueue_across`]); an NCCL group over several communicators
-//! ([`around_streams`]). Each tracker waits and records on its own stream, and the trackers are
-//! locked in one global order.
+//! Use tracking for work that touches buffers of several contexts at once: a peer copy or a
+//! kernel reading a buffer of another device, whose remote side is recorded on a stream of the
+//! remote context ([`enqueue_across`]), through the nesting of trackers of `memory::tracked`.
 
 use std::sync::Arc;
 
-use crate::base::error::{Error, Result, check, driver_fn};
+use crate::base::error::Result;
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::Context;
 use crate::ffi;
 use crate::memory::allocation::Allocation;
 use crate::memory::buffer_ops::enqueue_with_uses;
-use crate::memory::use_tracking::{Access, Uses};
-
-/// One tracker's use: what the work does to the buffer, and the stream (of the buffer's
-/// context) whose position stands for the work.
-#[derive(Clone, Copy)]
-pub(crate) struct TrackedUse<'a> {
-    pub(crate) uses: &'a Uses,
-    pub(crate) access: Access,
-    pub(crate) stream: ffi::CUstream,
-}
-
-/// Runs `op` inside [`Uses::around`] of every entry of `list`, locked in the trackers' global
-/// order (a tracker listed twice on one stream counts once, as a write if either is; on two
-/// streams it is refused). `op` sets its flag once its work is enqueued: if an error comes
-/// after that (a tracker could not mark its use), the work's streams are synchronised before
-/// the error is returned, so that no unrecorded use is still running.
-pub(crate) fn around_streams(
-    mut list: Vec<TrackedUse<'_>>,
-    op: impl FnOnce(&mut bool) -> Result<()>,
-) -> Result<()> {
-    list.sort_by_key(|u| (u.uses.key(), u.stream as usize));
-    list.dedup_by(|later, kept| {
-        let same = later.uses.key() == kept.uses.key() && later.stream == kept.stream;
-        if same && later.access == Access::Write {
-            kept.access = Access::Write;
-        }
-        same
-    });
-    if list.windows(2).any(|w| w[0].uses.key() == w[1].uses.key()) {
-        return Err(Error::InvalidArgument {
-            reason: "one buffer is used on two streams in one operation".into(),
-        });
-    }
-    let mut enqueued = false;
-    let mut op = Some(op);
-    let out = nest(
-        &list,
-        &mut |flag: &mut bool| match op.take() {
-            Some(f) => f(flag),
-            None => Ok(()),
-        },
-        &mut enqueued,
-    );
-    if out.is_err() && enqueued {
-        let mut streams: Vec<ffi::CUstream> = list.iter().map(|u| u.stream).collect();
-        streams.dedup();
-        for s in streams {
-            let _ = synchronize(s);
-        }
-    }
-    out
-}
-
-fn nest(
-    list: &[TrackedUse<'_>],
-    op: &mut dyn FnMut(&mut bool) -> Result<()>,
-    enqueued: &mut bool,
-) -> Result<()> {
-    match list.split_first() {
-        None => op(enqueued),
-        Some((u, rest)) => u
-            .uses
-            .around(u.stream, u.access, || nest(rest, op, enqueued)),
-    }
-}
-
-/// `cuStreamSynchronize` on a stream of the crate's own (never a special handle here).
-pub(crate) fn synchronize(stream: ffi::CUstream) -> Result<()> {
-    let f = driver_fn!(cuStreamSynchronize);
-    // SAFETY: the stream is live (the caller's, or a context's service stream).
-    check(unsafe { f(stream) }, "cuStreamSynchronize")
-}
+use crate::memory::tracked::{TrackedUse, around_streams, hand_over};
+use crate::memory::use_tracking::Access;
 
 /// Runs `op`, work on `raw` (a stream of `ctx`, with the context bound where the call needs it)
 /// touching each allocation of `list` with its access, where some allocations may belong to
@@ -133,31 +61,14 @@ pub(crate) fn enqueue_across(
     around_streams(tracked, |enqueued| {
         // Each proxy has waited for its buffers' conflicting uses: so does `raw`.
         for &(remote, proxy) in &remotes {
-            hand_over(remote, proxy, raw)?;
+            hand_over(proxy, remote.raw(), raw)?;
         }
         op()?;
         *enqueued = true;
         // And each proxy, which stands for the work on its context, waits for it.
         for &(_, proxy) in &remotes {
-            hand_over(ctx, raw, proxy)?;
+            hand_over(raw, ctx.raw(), proxy)?;
         }
         Ok(())
     })
-}
-
-/// Makes `to` wait for the work enqueued on `from` so far (a stream of `ctx`): an event of
-/// `ctx` recorded on `from`, waited for by `to` (of any context), then recycled (a wait holds
-/// the record it was made for).
-fn hand_over(ctx: &Context, from: ffi::CUstream, to: ffi::CUstream) -> Result<()> {
-    let ev = ctx.plain_event()?;
-    let out = (|| {
-        let record = driver_fn!(cuEventRecord);
-        // SAFETY: the event is ours, of `ctx`, as `from` is; both streams are live.
-        check(unsafe { record(ev, from) }, "cuEventRecord")?;
-        let wait = driver_fn!(cuStreamWaitEvent);
-        // SAFETY: as above; a stream may wait for an event of another context.
-        check(unsafe { wait(to, ev, 0) }, "cuStreamWaitEvent")
-    })();
-    ctx.recycle_plain_event(ev);
-    out
 }

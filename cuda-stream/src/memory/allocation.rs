@@ -10,18 +10,23 @@
 //!   inside a host function, which nothing else marks.
 //!
 //! Inside a host function (or a user object's destructor) no CUDA call is made: the free is
-//! queued for an ordinary thread, as streams and events are.
+//! queued for an ordinary thread, as streams and events are. A free that cannot be ordered yet
+//! (a use's stream joined a capture begun elsewhere: see the ordering model in
+//! `memory::use_tracking`) is queued too, and made at a later allocation or free.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn, lookup};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn};
 use crate::driver::device::Device;
 use crate::ffi;
+use crate::graph::capture::begun_here;
+use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
-use crate::memory::use_tracking::{Access, Uses};
+use crate::memory::use_tracking::{Access, Uses, waits_for_a_capture};
 use crate::stream::view::bind_if_special;
 
 /// Where the memory came from, and so how it is freed.
@@ -239,13 +244,17 @@ impl Allocation {
 
     /// How work recorded into capture `capture` on `stream` treats this allocation (`access`):
     /// borrowed memory is refused (the graph could outlive the borrow), a graph allocation of
-    /// another capture too; anything else is tied to the graph, after the host waited for its
-    /// conflicting uses on other streams.
+    /// another capture too, and so is any other memory in a capture this crate did not begin
+    /// (its graphs are launched where no hook orders them against the memory's other uses)
+    /// unless the caller only ties it (`keep_only`: `keep_alive_in`, for raw work whose ordering
+    /// is that unsafe code's promise); anything else is tied to the graph, after the host waited
+    /// for its conflicting uses on other streams.
     pub(crate) fn in_capture(
         &self,
         stream: ffi::CUstream,
         capture: u64,
         access: Access,
+        keep_only: bool,
     ) -> Result<InCapture> {
         match self.origin {
             Origin::Borrowed { .. } => Err(Error::Refused {
@@ -255,6 +264,13 @@ impl Allocation {
             }),
             Origin::Graph { capture: c, .. } if c == capture => Ok(InCapture::Track),
             Origin::Graph { .. } => Err(graph_memory_elsewhere()),
+            _ if !keep_only && !begun_here(capture) => Err(Error::Refused {
+                call: "cuStreamGetCaptureInfo",
+                reason: "the capture was begun elsewhere (by a framework or raw calls), whose \
+                         graphs are launched where this crate cannot order them against the \
+                         buffer's other uses: pass device_ptr in unsafe code, and keep the \
+                         buffer alive with keep_alive_in",
+            }),
             _ => {
                 self.uses.settle_for_capture(stream, access)?;
                 Ok(InCapture::Tie)
@@ -274,21 +290,14 @@ impl Allocation {
 
     /// Hands the memory over without freeing it, once every recorded use has completed (the
     /// caller may free it with `cuMemFree`/`cuMemFreeAsync` at once): waits for them on the
-    /// host. Pool memory is handed over as it is (free it with `cuMemFreeAsync`).
+    /// host (`cuEventSynchronize` on an event recorded after each). Pool memory is handed over as
+    /// it is (free it with `cuMemFreeAsync`). On an error the allocation comes back with every
+    /// use still recorded.
     pub(crate) fn into_raw(mut self) -> Result<ffi::CUdeviceptr, Box<(Allocation, Error)>> {
-        match self.wait_uses_on_host() {
+        match self.uses.wait_on_host(synchronize_events) {
             Ok(()) => Ok(std::mem::replace(&mut self.ptr, 0)),
             Err(e) => Err(Box::new((self, e))),
         }
-    }
-
-    /// Waits on the host for every recorded use (`cuEventSynchronize` on an event recorded
-    /// after each); the tracker keeps no use afterwards.
-    fn wait_uses_on_host(&self) -> Result<()> {
-        let events = self.uses.take_events()?;
-        let r = synchronize_events(&events);
-        self.uses.release_events(events);
-        r
     }
 
     /// The driver call that frees this memory.
@@ -300,10 +309,17 @@ impl Allocation {
         }
     }
 
-    /// Frees the memory now (in stream order, or deferred), returning the driver's answer.
+    /// Frees the memory now (in stream order, or deferred), returning the driver's answer. A
+    /// free that must wait for a capture begun elsewhere is queued (`Ok`).
     pub(crate) fn free(mut self) -> Result<()> {
-        let ptr = std::mem::replace(&mut self.ptr, 0);
-        self.free_ptr(ptr)
+        match self.free_ptr(self.ptr) {
+            // Dropped with its pointer: the drop queues it.
+            Err(e) if waits_for_a_capture(&e) => Ok(()),
+            r => {
+                self.ptr = 0;
+                r
+            }
+        }
     }
 
     fn free_ptr(&mut self, ptr: ffi::CUdeviceptr) -> Result<()> {
@@ -336,6 +352,8 @@ impl Allocation {
             Origin::Plain | Origin::Adopted => {
                 let events = match self.uses.take_events() {
                     Ok(events) => events,
+                    // A use's stream joined a capture begun elsewhere: later (the uses stay).
+                    Err(e) if waits_for_a_capture(&e) => return Err(e),
                     // No event marks a use (one could not be recorded, or its stream ended
                     // inside a host function): only the context's completion covers it. The
                     // memory is freed after it, and the error that forced the wait reported.
@@ -370,28 +388,58 @@ fn synchronize_events(events: &[ffi::CUevent]) -> Result<()> {
     Ok(())
 }
 
+impl Allocation {
+    /// Moves the allocation out of `self`, which is left empty (it frees nothing).
+    fn take(&mut self) -> Allocation {
+        let ctx = self.ctx().clone();
+        Allocation {
+            ptr: std::mem::replace(&mut self.ptr, 0),
+            uses: std::mem::replace(&mut self.uses, Uses::new(&ctx)),
+            origin: std::mem::replace(&mut self.origin, Origin::Plain),
+        }
+    }
+}
+
 impl Drop for Allocation {
     /// Frees the memory in stream order after its uses (see the module docs); inside a host
     /// function or a user object's destructor (the last graph holding it going away), later, on
-    /// an ordinary thread. An error leaves the memory allocated: something might still use it.
+    /// an ordinary thread; while a use's stream has joined a capture begun elsewhere, at a later
+    /// allocation or free. An error leaves the memory allocated: something might still use it.
     fn drop(&mut self) {
         if self.ptr == 0 {
             return;
         }
         if in_host_fn() {
-            let ctx = self.ctx().clone();
-            let moved = Allocation {
-                ptr: std::mem::replace(&mut self.ptr, 0),
-                uses: std::mem::replace(&mut self.uses, Uses::new(&ctx)),
-                origin: std::mem::replace(&mut self.origin, Origin::Plain),
-            };
-            let queued = Box::into_raw(Box::new(moved)) as usize;
+            let queued = Box::into_raw(Box::new(self.take())) as usize;
             deferred_destroy::defer([Deferred::new(queued, free_queued)]);
             return;
         }
-        let ptr = std::mem::replace(&mut self.ptr, 0);
-        let _ = self.free_ptr(ptr);
+        match self.free_ptr(self.ptr) {
+            Err(e) if waits_for_a_capture(&e) => {
+                // Not freed, every use kept: queued whole, retried at the next poll.
+                let mut blocked = BLOCKED.lock().unwrap_or_else(|e| e.into_inner());
+                blocked.push(self.take());
+                PENDING_COUNT.fetch_add(1, Ordering::Release);
+            }
+            _ => self.ptr = 0,
+        }
     }
+}
+
+/// Frees that wait for a capture begun elsewhere to end (a use's stream joined it), retried by
+/// [`poll_pending_frees`]; counted in `PENDING_COUNT` with the pending plain frees.
+static BLOCKED: Mutex<Vec<Allocation>> = Mutex::new(Vec::new());
+
+/// Retries the frees of [`BLOCKED`]: each is made once the capture it waits for has ended, and
+/// queued again otherwise.
+fn retry_blocked() {
+    let blocked = std::mem::take(&mut *BLOCKED.lock().unwrap_or_else(|e| e.into_inner()));
+    if blocked.is_empty() {
+        return;
+    }
+    PENDING_COUNT.fetch_sub(blocked.len(), Ordering::Release);
+    // Each drop frees, or queues the allocation again.
+    drop(blocked);
 }
 
 /// The queued form of a free made inside a host function: `queued` is a `Box<Allocation>`.
@@ -435,9 +483,9 @@ pub(crate) fn free_when_done(
             events,
             free,
         });
-        PENDING_COUNT.store(pending.len(), Ordering::Release);
+        PENDING_COUNT.fetch_add(1, Ordering::Release);
     };
-    if in_host_fn() || !events.iter().all(|(_, ev)| event_done(*ev)) {
+    if in_host_fn() || !all_done(&events) {
         queue(events);
         return Ok(());
     }
@@ -449,12 +497,13 @@ pub(crate) fn free_when_done(
 }
 
 /// Makes the frees whose uses have all completed (`cuEventQuery`), and gives their events back
-/// to their context. One uncontended lock when none is pending. Not inside a
-/// host function.
+/// to their context; retries the frees that waited for a capture begun elsewhere. One atomic
+/// load when none is pending. Not inside a host function.
 pub(crate) fn poll_pending_frees() {
     if PENDING_COUNT.load(Ordering::Acquire) == 0 || in_host_fn() {
         return;
     }
+    retry_blocked();
     let ready: Vec<PendingFree> = {
         let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
         if pending.is_empty() {
@@ -463,13 +512,13 @@ pub(crate) fn poll_pending_frees() {
         let mut ready = Vec::new();
         let mut i = 0;
         while i < pending.len() {
-            if pending[i].events.iter().all(|(_, ev)| event_done(*ev)) {
+            if all_done(&pending[i].events) {
                 ready.push(pending.swap_remove(i));
             } else {
                 i += 1;
             }
         }
-        PENDING_COUNT.store(pending.len(), Ordering::Release);
+        PENDING_COUNT.fetch_sub(ready.len(), Ordering::Release);
         ready
     };
     for p in ready {
@@ -480,10 +529,27 @@ pub(crate) fn poll_pending_frees() {
     }
 }
 
-/// How many plain frees wait for their uses (for tests: feature `test-hooks`).
+/// How many frees wait: plain frees for their uses, frees for a capture begun elsewhere (for
+/// tests: feature `test-hooks`).
 #[cfg(feature = "test-hooks")]
 pub(crate) fn pending_frees() -> usize {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
+        + BLOCKED.lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Whether every event of `events` has completed. The thread's capture mode is relaxed for the
+/// queries: this is a poll the caller did not ask for (at an allocation or a free), which the
+/// driver would otherwise refuse, invalidating the capture, on a thread that is capturing, or on
+/// any thread during a global-mode capture. A query fails nothing: a capture is never joined or
+/// broken by one. If the mode cannot be set, the events count as not done (polled later).
+fn all_done(events: &[(Context, ffi::CUevent)]) -> bool {
+    if events.is_empty() {
+        return true;
+    }
+    let Ok(_relaxed) = exchange_capture_mode(CaptureMode::Relaxed) else {
+        return false;
+    };
+    events.iter().all(|(_, ev)| event_done(*ev))
 }
 
 /// Whether `ev` has completed (`cuEventQuery` succeeds). An error does not say the work is

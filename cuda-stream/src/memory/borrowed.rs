@@ -88,7 +88,7 @@ impl<'a, T: DeviceCopy> BorrowedBuffer<'a, T> {
         }
         let bytes = byte_size::<T>(len)?;
         if bytes == 0 {
-            let buf = DeviceBuffer::from_alloc(Allocation::borrow(ctx, 0, stream.raw())?, 0);
+            let buf = DeviceBuffer::from_alloc(Allocation::borrow(ctx, 0, stream.handle())?, 0);
             return Ok(BorrowedBuffer {
                 buf,
                 _owner: PhantomData,
@@ -103,7 +103,7 @@ impl<'a, T: DeviceCopy> BorrowedBuffer<'a, T> {
             });
         }
         check_range(ctx, ptr, bytes)?;
-        let alloc = Allocation::borrow(ctx, ptr, stream.raw())?;
+        let alloc = Allocation::borrow(ctx, ptr, stream.handle())?;
         Ok(BorrowedBuffer {
             buf: DeviceBuffer::from_alloc(alloc, len),
             _owner: PhantomData,

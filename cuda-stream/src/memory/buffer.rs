@@ -28,7 +28,10 @@ use crate::stream::view::{AsStream, Enqueue, bind_if_special};
 /// the last write and every read since. Reads on several streams overlap. There is no
 /// `record_stream` to forget. On streams this crate created a use costs no event until another
 /// stream needs to wait for it, so a buffer used on one stream never pays for one; on other
-/// streams (borrowed, per-thread default) an event is recorded after each use.
+/// streams (borrowed, default streams, and a stream whose handle was taken with `raw()`, which
+/// other code may capture) an event is recorded after each use. The ordering model, and what
+/// each operation does to keep it, is written down in the docs of the crate's
+/// `memory::use_tracking` module.
 ///
 /// **Allocation and free never wait for the device.** On a device with memory pools (CUDA
 /// 11.2+), [`alloc_on`](DeviceBuffer::alloc_on), [`zeroed`](DeviceBuffer::zeroed) and
@@ -48,7 +51,11 @@ use crate::stream::view::{AsStream, Enqueue, bind_if_special};
 /// capture is refused ([`Error::Capturing`]; a [`GraphBuffer`](crate::GraphBuffer) is memory
 /// that lives inside one replay). Each launch of an executable graph counts as a write of every
 /// buffer its graph holds: it waits for their other uses, and later uses on other streams wait
-/// for it.
+/// for it. In a capture that other code began (a framework's, reached through
+/// [`Stream::in_capture`](crate::Stream::in_capture) or a borrowed stream), whose graphs are
+/// launched where this crate cannot order them, operations on the buffer are refused
+/// ([`Error::Refused`]); [`keep_alive_in`](DeviceBuffer::keep_alive_in) still ties it to the
+/// graph, for raw work through [`device_ptr`](DeviceBuffer::device_ptr).
 ///
 /// ```no_run
 /// use cuda_stream::{Context, DeviceBuffer};
@@ -365,7 +372,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Frees the memory, returning the driver's answer: in stream order after every recorded use
     /// (see [`DeviceBuffer`]); without pools, queued until the uses have completed. The host
-    /// never waits. If the free cannot be enqueued the memory is left allocated (leaked).
+    /// never waits. If the free cannot be enqueued the memory is left allocated (leaked). A
+    /// free that cannot be ordered yet, because the stream of a use has joined a capture that
+    /// other code began, is queued (`Ok`) and made at a later allocation or free, once that
+    /// capture has ended.
     ///
     /// While a graph holds the allocation (see [`is_held_by_graphs`](DeviceBuffer::is_held_by_graphs))
     /// this gives up the buffer's share and returns `Ok(())` at once: the memory is freed, in the

@@ -16,6 +16,7 @@ use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer::DeviceBuffer;
 use crate::memory::fill_pattern::{bytes_of, memset_word, unfillable};
+use crate::memory::tracked::{TrackedUse, around_streams, hand_over};
 use crate::memory::use_tracking::{Access, Uses};
 use crate::stream::view::{AsStream, Enqueue, bind_for_copy, bind_if_special};
 
@@ -37,11 +38,25 @@ pub(crate) fn capture_graph(raw: ffi::CUstream) -> Result<(ffi::CUgraph, u64)> {
 ///   graph allocation is refused there);
 /// - in a capture, with every allocation from outside it tied to the capture's graph (one user
 ///   object for all) after the host waited for their conflicting uses elsewhere, and the uses of
-///   the capture's own graph allocations tracked with captured events.
+///   the capture's own graph allocations tracked with captured events; in a capture this crate
+///   did not begin, allocations from outside it are refused.
 pub(crate) fn enqueue_with_uses(
     raw: ffi::CUstream,
     ctx: ffi::CUcontext,
     list: &[(&Arc<Allocation>, Access)],
+    op: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    enqueue_with_uses_in(raw, ctx, list, false, op)
+}
+
+/// [`enqueue_with_uses`]; with `keep_only`, an allocation from outside a capture this crate did
+/// not begin is tied to its graph too (`keep_alive_in`, for raw work whose ordering the unsafe
+/// code that enqueues it promises).
+fn enqueue_with_uses_in(
+    raw: ffi::CUstream,
+    ctx: ffi::CUcontext,
+    list: &[(&Arc<Allocation>, Access)],
+    keep_only: bool,
     op: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     if !is_capturing(raw)? {
@@ -59,7 +74,7 @@ pub(crate) fn enqueue_with_uses(
     let mut tied = Vec::new();
     let mut tracked = Vec::new();
     for (alloc, access) in list {
-        match alloc.in_capture(raw, capture, *access)? {
+        match alloc.in_capture(raw, capture, *access, keep_only)? {
             InCapture::Tie if alloc.ptr != 0 => tied.push(Arc::clone(alloc)),
             InCapture::Tie => {}
             InCapture::Track => tracked.push((&alloc.uses, *access)),
@@ -94,24 +109,60 @@ pub(crate) fn tie_to_graph(
     Ok(())
 }
 
-/// The replay hook: orders a launch on `stream` after the other uses of the graph's buffers
-/// still alive (as a write of each: the graph may write any of them) and records it.
+/// The replay hook: orders a launch on `stream` (of context `ctx`) after the other uses of the
+/// graph's buffers still alive (as a write of each: the graph may write any of them) and records
+/// it. A buffer of another context (a peer copy's) is recorded on its context's service stream,
+/// joined to the launch by events both ways, as a peer copy does. A launch recorded into a
+/// capture is work in that capture, by the same rules as any (the buffers tied to its graph).
 fn around_replay(
     held: &[Held],
     stream: ffi::CUstream,
+    ctx: ffi::CUcontext,
     launch: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
-    // A launch recorded into another capture (a child graph node) is ordered by that capture.
-    if is_capturing(stream)? {
-        return launch();
-    }
     let allocs: Vec<Arc<Allocation>> = held
         .iter()
         .filter_map(Weak::upgrade)
         .filter_map(|a| a.downcast::<Allocation>().ok())
         .collect();
-    let mut list: Vec<_> = allocs.iter().map(|a| (&a.uses, Access::Write)).collect();
-    Uses::around_all(&mut list, stream, launch)
+    if is_capturing(stream)? {
+        let list: Vec<_> = allocs.iter().map(|a| (a, Access::Write)).collect();
+        return enqueue_with_uses(stream, ctx, &list, launch);
+    }
+    if allocs.iter().all(|a| a.ctx().raw() == ctx) {
+        let mut list: Vec<_> = allocs.iter().map(|a| (&a.uses, Access::Write)).collect();
+        return Uses::around_all(&mut list, stream, launch);
+    }
+    // Each other context's service stream stands for the launch there (created before any
+    // tracker is locked).
+    let mut remote: Vec<(ffi::CUcontext, ffi::CUstream)> = Vec::new();
+    for a in allocs.iter().filter(|a| a.ctx().raw() != ctx) {
+        if !remote.iter().any(|&(c, _)| c == a.ctx().raw()) {
+            remote.push((a.ctx().raw(), a.ctx().service_stream()?));
+        }
+    }
+    let proxy_of = |c: ffi::CUcontext| remote.iter().find(|r| r.0 == c).map_or(stream, |r| r.1);
+    let list = allocs
+        .iter()
+        .map(|a| TrackedUse {
+            uses: &a.uses,
+            access: Access::Write,
+            stream: proxy_of(a.ctx().raw()),
+        })
+        .collect();
+    around_streams(list, |enqueued| {
+        // Each proxy has waited for its buffers' other uses: so does the launch.
+        for &(c, proxy) in &remote {
+            hand_over(proxy, c, stream)?;
+        }
+        launch()?;
+        *enqueued = true;
+        // And each proxy, which stands for the launch in its context, waits for it.
+        for &(_, proxy) in &remote {
+            hand_over(stream, ctx, proxy)?;
+        }
+        Ok(())
+    })
 }
 
 impl<T: DeviceCopy> DeviceBuffer<T> {
@@ -297,10 +348,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 check(rc, "cuMemcpyHtoDAsync")
             })?;
         }
+        // Read before the synchronisation begins: it covers the uses recorded up to here.
+        let upto = self.alloc_ref().uses.last_recorded();
         // If this fails, the stream is broken or was capturing after all: either way no copy is
         // pending that could read `src` later.
         stream.synchronize()?;
-        self.alloc_ref().uses.completed_on(stream.raw());
+        self.alloc_ref().uses.completed_on(stream.handle(), upto);
         Ok(())
     }
 
@@ -345,10 +398,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 check(rc, "cuMemcpyDtoHAsync")
             })?;
         }
+        // Read before the synchronisation begins: it covers the uses recorded up to here.
+        let upto = self.alloc_ref().uses.last_recorded();
         // If this fails, the stream is broken or was capturing after all: either way no copy is
         // pending that could write `dst` later.
         stream.synchronize()?;
-        self.alloc_ref().uses.completed_on(stream.raw());
+        self.alloc_ref().uses.completed_on(stream.handle(), upto);
         Ok(())
     }
 
@@ -434,11 +489,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// `cuUserObjectCreate`, `cuGraphRetainUserObject`). On a stream that is not capturing it
     /// records a write on the stream instead, with nothing enqueued: the stream first waits for
     /// the buffer's earlier uses elsewhere, and the free waits for work enqueued on the stream
-    /// after this call, where the stream is one this crate created (elsewhere the use is marked
-    /// by an event recorded now, which covers nothing enqueued later). A kernel launch that takes
-    /// the buffer as [`read`](DeviceBuffer::read) or [`write`](DeviceBuffer::write) does all
-    /// this by itself, on every stream; this serves launches that pass
-    /// [`device_ptr`](DeviceBuffer::device_ptr).
+    /// after this call, where the stream is one this crate created and whose handle was never
+    /// taken (elsewhere the use is marked by an event recorded now, which covers nothing enqueued
+    /// later). A kernel launch that takes the buffer as [`read`](DeviceBuffer::read) or
+    /// [`write`](DeviceBuffer::write) does all this by itself, on every stream; this serves
+    /// launches that pass [`device_ptr`](DeviceBuffer::device_ptr). In a capture that other code
+    /// began, where every other buffer operation is refused, it ties the buffer too: that
+    /// capture's graphs are launched where this crate does not see them, so ordering their raw
+    /// work against the buffer's other uses is that work's promise
+    /// ([`Function::launch`](crate::Function::launch)'s `# Safety`).
     ///
     /// The stream must belong to the buffer's context ([`Error::ContextMismatch`]); an
     /// invalidated capture is [`Error::NotCapturing`]. Each call adds a user object; a zero-byte
@@ -455,7 +514,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             return Ok(());
         }
         // Outside a capture, a write with nothing enqueued: the stream waits for the earlier
-        // uses, and the free waits for the stream (see above for what that covers).
-        enqueue_with_uses(raw, ctx, &[(self.alloc_ref(), Access::Write)], || Ok(()))
+        // uses, and the free waits for the stream (see above for what that covers). In a
+        // capture begun elsewhere the buffer is tied too: ordering the raw work that uses it is
+        // that unsafe code's promise.
+        enqueue_with_uses_in(raw, ctx, &[(self.alloc_ref(), Access::Write)], true, || {
+            Ok(())
+        })
     }
 }

@@ -79,7 +79,7 @@ impl<'cap, T: DeviceCopy> GraphBuffer<'cap, T> {
         let alloc = if bytes == 0 {
             Allocation::adopt(ctx, 0)
         } else {
-            Allocation::in_graph(ctx, stream.raw(), stream.capture_id(), bytes)?
+            Allocation::in_graph(ctx, stream.handle(), stream.capture_id(), bytes)?
         };
         Ok(GraphBuffer {
             buf: DeviceBuffer::from_alloc(alloc, len),

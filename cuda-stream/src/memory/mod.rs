@@ -9,6 +9,8 @@ pub(crate) mod fill_pattern;
 
 pub(crate) mod use_tracking;
 
+pub(crate) mod tracked;
+
 pub(crate) mod pool;
 
 pub(crate) mod allocation;

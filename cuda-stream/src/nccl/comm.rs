@@ -1,7 +1,6 @@
 //! [`Communicator`]: one rank of an NCCL communicator, on one device; made for the GPUs of one
 //! process or one rank per process, destroyed (or aborted) on `Drop`.
 
-use std::cell::Cell;
 use std::ffi::c_int;
 use std::fmt;
 use std::marker::PhantomData;
@@ -35,8 +34,15 @@ pub struct Communicator {
     rank: usize,
     size: usize,
     // Not `Sync`: NCCL does not allow two threads to call into one communicator at once.
-    _not_sync: PhantomData<Cell<()>>,
+    _not_sync: NotSync,
 }
+
+/// `Send` but not `Sync` (and unwind-safe, as a raw handle is).
+#[derive(Debug, Clone, Copy)]
+struct NotSync(PhantomData<*const ()>);
+
+// SAFETY: a marker without data; `Communicator` is `Send` (one thread at a time calls into it).
+unsafe impl Send for NotSync {}
 
 /// The NCCL communicator and its context, shared by its [`Communicator`] and the graphs that hold
 /// its work; the last owner destroys it (aborts it, if asked or if it is broken).
@@ -175,7 +181,7 @@ impl Communicator {
             inner: CommInner::new(raw, ctx),
             rank,
             size,
-            _not_sync: PhantomData,
+            _not_sync: NotSync(PhantomData),
         }
     }
 

@@ -8,9 +8,9 @@ use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::ffi;
 use crate::graph::user_objects::keep_alive;
-use crate::memory::across::{TrackedUse, around_streams};
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
+use crate::memory::tracked::{TrackedUse, around_streams};
 use crate::memory::use_tracking::Access;
 use crate::nccl::call::{bind_for_nccl, nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
@@ -92,7 +92,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
             let (graph, capture) = capture_graph(p.stream)?;
             let mut held: Vec<Arc<Allocation>> = Vec::new();
             for (a, access) in p.buffers.iter() {
-                match a.in_capture(p.stream, capture, access)? {
+                match a.in_capture(p.stream, capture, access, false)? {
                     InCapture::Tie if a.ptr != 0 => held.push(a.clone()),
                     InCapture::Tie => {}
                     InCapture::Track => tracked.push(TrackedUse {

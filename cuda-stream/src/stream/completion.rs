@@ -108,14 +108,14 @@ impl Completion {
     }
 
     fn try_on(stream: Stream<'_>) -> Result<Completion> {
-        let parts = Some((stream.raw() as usize, stream.context_raw() as usize));
+        let parts = Some((stream.handle() as usize, stream.context_raw() as usize));
         // A default stream resolves through the current context, for the capture check too.
         let bound = if stream.is_default() {
             Some(bind(stream.context_raw())?)
         } else {
             None
         };
-        let capturing = crate::driver::capture_query::is_capturing(stream.raw())?;
+        let capturing = crate::driver::capture_query::is_capturing(stream.handle())?;
         // In a capture the event would become a graph node: the host function refuses instead.
         let event = if capturing {
             None
@@ -293,7 +293,7 @@ impl Future for Completion {
         // (the event completes after every earlier host function).
         if let Some((raw, ctx)) = this.stream {
             let view = Stream::from_parts(raw as _, ctx as _);
-            crate::stream::host_panics::report(view.raw(), view.context_raw())?;
+            crate::stream::host_panics::report(view.handle(), view.context_raw())?;
         }
         Poll::Ready(Ok(()))
     }

@@ -67,7 +67,7 @@ impl<'a> CurrentStreamGuard<'a> {
                 .ok()
                 .flatten()
         });
-        let raw = stream.raw();
+        let raw = stream.handle();
         crate::stream::guarded_streams::add(raw);
         let token = STACK.with(|s| {
             let mut s = s.borrow_mut();

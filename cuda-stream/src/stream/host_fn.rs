@@ -295,7 +295,7 @@ fn contain(dropped: std::thread::Result<()>) {
 }
 
 fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
-    crate::stream::host_panics::report(stream.raw(), stream.context_raw())?;
+    crate::stream::host_panics::report(stream.handle(), stream.context_raw())?;
     let launch = driver_fn!(cuLaunchHostFunc);
     // Default streams resolve through the current context, for the capture check too.
     let _bound = if stream.is_default() {
@@ -303,7 +303,7 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
     } else {
         None
     };
-    refuse_if_capturing(stream.raw())?;
+    refuse_if_capturing(stream.handle())?;
     // Default streams go through a `HostCall`, which records their context for panic reports.
     if std::mem::size_of::<F>() == 0 && !stream.is_default() {
         // No memory at all for a closure that captures nothing: the stream travels as the user
@@ -313,7 +313,7 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
         note_run_once(trampoline as usize, discard_zst::<F>);
         let f = std::mem::ManuallyDrop::new(f);
         // SAFETY: the stream is live; the trampoline matches `CUhostFn` and conjures `f` back.
-        let rc = unsafe { launch(stream.raw(), Some(trampoline), stream.raw().cast()) };
+        let rc = unsafe { launch(stream.handle(), Some(trampoline), stream.handle().cast()) };
         if rc != ffi::CUresult::CUDA_SUCCESS {
             // The driver will never run it: drop the closure here, once.
             drop(std::mem::ManuallyDrop::into_inner(f));
@@ -325,12 +325,12 @@ fn launch<F: FnOnce() + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> 
     note_run_once(trampoline as usize, discard_boxed::<F>);
     let data = HostCall {
         f,
-        stream: stream.raw() as usize,
+        stream: stream.handle() as usize,
         ctx: stream.context_raw() as usize,
     }
     .put();
     // SAFETY: the stream is live; the trampoline matches `CUhostFn` and takes back `data`.
-    let rc = unsafe { launch(stream.raw(), Some(trampoline), data) };
+    let rc = unsafe { launch(stream.handle(), Some(trampoline), data) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
         // SAFETY: the driver refused the call, so it will never run the trampoline: `data` is
         // still ours, taken back exactly once.
@@ -373,7 +373,7 @@ unsafe extern "C" fn callback_trampoline<F: FnOnce(Result<()>) + Send + 'static>
 }
 
 fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(stream: Stream<'_>, f: F) -> Result<()> {
-    crate::stream::host_panics::report(stream.raw(), stream.context_raw())?;
+    crate::stream::host_panics::report(stream.handle(), stream.context_raw())?;
     let add = driver_fn!(cuStreamAddCallback);
     let _bound = if stream.is_default() {
         Some(bind(stream.context_raw())?)
@@ -382,12 +382,12 @@ fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(stream: Stream<'_>, f: F
     };
     let data = HostCall {
         f,
-        stream: stream.raw() as usize,
+        stream: stream.handle() as usize,
         ctx: stream.context_raw() as usize,
     }
     .put();
     // SAFETY: the stream is live; the trampoline matches `CUstreamCallback`; flags must be 0.
-    let rc = unsafe { add(stream.raw(), Some(callback_trampoline::<F>), data, 0) };
+    let rc = unsafe { add(stream.handle(), Some(callback_trampoline::<F>), data, 0) };
     if rc != ffi::CUresult::CUDA_SUCCESS {
         // SAFETY: the driver refused the callback and will never call it: taken back once.
         drop(unsafe { HostCall::<F>::take(data) });

@@ -338,7 +338,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     pub fn fork(&'scope self) -> Result<Stream<'scope>> {
         // The common case, kept small: the entry's next stream and the thread's links.
         let n = self.forks.count.get();
-        let parent = self.parent.raw();
+        let parent = self.parent.handle();
         if let Some(entry) = self.forks.entry() {
             if n < entry.len.get() && !is_special(parent) {
                 // Held from here on: the scope joins it and leaves it in the entry.
@@ -379,7 +379,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // Held from here on: the scope joins it, then gives it back or leaves it in the entry.
         self.forks.count.set(n + 1);
         let raw = raw as ffi::CUstream;
-        self.link(self.parent.raw(), raw)?;
+        self.link(self.parent.handle(), raw)?;
         Ok(Stream::from_parts(raw, self.parent.context_raw()))
     }
 
@@ -413,7 +413,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     #[inline(always)]
     fn join(&self) -> Result<()> {
         let n = self.forks.count.get();
-        let parent = self.parent.raw();
+        let parent = self.parent.handle();
         if let Some(entry) = self.forks.entry() {
             if n <= SLOTS && !is_special(parent) {
                 for (i, raw) in entry.streams[..n].iter().enumerate() {
@@ -433,7 +433,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     #[cold]
     #[inline(never)]
     fn join_from(&self, i: usize, mut first: Result<()>) -> Result<()> {
-        let parent = self.parent.raw();
+        let parent = self.parent.handle();
         let mut k = 0;
         self.forks.each(|raw| {
             if k >= i {

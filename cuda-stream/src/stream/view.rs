@@ -223,7 +223,24 @@ impl<'a> Stream<'a> {
     }
 
     /// The raw handle; 0x0, 0x1 or 0x2 for the default streams.
+    ///
+    /// Taking the handle lends the stream to code this crate cannot see: from then on other code
+    /// may capture it (`cuStreamBeginCapture`, as `torch.cuda.graph` does) at any moment, so
+    /// buffers used on a stream this crate created stop relying on its order once its handle
+    /// was taken, and mark each use with an event recorded right after it (one `cuEventRecord`
+    /// per use; see the ordering model in the memory layer's docs). A stream whose handle was
+    /// never taken pays for no event while a buffer stays on it. Code that captures the handle
+    /// must not begin the capture while a call of this crate on the stream is in progress on
+    /// another thread, and work on buffers of this crate in that capture is refused (its graphs
+    /// are launched where this crate cannot order them).
     pub fn raw(self) -> ffi::CUstream {
+        crate::stream::known_streams::lend(self.raw);
+        self.raw
+    }
+
+    /// The raw handle, for this crate's own calls (the handle does not leave the crate).
+    #[inline(always)]
+    pub(crate) fn handle(self) -> ffi::CUstream {
         self.raw
     }
 

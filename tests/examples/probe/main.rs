@@ -124,6 +124,14 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("alloc-free-safe", "DeviceBuffer::alloc_on of 1 MiB + drop"),
     (
+        "copy-raw",
+        "cuStreamIsCapturing + cuMemcpyDtoDAsync of one word",
+    ),
+    (
+        "copy-safe",
+        "DeviceBuffer::copy_from between two buffers used on one stream",
+    ),
+    (
         "fill-raw",
         "cuStreamIsCapturing + cuMemsetD32Async of one word",
     ),
@@ -219,6 +227,10 @@ const CASES: &[(&str, &str)] = &[
 struct Fixture {
     ctx: Context,
     stream: OwnedStream,
+    /// The stream of the safe memory cases, whose handle never leaves the crate (a stream whose
+    /// handle was taken with `raw()` may be captured by other code, so every buffer use on it
+    /// records an event).
+    private: OwnedStream,
     counter: Arc<AtomicU64>,
     waker: Waker,
     kernels: std::sync::OnceLock<Kernels<'static>>,
@@ -231,9 +243,11 @@ impl Fixture {
     fn new() -> Fixture {
         let ctx = Context::primary(0).expect("primary context of device 0");
         let stream = ctx.new_stream().expect("a stream");
+        let private = ctx.new_stream().expect("a stream");
         Fixture {
             ctx,
             stream,
+            private,
             counter: Arc::new(AtomicU64::new(0)),
             waker: Waker::from(Arc::new(ThreadWaker(thread::current()))),
             kernels: std::sync::OnceLock::new(),

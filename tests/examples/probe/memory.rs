@@ -1,6 +1,8 @@
 //! Memory cases: a stream-ordered alloc + free of 1 MiB, a fill of a buffer used on one
-//! stream and fills alternating between two streams, through `DeviceBuffer` and through the same
-//! driver calls by hand.
+//! stream, fills alternating between two streams and a copy between two buffers of one stream,
+//! through `DeviceBuffer` and through the same driver calls by hand. The safe sides run on the
+//! fixture's private stream, whose handle never leaves the crate (a stream whose handle was taken
+//! with `raw()` may be captured by other code: every buffer use on it records an event).
 
 use std::hint::black_box;
 
@@ -41,13 +43,13 @@ impl Fixture {
             "alloc-free-safe" => {
                 for _ in 0..iters {
                     let b =
-                        DeviceBuffer::<u8>::alloc_on(&self.ctx, &self.stream, black_box(1 << 20))
+                        DeviceBuffer::<u8>::alloc_on(&self.ctx, &self.private, black_box(1 << 20))
                             .expect("alloc_on");
                     drop(black_box(b));
                 }
             }
             "fill-raw" | "fill-safe" => {
-                let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.stream, 1).expect("zeroed");
+                let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.private, 1).expect("zeroed");
                 let memset = sys::fns::cuMemsetD32Async().expect("cuMemsetD32Async");
                 let p = buf.device_ptr();
                 for _ in 0..iters {
@@ -56,15 +58,35 @@ impl Fixture {
                         // SAFETY: `p` holds one u32 and outlives the work (synchronised below).
                         ok(unsafe { memset(p, 7, 1, s) });
                     } else {
-                        buf.fill(&self.stream, black_box(7)).expect("fill");
+                        buf.fill(&self.private, black_box(7)).expect("fill");
                     }
                 }
+                self.private.synchronize().expect("synchronize");
+                self.stream.synchronize().expect("synchronize");
+            }
+            "copy-raw" | "copy-safe" => {
+                let src = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.private, 1).expect("zeroed");
+                let dst = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.private, 1).expect("zeroed");
+                let copy = sys::fns::cuMemcpyDtoDAsync().expect("cuMemcpyDtoDAsync");
+                let (d, p) = (dst.device_ptr(), src.device_ptr());
+                for _ in 0..iters {
+                    if name == "copy-raw" {
+                        capturing(s);
+                        // SAFETY: both hold one u32 and outlive the work (synchronised below).
+                        ok(unsafe { copy(d, p, 4, s) });
+                    } else {
+                        dst.copy_from(&self.private, &src).expect("copy_from");
+                    }
+                }
+                self.private.synchronize().expect("synchronize");
                 self.stream.synchronize().expect("synchronize");
             }
             "fill-cross-raw" | "fill-cross-safe" => {
                 // A buffer filled on two streams in turn: each fill waits for the other's.
                 let other = self.ctx.new_stream().expect("a second stream");
-                let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.stream, 1).expect("zeroed");
+                // The safe side's second stream, whose handle never leaves the crate either.
+                let mine = self.ctx.new_stream().expect("a second stream");
+                let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.private, 1).expect("zeroed");
                 let memset = sys::fns::cuMemsetD32Async().expect("cuMemsetD32Async");
                 let record = sys::fns::cuEventRecord().expect("cuEventRecord");
                 let wait = sys::fns::cuStreamWaitEvent().expect("cuStreamWaitEvent");
@@ -87,12 +109,14 @@ impl Fixture {
                             }
                         }
                     } else {
-                        buf.fill(&self.stream, black_box(1)).expect("fill");
-                        buf.fill(&other, black_box(2)).expect("fill");
+                        buf.fill(&self.private, black_box(1)).expect("fill");
+                        buf.fill(&mine, black_box(2)).expect("fill");
                     }
                 }
                 self.stream.synchronize().expect("synchronize");
                 other.synchronize().expect("synchronize");
+                self.private.synchronize().expect("synchronize");
+                mine.synchronize().expect("synchronize");
             }
             _ => return false,
         }

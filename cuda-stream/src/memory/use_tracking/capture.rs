@@ -28,7 +28,11 @@ impl Uses {
             .iter_mut()
             .chain(reads.iter_mut().filter(|_| access == Access::Write));
         for u in conflicting {
-            if u.mark == Mark::Done || (u.mark != Mark::Lost && inner.same_stream(u, stream)) {
+            // A use on the capturing stream itself, before the capture (its epoch ended as the
+            // capture began), stays recorded: every replay through `GraphExec::launch` waits
+            // for it, as for any recorded use.
+            let here = inner.same_stream(u, stream) || (u.stream == stream && u.end.is_some());
+            if u.mark == Mark::Done || (u.mark != Mark::Lost && here) {
                 continue;
             }
             // What follows is for work outside the capture (an event made and recorded on

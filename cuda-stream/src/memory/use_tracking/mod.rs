@@ -1,38 +1,143 @@
-//! Use tracking: the streams a buffer's work was enqueued on, so that a use on another stream
-//! first waits for the earlier uses it conflicts with (a read for the last write; a write for the
-//! last write and every read since), and the free waits for all of them. Reads on several
-//! streams overlap. Nothing is asked of the user: no event to remember, no `record_stream`.
+//! Use tracking, and the ordering model of device memory on streams that it implements.
 //!
-//! What a use costs depends on its stream:
+//! Every allocation (a [`DeviceBuffer`](crate::DeviceBuffer)'s, shared with the graphs that hold
+//! it) records the streams its work was enqueued on, so that a use on another stream first waits
+//! for the earlier uses it conflicts with (a read for the last write; a write for the last write
+//! and every read since), and the free waits for all of them. Reads on several streams overlap.
+//! Nothing is asked of the user: no event to remember, no `record_stream`. What follows is the
+//! model every operation of the memory layer (and the peer copies, NCCL calls and graph replays
+//! that use it) is checked against.
 //!
-//! - a stream this crate created, or a stream that lives as long as the context (the legacy
-//!   default stream, the context's service stream): nothing but a lock and a comparison. Only
-//!   the handle is kept (*lazy*), with the stream's end (`stream::known_streams`): a later use on
-//!   another stream records an event on it then, which covers the use, or waits for the final
-//!   event the stream recorded as it ended;
-//! - any other stream (borrowed from another library, the per-thread default stream): an event
-//!   recorded after each use, since the stream may end without notice.
+//! # What a buffer records
 //!
-//! So a buffer used on one stream of this crate never pays for an event. Once a buffer is used
-//! on a second stream while an earlier use elsewhere is pending, it is marked by an event
-//! recorded right after each use (a lazy mark recorded later would also cover work enqueued
-//! since, and serialise pipelines): one record and one wait per move, what a careful user
-//! writes by hand.
+//! At most one *write* (the last) and one *read* per stream since it. Each is a *use*: the
+//! stream's handle, the end of the stream's current *epoch* for a private stream (below), a
+//! sequence number (a use recorded later has a larger one), and a *mark*, which says how the end
+//! of the use is waited for:
 //!
-//! Every driver call here runs under the tracker's lock, so two threads using one buffer are
-//! ordered; a call on the stream of a lazy use also holds that stream's end locked, so the
-//! stream cannot end meanwhile. Locks are taken in that order only (tracker, then the global
-//! list of streams or a stream's end); a stream's end takes no tracker's lock.
+//! - `Lazy`: nothing but the handle and the epoch; only on a private stream. A lazy mark is
+//!   *settled* when someone needs it: while its epoch lasts, by an event recorded on its stream
+//!   then (which covers the use and whatever the stream enqueued since, and becomes the mark);
+//!   once the epoch has ended, by the epoch's settling event.
+//! - `Event`: an event of the tracker's, recorded on the stream right after the use (or when a
+//!   lazy mark was settled).
+//! - `Lost`: the use's epoch ended where no event could be recorded (inside a host function, or
+//!   the record failed): only the context's completion (`cuCtxSynchronize`) covers it.
+//! - `Done`: the host has seen the use complete.
+//!
+//! A use is recorded once its work is enqueued, under the tracker's lock, which is held from the
+//! waits before the work to the record after it, so two threads using one buffer are ordered.
+//! Work that was enqueued but could not be marked is recorded `Lost`: the free still waits for it.
+//!
+//! # Private streams and epochs
+//!
+//! A stream is *private* while this crate created it, it lives and its handle has not left the
+//! crate (`raw()` of [`Stream`](crate::Stream), of its owners and of
+//! [`CaptureStream`](crate::CaptureStream), [`current_stream_raw`](crate::current_stream_raw),
+//! `into_raw`); the context's service stream is private for the context's life. Only this crate
+//! can capture a private stream. Every other stream (borrowed, the per-thread default stream, the
+//! legacy stream, a stream whose handle was taken) may end or be captured by other code at any
+//! moment, unseen, so a use there is marked by an event recorded right after it, in the call that
+//! enqueued it. So is every use of a buffer that has moved between streams (*eager*): a lazy mark
+//! settled later would also cover the work its stream enqueued since for other buffers, and
+//! serialise a pipeline.
+//!
+//! A private stream's life is cut into epochs (`stream::known_streams`), each with an end that
+//! its lazy uses share. An epoch ends when the stream ends, right before a capture this crate
+//! begins takes the stream (`capture` on it, or a fork joining one), and when its handle leaves
+//! the crate. If a use still holds the end then, one *settling* event is recorded on the stream,
+//! under the end's lock, while the stream is not capturing: it completes after all of the
+//! epoch's work, and, recorded outside any capture, any stream may wait for it.
+//!
+//! # The invariant
+//!
+//! **Every recorded use is covered by something that completes after it (its stream's order, for
+//! a later use on that stream in the same epoch; an event recorded after it outside any capture;
+//! or, for `Lost`, the context's completion), and nothing the tracker does on its own records
+//! on, waits on, polls or frees on a stream that is being captured.**
+//!
+//! Each operation keeps it as follows.
+//!
+//! - *A use on stream `s`* (fill, copies, launches with `read()` / `write()`, pinned copies, NCCL
+//!   calls, a graph replay) that is not captured: under the tracker's lock, `s` waits for each
+//!   conflicting use made on another stream or in another epoch: on its event; for a lazy mark
+//!   whose epoch lasts, on an event recorded on its stream now, under its end's lock (so the
+//!   epoch cannot end meanwhile), after checking that stream is not capturing (a private stream
+//!   can join a capture begun elsewhere by waiting on captured work: the use is then refused);
+//!   for a lazy mark of an ended epoch, on the settling event; for `Lost`, by synchronising the
+//!   context. Then the work is enqueued and the use recorded: lazy on a private stream of a
+//!   buffer that has not moved, else with an event recorded on `s` now. A use on the stream and
+//!   epoch of the last one, with nothing to wait for, only takes a new sequence number (and an
+//!   event of its own if another thread took the stream's handle meanwhile, ending the epoch
+//!   under it: `s` cannot be captured while the call is in progress).
+//! - *Work on several streams at once* (a peer copy, whose remote buffer is recorded on its
+//!   context's service stream; a graph replay holding buffers of other contexts, likewise; an
+//!   NCCL group): each tracker waits and records on its own stream, the trackers locked in one
+//!   global order, and the streams joined around the work by events both ways.
+//! - *The free*, in stream order after every use: on the stream of a lazy use whose epoch lasts
+//!   (its end locked during `cuMemFreeAsync`), else on the context's service stream after waits
+//!   for each use. A free whose use is on a private stream that joined a capture begun elsewhere
+//!   cannot be ordered yet: it is queued and made at a later allocation or free, once that capture
+//!   has ended. Memory without pools is freed once events recorded after each use have completed
+//!   (polled at later allocations and frees).
+//! - *Completion seen on the host*: `copy_from_host` and `to_vec` synchronise their stream, then
+//!   mark `Done` the uses on it numbered no later than their own: recorded before the
+//!   synchronisation began, never one that another thread recorded meanwhile. `into_raw` waits
+//!   for an event of every use and, if it cannot, leaves them all as they were.
+//! - *A capture this crate begins* on `s`, and each fork that joins it: `s`'s epoch ends first
+//!   (its settling event recorded before `cuStreamBeginCapture` or the joining wait); if that
+//!   event cannot be recorded, the capture does not begin.
+//! - *Work recorded into a capture*: no use is recorded. The conflicting uses outside the
+//!   capture are waited for on the host before the node exists (their events polled with the
+//!   thread's capture mode relaxed; a lazy mark on a stream that has joined a capture is refused),
+//!   and the graph holds the allocation; every launch of an executable graph made from it
+//!   through [`GraphExec::launch`](crate::GraphExec::launch) is a use (a write of each buffer).
+//!   A buffer allocated in the capture ([`GraphBuffer`](crate::GraphBuffer)) is tracked inside it
+//!   with captured events. In a capture this crate did not begin
+//!   ([`Stream::in_capture`](crate::Stream::in_capture), a stream captured by raw calls), whose
+//!   graphs are launched where no hook sees them, buffers are refused; `keep_alive_in` only
+//!   ties one to the graph (ordering the raw work that uses it is that unsafe code's promise).
+//!
+//! # Calls while a stream is being captured
+//!
+//! While stream `c` is captured, by this thread or another: work enqueued on `c` becomes a node;
+//! an event recorded on `c` becomes a node, and a stream that waits for it joins the capture; a
+//! query or synchronisation of `c`, or of an event recorded in it, fails and invalidates the
+//! capture; `cuMemFreeAsync` of memory from outside the capture fails. So the tracker records,
+//! waits, polls and frees only on streams that are not capturing: `s` itself was checked, a lazy
+//! mark's stream is checked (or, being private in a live epoch, cannot be captured by anyone but
+//! this crate, which ends the epoch first), and events it waits for were recorded outside any
+//! capture. Polling and synchronising calls (`cuEventQuery`, `cuEventSynchronize`,
+//! `cuStreamSynchronize`, `cuCtxSynchronize`), on any stream or event, are refused too, and
+//! invalidate the capture, when made by the capturing thread (unless its mode is relaxed) or,
+//! during a global-mode capture, by any thread in global mode: the polls the tracker makes on its
+//! own (the events of frees without pools, at allocations and frees; the host waits before a
+//! captured node) relax the thread's mode for their duration. The waits the caller asks for
+//! (`to_vec`, `copy_from_host`, `into_raw`) are the caller's calls and follow those rules; so does
+//! the context synchronisation for a `Lost` use, which fails while a stream of the context is
+//! being captured (the operation then returns the error).
+//!
+//! # What the model leaves to unsafe code
+//!
+//! - A private stream made to wait on work captured elsewhere (`Stream::wait_stream` or
+//!   `wait_event` on a stream that another library is capturing) joins that capture unseen. Its
+//!   lazy marks are then refused, as above, but a join made at the very moment another thread
+//!   settles one of them cannot be told apart: code that forks a capture it did not begin does
+//!   not do it while other threads move buffers last used on the joining stream.
+//! - With `programmatic_serialization` a kernel may start before the previous one on its stream
+//!   has ended: the launch's `# Safety` contract covers it
+//!   ([`Function::launch`](crate::Function::launch)).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, Weak};
 
-use crate::base::error::{Error, Result, check, driver_fn};
-use crate::driver::context::{Context, bind};
+use crate::base::error::{Error, Result};
+use crate::driver::context::Context;
 use crate::ffi;
-use crate::stream::known_streams::{self, End, StreamEnd};
-use crate::stream::view::bind_if_special;
+use crate::stream::known_streams::StreamEnd;
 
 mod capture;
+mod marks;
+mod release;
 
 /// What a use does to the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,16 +148,15 @@ pub(crate) enum Access {
     Write,
 }
 
-/// How a recorded use is waited for.
+/// How a recorded use is waited for (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mark {
-    /// By recording an event on its stream when needed while the stream lives, else by the
-    /// stream's final event. Only on a stream whose end is known (`Use::end`) or that lives as
-    /// long as the context.
+    /// By an event recorded on its stream when needed while its epoch lasts, else by the
+    /// epoch's settling event. Only on a private stream (`Use::end`) or the service stream.
     Lazy,
     /// By this event, recorded after the use and owned here.
     Event(ffi::CUevent),
-    /// The stream ended where no event could be recorded: only the context's completion covers
+    /// The epoch ended where no event could be recorded: only the context's completion covers
     /// the use.
     Lost,
     /// Complete: nothing to wait for.
@@ -62,9 +166,11 @@ enum Mark {
 #[derive(Debug)]
 struct Use {
     stream: ffi::CUstream,
-    /// The stream's end, for a stream this crate created (`None` for any other).
+    /// The end of the stream's epoch, for a private stream (`None` for any other).
     end: Option<Arc<StreamEnd>>,
     mark: Mark,
+    /// When the use was recorded, in the tracker's numbering.
+    seq: u64,
 }
 
 #[derive(Debug, Default)]
@@ -72,17 +178,30 @@ struct State {
     write: Option<Use>,
     /// Reads since the last write, one per stream.
     reads: Vec<Use>,
+    /// The last sequence number given to a use.
+    seq: u64,
     /// The last stream looked up and found not to be this crate's (0: none), so that a buffer
     /// used again and again on a borrowed stream looks it up once.
     unknown: usize,
-    /// The ends of the last two streams this crate created that the allocation moved between
-    /// (kept once it is eager), so that a buffer passed back and forth looks neither up again.
-    ends: [Option<Arc<StreamEnd>>; 2],
+    /// The ends of the last two private streams the allocation moved between (kept once it is
+    /// eager), by handle, so that a buffer passed back and forth looks neither up again. Weak:
+    /// an epoch's end (and its settling event) goes with the last use that holds it, not with
+    /// the cache.
+    ends: [(usize, Weak<StreamEnd>); 2],
     /// The allocation moves between streams: each use is marked by an event recorded right
     /// after it. A lazy mark is recorded only when another stream asks, and then covers
     /// everything its stream has enqueued since, later uses of other buffers included, which
     /// would serialise a pipeline (a copy in waiting for the previous chunk's copy out).
     eager: bool,
+}
+
+impl State {
+    /// The next sequence number.
+    #[inline(always)]
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
 }
 
 // SAFETY: the raw handles are driver objects usable from any thread; the state is locked.
@@ -99,266 +218,24 @@ struct Inner {
 #[derive(Debug)]
 pub(crate) struct Uses(Inner);
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
+/// The reason of the refusal of a lazy mark on a private stream that has joined a capture begun
+/// elsewhere (see [`joined_capture`]).
+const JOINED: &str = "the buffer's earlier use is on a stream that has joined a capture begun \
+                      elsewhere: it can be waited for once that capture has ended";
 
-    fn raw_ctx(&self) -> ffi::CUcontext {
-        self.ctx.raw()
+/// The refusal of a lazy mark whose stream has joined a capture begun elsewhere.
+#[cold]
+fn joined_capture() -> Error {
+    Error::Refused {
+        call: "cuEventRecord",
+        reason: JOINED,
     }
+}
 
-    /// A plain event of the context (a spare one, or a new one).
-    fn event(&self) -> Result<ffi::CUevent> {
-        self.ctx.plain_event()
-    }
-
-    /// Gives an event back: kept for reuse, or destroyed (queued inside a host function).
-    fn release(&self, ev: ffi::CUevent) {
-        self.ctx.recycle_plain_event(ev);
-    }
-
-    /// Records `ev` on `stream` (`cuEventRecord`; a default stream with the context current).
-    fn record(&self, ev: ffi::CUevent, stream: ffi::CUstream) -> Result<()> {
-        let _bound = bind_if_special(stream, self.raw_ctx())?;
-        let f = driver_fn!(cuEventRecord);
-        // SAFETY: the event is ours and of this context; the stream is live (a lazy use's
-        // stream is held by its end's lock, or lives as long as the context; otherwise it is
-        // the caller's).
-        check(unsafe { f(ev, stream) }, "cuEventRecord")
-    }
-
-    /// A new event of ours recorded on `stream`.
-    fn record_new(&self, stream: ffi::CUstream) -> Result<ffi::CUevent> {
-        let ev = self.event()?;
-        match self.record(ev, stream) {
-            Ok(()) => Ok(ev),
-            Err(e) => {
-                self.release(ev);
-                Err(e)
-            }
-        }
-    }
-
-    /// Makes `waiter` wait for `ev` (`cuStreamWaitEvent`).
-    fn wait(&self, waiter: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
-        let _bound = bind_if_special(waiter, self.raw_ctx())?;
-        let f = driver_fn!(cuStreamWaitEvent);
-        // SAFETY: both are live; the waiter's context is the buffer's (checked by the caller),
-        // and a wait on an event of the same context is always legal.
-        check(unsafe { f(waiter, ev, 0) }, "cuStreamWaitEvent")
-    }
-
-    /// Waits on the host for the context's work (the end of a use nothing marks).
-    #[cold]
-    fn synchronize_context(&self) -> Result<()> {
-        let _bound = bind(self.raw_ctx())?;
-        let f = driver_fn!(cuCtxSynchronize);
-        // SAFETY: the context is current.
-        check(unsafe { f() }, "cuCtxSynchronize")
-    }
-
-    /// Whether `stream` lives as long as the context (the legacy default stream, the service
-    /// stream), which the tracker holds.
-    fn context_lived(&self, stream: ffi::CUstream) -> bool {
-        matches!(stream as usize, 0 | 1) || self.ctx.service_stream_if_created() == Some(stream)
-    }
-
-    /// Whether the use `u` was made on `stream`, a live stream of the caller's: the same handle,
-    /// and `u`'s stream has not ended since (a handle may be reused by a later stream). Never
-    /// for a stream whose end is unknown, except those that live as long as the context.
-    #[inline]
-    fn same_stream(&self, u: &Use, stream: ffi::CUstream) -> bool {
-        u.stream == stream
-            && match &u.end {
-                Some(end) => !end.has_ended(),
-                None => self.context_lived(stream),
-            }
-    }
-
-    /// The end of `stream` if this crate created it (looked up, or the cached answer that it
-    /// did not).
-    fn find_end(&self, state: &mut State, stream: ffi::CUstream) -> Option<Arc<StreamEnd>> {
-        let raw = stream as usize;
-        if raw <= 2 || raw == state.unknown {
-            return None;
-        }
-        let cached = state.ends.iter().flatten();
-        if let Some(e) = cached.filter(|e| !e.has_ended()).find(|e| e.raw() == raw) {
-            return Some(Arc::clone(e));
-        }
-        let end = known_streams::end_of(stream);
-        match &end {
-            None => state.unknown = raw,
-            Some(e) if state.eager => {
-                // The newest first; the older of the two goes.
-                state.ends.swap(0, 1);
-                state.ends[0] = Some(Arc::clone(e));
-            }
-            Some(_) => {}
-        }
-        end
-    }
-
-    /// Makes `waiter` wait for the use `u` (nothing if it is on `waiter` itself): a lazy use on
-    /// a live stream becomes an evented one (the event is recorded now and kept, so other
-    /// waiters reuse it); one on a stream that has ended is waited for by its final event.
-    fn wait_for(&self, waiter: ffi::CUstream, u: &mut Use) -> Result<()> {
-        if u.mark == Mark::Done || (u.mark != Mark::Lost && self.same_stream(u, waiter)) {
-            return Ok(());
-        }
-        match u.mark {
-            Mark::Lazy => {
-                let ended = {
-                    let guard = u.end.as_ref().map(|e| e.lock());
-                    match guard.as_deref() {
-                        None | Some(End::Live) => {
-                            u.mark = Mark::Event(self.record_new(u.stream)?);
-                            None
-                        }
-                        Some(&ended) => Some(ended),
-                    }
-                };
-                match (ended, u.mark) {
-                    (None, Mark::Event(ev)) => self.wait(waiter, ev),
-                    (Some(End::Marked(fev)), _) => self.wait(waiter, fev),
-                    _ => {
-                        self.synchronize_context()?;
-                        u.mark = Mark::Done;
-                        Ok(())
-                    }
-                }
-            }
-            Mark::Event(ev) => self.wait(waiter, ev),
-            Mark::Lost => {
-                // The stream is gone and nothing marks the end of the use: wait for the
-                // context's work (rare: a stream handed over or ended inside a host function).
-                self.synchronize_context()?;
-                u.mark = Mark::Done;
-                Ok(())
-            }
-            Mark::Done => Ok(()),
-        }
-    }
-
-    /// Gives the lazy use `u` an event of its own, recorded after it: on its stream while it
-    /// lives, else after the stream's final event (on the context's service stream). A stream
-    /// that ended where no event could be recorded leaves the use lost.
-    fn own_event(&self, u: &mut Use) -> Result<()> {
-        let guard = u.end.as_ref().map(|e| e.lock());
-        let ev = match guard.as_deref() {
-            None | Some(End::Live) => self.record_new(u.stream)?,
-            Some(&End::Marked(fev)) => {
-                let service = self.ctx.service_stream()?;
-                self.wait(service, fev)?;
-                self.record_new(service)?
-            }
-            Some(End::Lost) => {
-                u.mark = Mark::Lost;
-                return Ok(());
-            }
-        };
-        u.mark = Mark::Event(ev);
-        Ok(())
-    }
-
-    /// The use of new work on `stream` just enqueued, reusing `old` (the stream's previous use
-    /// in this role, consumed) where it can; on an error (no event could be recorded) the use is
-    /// lost, and the error comes with it.
-    fn use_after(
-        &self,
-        state: &mut State,
-        stream: ffi::CUstream,
-        old: Option<Use>,
-    ) -> (Use, Option<Error>) {
-        // The old use's event is ours to record again, whatever its stream (a wait already
-        // enqueued on it keeps what it waits for); its end only if it is this stream's.
-        let (old_ev, old_end) = match old {
-            Some(Use {
-                mark,
-                end,
-                stream: s,
-            }) => (
-                match mark {
-                    Mark::Event(ev) => Some(ev),
-                    _ => None,
-                },
-                end.filter(|e| s == stream && !e.has_ended()),
-            ),
-            None => (None, None),
-        };
-        let end = match old_end {
-            Some(e) => Some(e),
-            None => self.find_end(state, stream),
-        };
-        if !state.eager && (end.is_some() || self.context_lived(stream)) {
-            if let Some(ev) = old_ev {
-                self.release(ev);
-            }
-            let u = Use {
-                stream,
-                end,
-                mark: Mark::Lazy,
-            };
-            return (u, None);
-        }
-        let recorded = match old_ev {
-            Some(ev) => self
-                .record(ev, stream)
-                .map(|()| ev)
-                .inspect_err(|_| self.release(ev)),
-            None => self.record_new(stream),
-        };
-        let (mark, err) = match recorded {
-            Ok(ev) => (Mark::Event(ev), None),
-            Err(e) => (Mark::Lost, Some(e)),
-        };
-        (Use { stream, end, mark }, err)
-    }
-
-    /// The body of [`Uses::free_after_uses`], on the tracker's state taken out of it.
-    fn free_after(
-        &self,
-        state: &mut State,
-        fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
-        free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
-    ) -> Result<()> {
-        let State { write, reads, .. } = state;
-        let lazy = write
-            .iter()
-            .chain(reads.iter())
-            .find(|u| u.mark == Mark::Lazy && u.end.as_ref().is_none_or(|e| !e.has_ended()))
-            .map(|u| (u.stream, u.end.clone()));
-        let (found, end) = match lazy {
-            Some((stream, end)) => (Some(stream), end),
-            None => (None, None),
-        };
-        // The chosen stream cannot end while its end is locked (and says it lives).
-        let guard = end.as_ref().map(|e| e.lock());
-        let live = guard.as_deref().is_none_or(|st| *st == End::Live);
-        let stream = match found {
-            Some(stream) if live => stream,
-            _ => fallback(&self.ctx)?,
-        };
-        for u in write.iter_mut().chain(reads.iter_mut()) {
-            self.wait_for(stream, u)?;
-        }
-        free(stream, &self.ctx)?;
-        drop(guard);
-        if let Some(w) = write.take() {
-            self.release_use(w);
-        }
-        for r in reads.drain(..) {
-            self.release_use(r);
-        }
-        Ok(())
-    }
-
-    fn release_use(&self, u: Use) {
-        if let Mark::Event(ev) = u.mark {
-            self.release(ev);
-        }
-    }
+/// Whether `e` is [`joined_capture`]'s refusal: the operation can be made once the capture has
+/// ended.
+pub(crate) fn waits_for_a_capture(e: &Error) -> bool {
+    matches!(e, Error::Refused { reason, .. } if std::ptr::eq(*reason, JOINED))
 }
 
 impl Uses {
@@ -407,9 +284,10 @@ impl Uses {
     }
 
     /// Runs `op`, which enqueues work of kind `access` on `stream` (of the buffer's context,
-    /// checked by the caller), after making the stream wait for the earlier uses it conflicts
-    /// with; records the use once `op` has succeeded. If `op` fails nothing is recorded; if the
-    /// use cannot be marked after `op` succeeded (no event could be recorded), it is recorded as
+    /// checked by the caller, and not capturing unless the allocation is a graph allocation of
+    /// that capture), after making the stream wait for the earlier uses it conflicts with;
+    /// records the use once `op` has succeeded. If `op` fails nothing is recorded; if the use
+    /// cannot be marked after `op` succeeded (no event could be recorded), it is recorded as
     /// covered by the context's completion only, and the error returned.
     pub(crate) fn around<R>(
         &self,
@@ -442,20 +320,29 @@ impl Uses {
         let inner = &self.0;
         let mut state = inner.lock();
         let s = &mut *state;
-        // The hot path of a buffer used on one stream of this crate: the use would leave the
-        // state as it is (the same stream's lazy mark, nothing to wait for), so only the work
-        // runs, under the lock.
+        // The hot path of a buffer used on one private stream: the use would leave the marks as
+        // they are (the same stream's lazy mark in a live epoch, nothing to wait for), so only
+        // the work runs, under the lock, and the use it repeats takes a new number (a host
+        // completion seen before it must not cover it).
         let lazy_here = |u: &Use| u.mark == Mark::Lazy && inner.same_stream(u, stream);
-        let unchanged = match access {
-            Access::Write => s.reads.is_empty() && s.write.as_ref().is_some_and(lazy_here),
-            Access::Read => {
-                s.write
+        let repeated = match access {
+            Access::Write if s.reads.is_empty() => s.write.as_mut().filter(|w| lazy_here(w)),
+            Access::Write => None,
+            Access::Read
+                if s.write
                     .as_ref()
-                    .is_none_or(|w| w.mark == Mark::Done || inner.same_stream(w, stream))
-                    && s.reads.iter().any(lazy_here)
+                    .is_none_or(|w| w.mark == Mark::Done || inner.same_stream(w, stream)) =>
+            {
+                s.reads.iter_mut().find(|u| lazy_here(u))
             }
+            Access::Read => None,
         };
-        if unchanged {
+        if let Some(u) = repeated {
+            // Renumbered even if the work then fails: a later number only makes a host
+            // completion cover the use later.
+            s.seq += 1;
+            u.seq = s.seq;
+            let _recheck = Recheck { inner, u };
             return op();
         }
         if !s.eager {
@@ -538,127 +425,29 @@ impl Uses {
         .map_err(|f| f.err)
     }
 
-    /// `stream`'s work so far has completed (the caller synchronised it): uses on it need no
-    /// more waiting.
-    pub(crate) fn completed_on(&self, stream: ffi::CUstream) {
-        let inner = &self.0;
-        let mut state = inner.lock();
-        let State { write, reads, .. } = &mut *state;
-        for u in write.iter_mut().chain(reads.iter_mut()) {
-            if u.mark != Mark::Lost && inner.same_stream(u, stream) {
-                if let Mark::Event(ev) = u.mark {
-                    inner.release(ev);
-                }
-                u.mark = Mark::Done;
-            }
-        }
-    }
-
-    /// Enqueues `free` (a stream-ordered free of the memory) after every recorded use: on the
-    /// stream of a lazy use while it lives (its end locked meanwhile), which then needs no
-    /// event, or else on `fallback()` (the context's service stream), after waits for each use.
-    /// Nothing else refers to a tracker being freed (`&mut`): no lock. The tracker keeps no use
-    /// afterwards; on an error nothing is freed, and the uses stay.
-    pub(crate) fn free_after_uses(
-        &mut self,
-        fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
-        free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
-    ) -> Result<()> {
-        let Inner { ctx, state } = &mut self.0;
-        let slot = state.get_mut().unwrap_or_else(|e| e.into_inner());
-        // The usual case: one write on a stream of this crate, never waited for elsewhere (a
-        // buffer allocated, used and freed on one stream). Freed there, its end locked.
-        if let (Some(w), true) = (&slot.write, slot.reads.is_empty()) {
-            if w.mark == Mark::Lazy {
-                let guard = w.end.as_ref().map(|e| e.lock());
-                if guard.as_deref().is_none_or(|st| *st == End::Live) {
-                    free(w.stream, ctx)?;
-                    drop(guard);
-                    // A lazy use owns no event: only its end's reference goes.
-                    slot.write = None;
-                    return Ok(());
-                }
-            }
-        }
-        let mut state = std::mem::take(slot);
-        let r = self.0.free_after(&mut state, fallback, free);
-        *self.0.state.get_mut().unwrap_or_else(|e| e.into_inner()) = state;
-        r
-    }
-
-    /// Makes `owner` wait for every recorded use on other streams (the end of a borrow: the
-    /// owner's later work comes after ours). The tracker keeps no use afterwards. All under the
-    /// tracker's lock.
-    pub(crate) fn hand_back(&self, owner: ffi::CUstream) -> Result<()> {
-        let inner = &self.0;
-        let mut state = inner.lock();
-        let State { write, reads, .. } = &mut *state;
-        let mut first_err = None;
-        for u in write.iter_mut().chain(reads.iter_mut()) {
-            if let Err(e) = inner.wait_for(owner, u) {
-                first_err.get_or_insert(e);
-            }
-        }
-        if let Some(w) = write.take() {
-            inner.release_use(w);
-        }
-        for r in reads.drain(..) {
-            inner.release_use(r);
-        }
-        first_err.map_or(Ok(()), Err)
-    }
-
-    /// Gives every lazy use an event of its own (recorded on its stream, or after the stream's
-    /// final event) and returns the events of all uses, for a free that waits by polling them;
-    /// `Err` when a use is lost (only the context's completion covers it). The tracker keeps no
-    /// use afterwards.
-    pub(crate) fn take_events(&self) -> std::result::Result<Vec<ffi::CUevent>, Error> {
-        let inner = &self.0;
-        let mut state = inner.lock();
-        let mut uses: Vec<Use> = state.write.take().into_iter().collect();
-        uses.append(&mut state.reads);
-        let mut events = Vec::with_capacity(uses.len());
-        let mut lost = None;
-        for mut u in uses {
-            if u.mark == Mark::Lazy {
-                if let Err(e) = inner.own_event(&mut u) {
-                    lost = Some(e);
-                }
-            }
-            match u.mark {
-                Mark::Event(ev) => events.push(ev),
-                Mark::Lost => {
-                    lost.get_or_insert(Error::Refused {
-                        call: "cuEventRecord",
-                        reason: "a stream that used the buffer ended inside a host function",
-                    });
-                }
-                Mark::Lazy | Mark::Done => {}
-            }
-        }
-        match lost {
-            None => Ok(events),
-            Some(e) => {
-                for ev in events {
-                    inner.release(ev);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Gives events from [`take_events`](Uses::take_events) back.
-    pub(crate) fn release_events(&self, events: Vec<ffi::CUevent>) {
-        for ev in events {
-            self.0.release(ev);
-        }
-    }
-
     /// The tracker's address: the order in which nested [`around`](Uses::around) calls over
     /// several trackers lock them (as [`around_all`](Uses::around_all) does), so that two threads
     /// cannot deadlock. Stable while the tracker is borrowed.
     pub(crate) fn key(&self) -> usize {
         &self.0 as *const Inner as usize
+    }
+}
+
+/// Checks, once the work of a use on the stream and epoch of the last one has been enqueued (it
+/// drops after the work's result is made), that the epoch did not end meanwhile: the handle was
+/// taken (`raw()`) on another thread, whose settling event may then precede the work, which gets
+/// an event of its own (the stream cannot be captured while this call is in progress).
+struct Recheck<'a> {
+    inner: &'a Inner,
+    u: &'a mut Use,
+}
+
+impl Drop for Recheck<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.u.end.as_ref().is_some_and(|e| e.has_ended()) {
+            self.inner.mark_now(self.u);
+        }
     }
 }
 

@@ -104,7 +104,15 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     };
     let (s1, s2) = (&fx.s1, &fx.s2);
     let (r1, r2) = (s1.raw(), s2.raw());
-    let settle = || fx.settle();
+    // The safe sides run on streams whose handle never leaves the crate: one whose handle was
+    // taken (`raw()`, as the raw sides take s1's and s2's) may be captured by other code, so
+    // every buffer use on it records an event (the ordering model in `memory::use_tracking`).
+    let (p1, p2) = (&ctx.new_stream()?, &ctx.new_stream()?);
+    let settle = || {
+        fx.settle();
+        must(p1.synchronize(), "synchronize");
+        must(p2.synchronize(), "synchronize");
+    };
 
     rows.add(
         "mem_alloc_free",
@@ -113,7 +121,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         case(
             cfg.medium,
             || raw.alloc_free(MIB, black_box(r1)),
-            || safe_alloc_free(ctx, s1),
+            || safe_alloc_free(ctx, p1),
         )
         .peer(fx.cudarc().map(|c| move || cudarc_alloc_free(c)))
         .settle(settle)
@@ -138,7 +146,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 );
                 raw.alloc_free(MIB, black_box(r1));
             },
-            || safe_alloc_free(ctx, s1),
+            || safe_alloc_free(ctx, p1),
         )
         .peer(fx.cudarc().map(|c| move || cudarc_alloc_free(c)))
         .settle(settle)
@@ -149,7 +157,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     match SpinKernel::load() {
         Ok(spin) => {
             let busy = || {
-                fx.settle();
+                settle();
                 spin.spin(r2, 10_000_000);
             };
             busy();
@@ -160,20 +168,20 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 case(
                     200,
                     || raw.alloc_free(MIB, black_box(r1)),
-                    || safe_alloc_free(ctx, s1),
+                    || safe_alloc_free(ctx, p1),
                 )
                 .no_peer(NO_PEER)
                 .settle(busy)
                 .run(cfg),
             );
-            fx.settle();
+            settle();
         }
         Err(why) => println!("mem_drop_busy skipped: {why}"),
     }
 
     // A buffer used on one stream only: a fill (memset) against the raw memset.
     let one = must(
-        DeviceBuffer::<u32>::zeroed(ctx, s1, 1),
+        DeviceBuffer::<u32>::zeroed(ctx, p1, 1),
         "DeviceBuffer::zeroed",
     );
     let p = one.device_ptr();
@@ -196,7 +204,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                     "cuMemsetD32Async",
                 );
             },
-            || must(one.fill(s1, black_box(7)), "DeviceBuffer::fill"),
+            || must(one.fill(p1, black_box(7)), "DeviceBuffer::fill"),
         )
         .no_peer(NO_PEER)
         .settle(settle)
@@ -233,8 +241,8 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 }
             },
             || {
-                must(one.fill(s1, 1), "DeviceBuffer::fill");
-                must(one.fill(s2, 2), "DeviceBuffer::fill");
+                must(one.fill(p1, 1), "DeviceBuffer::fill");
+                must(one.fill(p2, 2), "DeviceBuffer::fill");
             },
         )
         .per_iter(2)
@@ -242,14 +250,14 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         .settle(settle)
         .run(cfg),
     );
-    fx.settle();
+    settle();
     drop(one);
 
     // Pinned copies of 64 MiB, each waited for.
     let n = 64 * MIB / 4;
     let mut host = must(PinnedHostBuffer::<u32>::zeroed(ctx, n), "PinnedHostBuffer");
-    let dev = must(DeviceBuffer::<u32>::alloc_on(ctx, s1, n), "alloc_on");
-    must(s1.synchronize(), "synchronize");
+    let dev = must(DeviceBuffer::<u32>::alloc_on(ctx, p1, n), "alloc_on");
+    must(p1.synchronize(), "synchronize");
     let (hp, dp) = (
         must(host.as_mut_slice(), "as_mut_slice").as_mut_ptr(),
         dev.device_ptr(),
@@ -264,8 +272,8 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             ok(sync(r1), "cuStreamSynchronize");
         },
         || {
-            must(dev.copy_from_pinned(s1, &host), "copy_from_pinned");
-            must(s1.synchronize(), "synchronize");
+            must(dev.copy_from_pinned(p1, &host), "copy_from_pinned");
+            must(p1.synchronize(), "synchronize");
         },
     )
     .no_peer(NO_PEER)
@@ -290,8 +298,8 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             ok(sync(r1), "cuStreamSynchronize");
         },
         || {
-            must(dev.copy_to_pinned(s1, &mut host), "copy_to_pinned");
-            must(s1.synchronize(), "synchronize");
+            must(dev.copy_to_pinned(p1, &mut host), "copy_to_pinned");
+            must(p1.synchronize(), "synchronize");
         },
     )
     .no_peer(NO_PEER)

@@ -10,8 +10,9 @@
 //! - `cuMemFreeAsync` checks at the call that the address starts a live allocation with no free
 //!   queued (else `CUDA_ERROR_INVALID_VALUE`, a bad destroy), then queues the free on the stream:
 //!   work queued before it still finds the memory, work that reaches it afterwards is a bad use.
-//!   On a capturing stream it becomes a node that frees when the graph runs (a graph's reserved
-//!   range may be freed so, once).
+//!   On a capturing stream it becomes a node that frees when the graph runs, for a graph's
+//!   reserved range only (once); memory allocated outside the capture is
+//!   `CUDA_ERROR_INVALID_VALUE` there, as on driver 580 (no bad destroy: the address is valid).
 //! - A device whose pools are switched off (`cuda_mock_set_memory_pools`, or `pools=0` in the
 //!   configuration; a reset keeps the setting) answers 0 for `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED` and
 //!   `CUDA_ERROR_NOT_SUPPORTED` for its default pool and new pools.
@@ -301,6 +302,9 @@ pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, h_stream: CUstream) -
         };
         if !st.device.allocs.get(&dptr).is_some_and(freeable) {
             st.counters.bad_destroys += 1;
+            return INVALID_VALUE;
+        }
+        if capturing && st.device.allocs.get(&dptr).is_some_and(|a| !a.graph) {
             return INVALID_VALUE;
         }
         let work = DeviceWork::Free { ptr: dptr };

@@ -70,7 +70,8 @@ pub(crate) fn captured_ops() -> Vec<Op> {
             },
         ),
         op_frees(
-            "DeviceBuffer::fill + copy_from on a borrowed stream in a capture begun by raw calls",
+            "DeviceBuffer::fill + copy_from refused, keep_alive_in tying, on a borrowed stream in \
+             a capture begun by raw calls",
             SWALLOW_GRAPH_FREES,
             |fx| {
                 then_graph_frees(|| {
@@ -81,8 +82,19 @@ pub(crate) fn captured_ops() -> Vec<Op> {
                     let inside = (|| {
                         // SAFETY: the fixture's stream lives until `Fixture::finish`.
                         let view = unsafe { Stream::borrow_raw(raw, fx) }?;
-                        a.fill(&view, 7)?;
-                        b.copy_from(&view, &a)
+                        // Its graphs are launched where no hook orders them: refused.
+                        for r in [a.fill(&view, 7), b.copy_from(&view, &a)] {
+                            match r {
+                                Err(Error::Refused {
+                                    call: "cuStreamGetCaptureInfo",
+                                    ..
+                                }) => {}
+                                Err(e) => return Err(e),
+                                Ok(()) => panic!("a buffer used in a capture begun elsewhere"),
+                            }
+                        }
+                        assert!(!a.is_held_by_graphs() && !b.is_held_by_graphs());
+                        a.keep_alive_in(&view)
                     })();
                     // Destroys the graph, which lets go of what it held; the buffers are
                     // dropped after the capture (an untied one dropped during a thread-local

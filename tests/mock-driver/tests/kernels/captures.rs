@@ -312,10 +312,12 @@ fn raw_end(s: cuda_stream::ffi::CUstream) -> (CUresult, cuda_stream::ffi::CUgrap
 }
 
 /// On a stream borrowed in a capture that other code began (as PyTorch's `torch.cuda.graph`
-/// does), `fill` and `copy_from` find the capture's graph themselves and tie the buffers to it;
-/// an invalidated capture is an error, and ties nothing.
+/// does), `fill` and `copy_from` are refused and tie nothing: its graphs are launched where this
+/// crate cannot order them against the buffers' other uses (the ordering model in
+/// `cuda-stream/src/memory/use_tracking`). `keep_alive_in` ties a buffer for raw work, which the
+/// graph's replays find; an invalidated capture is an error, and ties nothing.
 #[test]
-fn fills_on_a_borrowed_stream_in_a_capture_begun_raw_tie_to_its_graph() {
+fn fills_on_a_borrowed_stream_in_a_capture_begun_raw_are_refused() {
     let (_lock, m) = mock();
     isolated(|| {
         let ctx = Context::primary(0).unwrap();
@@ -326,25 +328,41 @@ fn fills_on_a_borrowed_stream_in_a_capture_begun_raw_tie_to_its_graph() {
         let out = DeviceBuffer::<u32>::zeroed(&ctx, &owner, 16).unwrap();
         owner.synchronize().unwrap();
         let objects = m.live_user_objects();
+        let ptr = buf.device_ptr();
 
         raw_begin(raw);
         {
             // SAFETY: `owner` keeps the stream alive while the view is used.
             let view = unsafe { Stream::borrow_raw(raw, &owner) }.unwrap();
-            buf.fill(&view, 0xdead_beef).unwrap();
-            out.copy_from(&view, &buf).unwrap();
-            assert_eq!(m.live_user_objects(), objects + 2);
+            for r in [buf.fill(&view, 0xdead_beef), out.copy_from(&view, &buf)] {
+                match r {
+                    Err(Error::Refused { reason, .. }) => {
+                        assert!(reason.contains("begun elsewhere"), "{reason}")
+                    }
+                    other => panic!("a buffer used in a capture begun elsewhere: {other:?}"),
+                }
+            }
+            assert_eq!(m.live_user_objects(), objects, "nothing tied");
+            buf.keep_alive_in(&view).unwrap();
+            // SAFETY: `buf` holds 16 words and is tied to the capture's graph just above.
+            unsafe { cuda_stream::memset_d32_async(&view, ptr, 0xdead_beef, 16) }.unwrap();
+            assert_eq!(m.live_user_objects(), objects + 1);
         }
         let (rc, graph) = raw_end(raw);
         assert_eq!(rc, SUCCESS);
         // SAFETY: the capture handed the graph over; its work is of `ctx`, and the memory its
-        // nodes use is held by the graph's user objects.
+        // node uses is held by the graph's user object.
         let graph = unsafe { cuda_stream::Graph::from_raw(graph, &ctx) }.unwrap();
         drop(buf);
         let exec = graph.instantiate().unwrap();
         drop(graph);
         exec.launch(&owner).unwrap();
-        assert_eq!(out.to_vec(&owner).unwrap(), [0xdead_beef; 16]);
+        owner.synchronize().unwrap();
+        assert_eq!(
+            m.read_memory(ptr, 64).unwrap(),
+            0xdead_beef_u32.to_ne_bytes().repeat(16),
+            "the replay found the buffer the graph holds"
+        );
         drop(exec);
         settle_graph_frees(m);
         assert_eq!(m.live_allocations(), base + 1);

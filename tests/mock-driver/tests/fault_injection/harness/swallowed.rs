@@ -67,7 +67,11 @@ pub(crate) const SWALLOW_MAKE_CURRENT: &[&str] = &[
 /// buffer: for its recorded uses, an event recorded after a use and a wait for it on the stream
 /// of the free), and the unload or free (`cuMemFreeAsync` with memory pools, `cuMemFree`
 /// without), on top of [`SWALLOW_DROP`]. (`Module::close` and `DeviceBuffer::free` report them
-/// all.)
+/// all.) Also what the ordering model asks before them: whether the stream a free or a settling
+/// event would be made on is capturing (`cuStreamIsCapturing`: a failure makes the free go to
+/// the context's service stream, or leaves an ending epoch to the context's completion), and the
+/// capture mode relaxed around the polls of frees without pools
+/// (`cuThreadExchangeStreamCaptureMode`: a failure leaves the free waiting for the next poll).
 pub(crate) const SWALLOW_FREE_DROP: &[&str] = &[
     "cuCtxPopCurrent",
     "cuStreamDestroy",
@@ -82,6 +86,8 @@ pub(crate) const SWALLOW_FREE_DROP: &[&str] = &[
     "cuEventCreate",
     "cuEventRecord",
     "cuStreamWaitEvent",
+    "cuStreamIsCapturing",
+    "cuThreadExchangeStreamCaptureMode",
 ];
 
 /// Memory pools: the `Drop` of a buffer ([`SWALLOW_FREE_DROP`]) and of the last `MemPool` value
@@ -101,6 +107,8 @@ pub(crate) const SWALLOW_POOL_DROP: &[&str] = &[
     "cuEventRecord",
     "cuStreamWaitEvent",
     "cuMemPoolDestroy",
+    "cuStreamIsCapturing",
+    "cuThreadExchangeStreamCaptureMode",
 ];
 /// A pool of the caller's and a module ([`SWALLOW_POOL_DROP`], and `cuModuleUnload`, which a
 /// drop cannot report either).
@@ -136,6 +144,8 @@ pub(crate) const SWALLOW_PLAIN_FREE: &[&str] = &[
     "cuEventRecord",
     "cuStreamWaitEvent",
     "cuEventQuery",
+    "cuStreamIsCapturing",
+    "cuThreadExchangeStreamCaptureMode",
 ];
 /// Page-locked buffers: the `Drop` of a device buffer ([`SWALLOW_FREE_DROP`]) and of a
 /// `PinnedHostBuffer`, whose free waits for its copies' events: asked with `cuEventQuery` (a
@@ -158,6 +168,8 @@ pub(crate) const SWALLOW_PINNED_DROP: &[&str] = &[
     "cuStreamWaitEvent",
     "cuEventQuery",
     "cuMemFreeHost",
+    "cuStreamIsCapturing",
+    "cuThreadExchangeStreamCaptureMode",
 ];
 
 /// Graph operations may also swallow: the graphs' and executable graphs' destroys in `Drop`
@@ -216,6 +228,7 @@ pub(crate) const SWALLOW_GRAPH_FREES: &[&str] = &[
     "cuEventCreate",
     "cuEventRecord",
     "cuStreamWaitEvent",
+    "cuStreamIsCapturing",
 ];
 
 /// `Graph::close` and `GraphExec::close` must report their destroys.
