@@ -148,12 +148,7 @@ impl After {
 /// being closed (issue 29, section 1), with the hole: their races are counted and printed, not
 /// failed. An operation listed here that races in none of its cases fails the suite: its hole is
 /// closed, and the entry must go.
-pub(crate) const KNOWN_RACES: &[(&str, &str)] = &[(
-    "DeviceBuffer::copy_from_peer in a capture; the graph replays it",
-    "hole 5: the replay's use of the peer buffer (device 1) is recorded on a device-0 stream, \
-     the event cannot be recorded there, and the free's fallback (synchronising device 1) does \
-     not cover the replay when nothing synchronised its stream (the failed call came first)",
-)];
+pub(crate) const KNOWN_RACES: &[(&str, &str)] = &[];
 
 /// Splits the races out of `problems` when `op` is one of [`KNOWN_RACES`]: how many there were.
 pub(crate) fn known_races(op: &str, problems: &mut Vec<String>) -> usize {
