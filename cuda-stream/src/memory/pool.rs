@@ -17,10 +17,12 @@ use std::ptr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::Context;
 use crate::driver::device::Device;
 use crate::ffi;
+use crate::graph::capture_mode_guard::exchange_capture_mode;
 
 /// A memory pool of one device: [`DeviceBuffer`](crate::DeviceBuffer)s allocated on a stream
 /// come from it (`cuMemAllocFromPoolAsync`) and go back to it in stream order
@@ -431,6 +433,10 @@ pub(crate) fn ensure_read_write(
     if not_peers().contains(&pair) {
         return Ok(false);
     }
+    // A first grant may come from a copy recorded into a capture: the driver refuses the pool
+    // call on a capturing thread (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, measured on two
+    // H200s) unless the thread's capture mode is relaxed for it. Neither call touches a stream.
+    let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
     if !device.can_access_peer(pool_device)? {
         not_peers().push(pair);
         return Ok(false);

@@ -67,11 +67,25 @@ pub(crate) fn bind_for_nccl(ctx: ffi::CUcontext) -> Result<NcclBound> {
 impl Drop for NcclBound {
     fn drop(&mut self) {
         drop(self.bound.take());
-        if current_context_raw().is_ok_and(|now| now != self.before) {
-            if let Ok(f) = ffi::fns::cuCtxSetCurrent() {
-                // SAFETY: `before` was current on this thread when the guard was made (so live,
-                // or null: nothing current); NCCL destroys no context of the caller's.
+        // NCCL's first initialisation left one or more contexts on the thread's stack (setting
+        // the top to nothing, as `cuCtxSetCurrent(null)` does, left another current on two
+        // H200s): with nothing current before, they are popped; else the top is set back.
+        for _ in 0..8 {
+            match current_context_raw() {
+                Ok(now) if now != self.before => {}
+                _ => return,
+            }
+            if self.before.is_null() {
+                if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
+                    let mut popped = std::ptr::null_mut();
+                    // SAFETY: a valid out-pointer; pops what NCCL left on this thread's stack.
+                    let _ = unsafe { f(&mut popped) };
+                }
+            } else if let Ok(f) = ffi::fns::cuCtxSetCurrent() {
+                // SAFETY: `before` was current on this thread when the guard was made (so live);
+                // NCCL destroys no context of the caller's.
                 let _ = unsafe { f(self.before) };
+                return;
             }
         }
     }
