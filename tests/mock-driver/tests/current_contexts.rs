@@ -221,3 +221,30 @@ fn kernels_take_a_peer_buffer_where_its_pool_grants_access() {
     s1.synchronize().unwrap();
     assert_eq!(m.bad_uses(), 0);
 }
+
+/// A peer copy recorded into a capture as the first copy between its pools: the grant is a
+/// potentially unsafe call, which the driver refuses on a capturing thread (seen on two H200s:
+/// `cuMemPoolSetAccess: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, the capture lost); made with the
+/// thread's capture mode relaxed, the capture records the copy and its replay carries the values.
+#[test]
+fn a_first_peer_copy_in_a_capture_grants_its_pools() {
+    let (_g, m, c0, c1) = mock();
+    let (p0, p1) = (MemPool::new(&c0).unwrap(), MemPool::new(&c1).unwrap());
+    let (mut s0, s1) = (c0.new_stream().unwrap(), c1.new_stream().unwrap());
+    let x = DeviceBuffer::<u32>::alloc_in(&p1, &s1, 64).unwrap();
+    x.fill(&s1, 9).unwrap();
+    let y = DeviceBuffer::<u32>::zeroed_in(&p0, &s0, 64).unwrap();
+    let graph = s0
+        .capture(cuda_stream::CaptureMode::ThreadLocal, |cap| {
+            y.copy_from_peer(&cap, &x)
+        })
+        .unwrap();
+    assert_eq!(p1.access(c0.device()).unwrap(), PoolAccess::ReadWrite);
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&s0).unwrap();
+    assert_eq!(y.to_vec(&s0).unwrap(), vec![9; 64]);
+    drop((exec, graph, x, y));
+    s0.synchronize().unwrap();
+    s1.synchronize().unwrap();
+    assert_eq!(m.bad_uses(), 0);
+}

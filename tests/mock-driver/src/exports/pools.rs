@@ -431,6 +431,9 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(
         if map.is_null() && count > 0 {
             return INVALID_VALUE;
         }
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
         let devices = st.devices;
         let rec = tri!(self::pool(&mut st, pool));
         let mut wanted = Vec::with_capacity(count);

@@ -21,7 +21,8 @@
 //!   capture, is `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` and invalidates the capture. Work enqueued
 //!   into an invalidated capture gets `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`.
 //! - "Potentially unsafe" calls (the mock's polling and synchronising calls: `cuStreamQuery`,
-//!   `cuStreamSynchronize`, `cuEventQuery`, `cuEventSynchronize`, `cuCtxSynchronize`) follow the
+//!   `cuStreamSynchronize`, `cuEventQuery`, `cuEventSynchronize`, `cuCtxSynchronize`; and
+//!   `cuMemPoolSetAccess`) follow the
 //!   capture modes: a thread whose mode (`cuThreadExchangeStreamCaptureMode`, default global) is
 //!   not relaxed may not make them while it has a capture of its own that was not begun relaxed;
 //!   a thread in global mode may not make them while any thread has a global-mode capture. Such a
@@ -156,6 +157,13 @@ pub(crate) fn on_callback(st: &mut State, s: StreamRef) -> Option<CUresult> {
     let id = st.graphs.captures.capture_of(s.key)?;
     st.graphs.captures.invalidate(id);
     Some(UNSUPPORTED)
+}
+
+/// A potentially unsafe call that touches no stream (`cuMemPoolSetAccess`: refused on a
+/// capturing thread on two H200s, driver 580): `Some(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)` as
+/// [`prohibited`] says.
+pub(crate) fn on_unsafe_call(st: &mut State) -> Option<CUresult> {
+    prohibited(st)
 }
 
 /// `cuStreamQuery` / `cuStreamSynchronize` on `s`.
