@@ -191,7 +191,12 @@ fn a_buffer_dropped_in_the_capture_of_its_own_stream_is_freed() {
                 exec.launch(&s).unwrap();
                 exec.launch(&s).unwrap();
             }
-            Err(_) => broken += 1,
+            Err(e) => {
+                if broken == 0 {
+                    println!("the first broken capture: {}", error_chain(&e));
+                }
+                broken += 1;
+            }
         }
     }
     s.synchronize().unwrap();
