@@ -10,7 +10,7 @@
 //! way the header itself must match [`HEADER_SHA256`](header::HEADER_SHA256): the committed
 //! bindings name it.
 //!
-//! The NCCL bindings (`nccl.rs`, behind cuda-sys's `nccl` feature) come the same way from the
+//! The NCCL bindings (`nccl.rs`, behind cuda-stream-sys's `nccl` feature) come the same way from the
 //! pinned `nccl.h` of the `nvidia-nccl-cu13` wheel (`--nccl-include` or `NCCL_INCLUDE_DIR` to
 //! use another copy of the same header).
 //!

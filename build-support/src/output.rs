@@ -28,7 +28,7 @@ pub(crate) fn write(include: &Path, nccl_include: &Path, out_dir: &Path) -> Resu
 pub(crate) fn check(include: &Path, nccl_include: &Path, out_dir: &Path) -> Result<()> {
     let (mut files, _) = generate(include)?;
     files.extend(generate_nccl(nccl_include)?);
-    let tmp = std::env::temp_dir().join(format!("cuda-sys-check-{}", std::process::id()));
+    let tmp = std::env::temp_dir().join(format!("cuda-stream-sys-check-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
     let mut stale = Vec::new();
     for (name, text) in &files {

@@ -3,7 +3,7 @@
 //! functions `cuda-stream/src` calls:
 //!
 //! - each row's version is the newest of its functions' versions, where `A` or `B` (a fallback)
-//!   counts as the older of the two (`cuda_sys::SymbolInfo::since`, from `cudaTypedefs.h`);
+//!   counts as the older of the two (`cuda_stream_sys::SymbolInfo::since`, from `cudaTypedefs.h`);
 //! - every driver function the source calls (`driver_fn!(cuX)`, `ffi::fns::cuX`) is in the table,
 //!   and every function in the table is called by the source.
 
@@ -68,7 +68,7 @@ fn table(doc: &str) -> Vec<Row> {
 
 fn since(binding: &str) -> u32 {
     SymbolInfo::find(binding)
-        .unwrap_or_else(|| panic!("{binding} is not a binding of cuda-sys"))
+        .unwrap_or_else(|| panic!("{binding} is not a binding of cuda-stream-sys"))
         .since
 }
 

@@ -45,12 +45,12 @@
 //!   a library by path is `unsafe`: its code runs, trusted to be a driver's).
 //!
 //! ```no_run
-//! use cuda_sys::*;
+//! use cuda_stream_sys::*;
 //!
 //! let init = fns::cuInit()?; // LoadError if no driver is installed
 //! let rc = unsafe { init(0) };
 //! assert_eq!(rc, CUresult::CUDA_SUCCESS, "{}", result_name(rc));
-//! # Ok::<(), cuda_sys::LoadError>(())
+//! # Ok::<(), cuda_stream_sys::LoadError>(())
 //! ```
 //!
 //! The process-wide driver is found by [`Driver::open_default`]: the file named by the
@@ -123,15 +123,15 @@ pub use results::{result_description, result_name};
 /// never a panic.
 ///
 /// ```no_run
-/// use cuda_sys::nccl::{Nccl, ncclResult_t};
+/// use cuda_stream_sys::nccl::{Nccl, ncclResult_t};
 ///
 /// let nccl = Nccl::global()?;
-/// println!("NCCL {}", cuda_sys::nccl::format_nccl_version(nccl.version()));
-/// let mut id = cuda_sys::nccl::ncclUniqueId::default();
+/// println!("NCCL {}", cuda_stream_sys::nccl::format_nccl_version(nccl.version()));
+/// let mut id = cuda_stream_sys::nccl::ncclUniqueId::default();
 /// // SAFETY: `id` is a valid out-pointer.
 /// let rc = unsafe { nccl.ncclGetUniqueId()?(&mut id) };
 /// assert_eq!(rc, ncclResult_t::ncclSuccess);
-/// # Ok::<(), cuda_sys::nccl::NcclLoadError>(())
+/// # Ok::<(), cuda_stream_sys::nccl::NcclLoadError>(())
 /// ```
 #[cfg(feature = "nccl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]

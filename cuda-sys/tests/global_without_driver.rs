@@ -2,7 +2,7 @@
 //! load error, and the C-shaped functions return its code. Runs in its own process (one test) so
 //! the environment variable is set before anything loads.
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 #[test]
 fn global_driver_failure_is_remembered_and_never_panics() {

@@ -1,7 +1,7 @@
 //! The Rust types have the size and alignment `cuda.h` gives them (x86-64 / aarch64 LP64).
 
 use core::mem::{align_of, size_of};
-use cuda_sys::*;
+use cuda_stream_sys::*;
 use static_assertions::{assert_eq_align, assert_eq_size, const_assert_eq};
 
 // Handles are opaque pointers; `CUdevice` is an int; device pointers are 64-bit.

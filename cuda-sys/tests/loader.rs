@@ -1,6 +1,6 @@
 //! Loader behaviour without a GPU: missing libraries and symbols are error values, never panics.
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 #[test]
 fn missing_file_is_a_not_found_error_naming_the_candidate() {

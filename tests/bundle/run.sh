@@ -13,7 +13,7 @@
 # SANITIZER_TOOLS picks the tools (default "memcheck racecheck synccheck");
 # SANITIZER_PER_BINARY_S bounds each binary (default 120); SANITIZER_ONLY="query pool" limits the
 # binaries. `--abi 12000` (or `--abi 12.0`) runs every test binary a second time with
-# CUDA_SYS_ABI_VERSION set to that version, so cuda-sys resolves only the ABIs of that CUDA
+# CUDA_SYS_ABI_VERSION set to that version, so cuda-stream-sys resolves only the ABIs of that CUDA
 # version and cuda-stream takes its fallbacks on the real driver (`elapsed_since` through the
 # original cuEventElapsedTime, ...); it prints its own PASS/FAIL lines and libtest counts,
 # prefixed `abi 12000`. `--abi-only 12000` runs just that pass.
@@ -110,7 +110,7 @@ for t in "$here"/tests/*; do
         tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
     done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/$name.log")
     grep -h "^skipped\|^  *skipped\|skipped:" "$log_dir/$name.log" | sort | uniq -c | head -5
-    # What cuda-sys resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
+    # What cuda-stream-sys resolved, and which ABI elapsed_since ran through (timing.rs, raw_smoke.rs).
     grep -h "elapsed_since ran through\|bindings resolve ABIs up to\|bindings resolved (" \
         "$log_dir/$name.log"
     record "$name" $st

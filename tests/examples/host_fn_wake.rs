@@ -33,7 +33,7 @@ use std::sync::{Arc, Barrier};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use cuda_sys::{self as sys, CUcontext, CUfunction, CUresult, CUstream};
+use cuda_stream_sys::{self as sys, CUcontext, CUfunction, CUresult, CUstream};
 
 const OK: CUresult = CUresult::CUDA_SUCCESS;
 

@@ -5,19 +5,19 @@
 //!   `cuGetProcAddress`; `cuda-mock-driver-12-2` is CUDA 12.2, `cuda-mock-driver-12-2-noproc`
 //!   the same without `cuGetProcAddress`;
 //! - sets `--cfg exported="SYMBOL"` for every exported symbol the flavour has: those whose ABI
-//!   (`SymbolInfo::since` in cuda-sys's generated `symbols.rs`, read here with `include!`) is no
+//!   (`SymbolInfo::since` in cuda-stream-sys's generated `symbols.rs`, read here with `include!`) is no
 //!   newer than the flavour, less `cuGetProcAddress` and `cuGetProcAddress_v2` for a `-noproc`
 //!   one. `exports.rs` puts `#[cfg_attr(exported = "SYMBOL", unsafe(no_mangle))]` on each driver
 //!   function, so a flavour exports exactly its version's symbols;
 //! - writes `flavour.rs` (the flavour's name, version, and its exported symbols) for `state.rs`;
 //! - links the cdylib with `-z nodelete` on Linux: it runs a worker thread for host functions
 //!   and keeps process-wide state, so it must never be unmapped by `dlclose` (a dropped
-//!   `cuda_sys::Driver`), exactly as the real libcuda stays loaded.
+//!   `cuda_stream_sys::Driver`), exactly as the real libcuda stays loaded.
 
 use std::ffi::CStr;
 use std::fmt::Write as _;
 
-/// The fields of `cuda_sys::SymbolInfo`, for `symbols.rs` to fill in.
+/// The fields of `cuda_stream_sys::SymbolInfo`, for `symbols.rs` to fill in.
 #[allow(dead_code)]
 #[derive(Debug)]
 pub struct SymbolInfo {

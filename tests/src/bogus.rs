@@ -15,7 +15,7 @@ use cuda_stream::{
     CaptureMode, Context, Device, Error, Event, EventOptions, IpcEventHandle, JitOptions, Module,
     Result, Stream, StreamOptions,
 };
-use cuda_sys::{self as sys, CUresult};
+use cuda_stream_sys::{self as sys, CUresult};
 
 /// The environment variable that makes a test binary run one case (its value: the case's name).
 pub const CHILD_VAR: &str = "CUDA_STREAM_BOGUS_CASE";

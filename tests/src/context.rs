@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::ptr;
 
 use cuda_stream::{Context, Device};
-use cuda_sys::{self as sys, CUcontext, CUresult, CUstream};
+use cuda_stream_sys::{self as sys, CUcontext, CUresult, CUstream};
 
 use crate::gpu::check;
 

@@ -1,7 +1,7 @@
 //! Finding the GPU, or skipping with a printed reason; checking raw driver results.
 
 use cuda_stream::{Context, Device};
-use cuda_sys::{self as sys, CUresult};
+use cuda_stream_sys::{self as sys, CUresult};
 
 /// The environment variable that turns a skipped test into a failure (for the GPU machine).
 pub const REQUIRE_GPU_VAR: &str = "CUDA_STREAM_TESTS_REQUIRE_GPU";

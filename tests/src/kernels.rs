@@ -7,7 +7,7 @@ use std::ptr;
 use std::time::Duration;
 
 use cuda_stream::{Device, Enqueue};
-use cuda_sys::{self as sys, CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
+use cuda_stream_sys::{self as sys, CUcontext, CUdeviceptr, CUfunction, CUmodule, CUresult};
 
 use crate::context::{HasContext, bind, bind_raw};
 use crate::gpu::check;

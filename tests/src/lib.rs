@@ -21,7 +21,7 @@
 //! The helpers panic on driver errors: they are test infrastructure, and a panic names the call.
 
 pub use cuda_stream;
-pub use cuda_sys as sys;
+pub use cuda_stream_sys as sys;
 
 pub mod bogus;
 mod context;

@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 
 use cuda_stream::Enqueue;
-use cuda_sys::{self as sys, CUcontext, CUdeviceptr, CUstream};
+use cuda_stream_sys::{self as sys, CUcontext, CUdeviceptr, CUstream};
 
 use crate::context::{HasContext, bind, bind_raw, raw_stream_create_in, raw_stream_destroy};
 use crate::gpu::check;

@@ -1,4 +1,4 @@
-//! The raw driver API (cuda-sys only) against a real driver, and the test kernels themselves.
+//! The raw driver API (cuda-stream-sys only) against a real driver, and the test kernels themselves.
 
 use std::ffi::c_char;
 use std::io::Write as _;

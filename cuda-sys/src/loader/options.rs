@@ -34,14 +34,14 @@ pub fn parse_cuda_version(text: &str) -> Option<u32> {
 /// How a [`Driver`](super::Driver) is opened.
 ///
 /// ```no_run
-/// use cuda_sys::{Driver, DriverOptions};
+/// use cuda_stream_sys::{Driver, DriverOptions};
 ///
 /// // Resolve every binding as on a CUDA 12.0 driver, whatever the installed driver is.
 /// let driver = Driver::open_default_with(DriverOptions::new().abi_version(12000))?;
 /// assert!(driver.abi_version() <= 12000);
 /// assert!(driver.cuEventElapsedTime().is_err()); // the 12.8 ABI
 /// assert!(driver.cuEventElapsedTime_v2000().is_ok()); // the original one
-/// # Ok::<(), cuda_sys::LoadError>(())
+/// # Ok::<(), cuda_stream_sys::LoadError>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DriverOptions {

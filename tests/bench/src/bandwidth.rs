@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use cuda_stream::{Context, Device, DeviceBuffer, Error, OwnedStream};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::fail::chain;
 
@@ -217,7 +217,7 @@ fn peer_rows(c0: &Context, c1: &Context, quick: bool, reps: usize) -> Result<(),
 mod collectives {
     use super::*;
     use cuda_stream::nccl::{Communicator, Group, ReduceOp};
-    use cuda_sys::nccl::{Nccl, ncclDataType_t, ncclRedOp_t, ncclResult_t};
+    use cuda_stream_sys::nccl::{Nccl, ncclDataType_t, ncclRedOp_t, ncclResult_t};
 
     fn nccl_err(call: &'static str, rc: ncclResult_t) -> Result<(), Error> {
         if rc == ncclResult_t::ncclSuccess {
@@ -228,7 +228,7 @@ mod collectives {
     }
 
     fn load<T>(
-        f: Result<T, cuda_sys::nccl::NcclLoadError>,
+        f: Result<T, cuda_stream_sys::nccl::NcclLoadError>,
         call: &'static str,
     ) -> Result<T, Error> {
         f.map_err(|source| Error::NcclLoad { call, source })
@@ -255,7 +255,7 @@ mod collectives {
             } else {
                 "algorithm bandwidth GB/s (one rank: a copy)"
             },
-            cuda_sys::nccl::format_nccl_version(nccl.version())
+            cuda_stream_sys::nccl::format_nccl_version(nccl.version())
         ));
         for (bytes, label, full, q) in SIZES {
             let iters = if quick { q } else { full };

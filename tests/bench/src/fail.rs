@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 /// `e` and its chain of sources, joined with `: `.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {

@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use cuda_stream::Device;
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::fail::chain;
 use crate::method::{Config, median};

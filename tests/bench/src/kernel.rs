@@ -7,7 +7,7 @@
 use std::ffi::{CString, c_void};
 use std::ptr;
 
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::fail::ok;
 

@@ -39,7 +39,7 @@ mod scripts;
 use std::process::ExitCode;
 
 use cuda_stream::{Context, Error};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::fail::chain;
 use crate::method::Config;

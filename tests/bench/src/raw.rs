@@ -1,7 +1,7 @@
 //! The raw column's driver functions, resolved once before timing so that the loops pay only the
 //! indirect call: the floor a C program calling libcuda pays.
 
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 /// The raw driver functions the rows call.
 #[derive(Clone, Copy)]

@@ -141,7 +141,7 @@ pub(crate) fn print_header(cfg: &Config, machine: &Machine) {
          {sides} interleaved (each order, then its reverse: half the repetitions run raw first), \
          median reported{}{}.",
         machine.gpu,
-        cuda_sys::format_version(machine.driver_version),
+        cuda_stream_sys::format_version(machine.driver_version),
         machine.driver_version,
         cfg.reps,
         if cfg.quick {

@@ -25,8 +25,8 @@ use std::ffi::{c_int, c_uint};
 use std::ptr;
 use std::time::Instant;
 
+use cuda_stream_sys::{self as sys, CUcontext, CUresult};
 use cuda_stream_tests::RawContext;
-use cuda_sys::{self as sys, CUcontext, CUresult};
 
 use ops::{Target, table};
 use peers::{grant, peer_access, pool_of};

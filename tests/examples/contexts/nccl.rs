@@ -3,7 +3,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use cuda_sys::{self as sys, CUcontext, CUstream};
+use cuda_stream_sys::{self as sys, CUcontext, CUstream};
 
 use crate::ops::{BIG, Target};
 use crate::{current, ok, primary_active, set_current, which};

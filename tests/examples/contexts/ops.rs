@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::ptr;
 
-use cuda_sys::{self as sys, CUcontext, CUdeviceptr, CUresult, CUstream};
+use cuda_stream_sys::{self as sys, CUcontext, CUdeviceptr, CUresult, CUstream};
 
 use crate::{OK, current, name, ok, set_current};
 

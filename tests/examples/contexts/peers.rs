@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::time::Instant;
 
-use cuda_sys::{self as sys, CUcontext, CUdeviceptr, CUresult, CUstream};
+use cuda_stream_sys::{self as sys, CUcontext, CUdeviceptr, CUresult, CUstream};
 
 use crate::ops::{PTX, Target};
 use crate::{OK, current, name, ok, set_current};

@@ -11,7 +11,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::host_fns::raw_host_fn;
 use crate::{Case, Fixture, ok};

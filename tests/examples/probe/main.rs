@@ -1,5 +1,5 @@
 //! `probe`: runs one operation of the benchmark rows many times, raw or through
-//! `cuda-stream`, against whatever driver `cuda-sys` loads, so that the CPU side of a row can be
+//! `cuda-stream`, against whatever driver `cuda-stream-sys` loads, so that the CPU side of a row can be
 //! measured without a GPU: instruction counts under callgrind, and wall-clock time against the
 //! mock driver (whose host functions run on a worker thread of its own, so the wake-up paths are
 //! real cross-thread hand-offs).
@@ -45,8 +45,8 @@ use std::task::Waker;
 use std::thread;
 
 use cuda_stream::{Context, OwnedStream};
+use cuda_stream_sys as sys;
 use cuda_stream_tests::Kernels;
-use cuda_sys as sys;
 
 use completion::ThreadWaker;
 use host_fns::HOST_CALLS;

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use cuda_stream::DeviceBuffer;
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::{Case, Fixture, ok};
 

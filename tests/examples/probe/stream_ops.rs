@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use cuda_stream::EventOptions;
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::{Case, Fixture, ok};
 

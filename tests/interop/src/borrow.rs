@@ -2,7 +2,7 @@
 //! a default stream of the thread's current primary context.
 
 use cuda_stream::{Context, Stream};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::args::write_out;
 use crate::error::{CSI_ERR_CONTEXT, CSI_ERR_INVALID_ARGUMENT, Fail, ffi_call};

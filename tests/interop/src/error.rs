@@ -6,7 +6,7 @@ use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use cuda_stream::Error;
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 /// No usable CUDA driver, or the driver lacks a function this call needs.
 pub const CSI_ERR_NO_DRIVER: i32 = -1;

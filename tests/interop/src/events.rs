@@ -2,7 +2,7 @@
 //! wait for one.
 
 use cuda_stream::Stream;
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::args::write_out;
 use crate::borrow::with_stream;

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use cuda_stream::{Context, OwnedStream};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::args::{element_count, write_out};
 use crate::error::{

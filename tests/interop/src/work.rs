@@ -6,7 +6,7 @@ use std::ptr;
 use std::sync::Mutex;
 
 use cuda_stream::{Context, Enqueue, Stream};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::args::element_count;
 use crate::borrow::{primary_context_of, with_stream};

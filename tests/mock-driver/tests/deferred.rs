@@ -275,7 +275,7 @@ fn the_event_cache_reuses_handles_of_the_same_options_only() {
             let _bound = ctx.bind().unwrap();
             let mut raw = std::ptr::null_mut();
             // SAFETY: a valid out-pointer; the context is current.
-            let rc = unsafe { cuda_sys::cuEventCreate(&mut raw, DISABLE_TIMING) };
+            let rc = unsafe { cuda_stream_sys::cuEventCreate(&mut raw, DISABLE_TIMING) };
             assert_eq!(rc, SUCCESS);
             raw
         };
@@ -285,7 +285,7 @@ fn the_event_cache_reuses_handles_of_the_same_options_only() {
         let out = Event::new(&ctx, EventOptions::new()).unwrap().into_raw();
         assert_eq!(ctx.cached_events(), before - 1, "handed out, not kept");
         // SAFETY: handed over by `into_raw`.
-        assert_eq!(unsafe { cuda_sys::cuEventDestroy(out) }, SUCCESS);
+        assert_eq!(unsafe { cuda_stream_sys::cuEventDestroy(out) }, SUCCESS);
 
         drop((s, ctx));
         assert_eq!(live(m), NOTHING, "the cache is destroyed with the context");
@@ -310,7 +310,7 @@ fn a_recycled_event_answers_as_a_new_one() {
         let e = ctx.new_event(EventOptions::new()).unwrap();
         assert_eq!(e.raw(), raw, "the same handle");
         // SAFETY: the handle is live (owned by `e`).
-        let driver = unsafe { cuda_sys::cuEventQuery(raw) };
+        let driver = unsafe { cuda_stream_sys::cuEventQuery(raw) };
         assert_eq!(
             driver,
             CUresult::CUDA_ERROR_NOT_READY,

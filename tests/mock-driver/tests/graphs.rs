@@ -375,13 +375,13 @@ fn forks_of_a_capture_begun_elsewhere_go_back_to_the_pool_once_it_ends() {
             let _bound = ctx.bind().unwrap();
             let mut raw = std::ptr::null_mut();
             // SAFETY: a valid out-pointer; the context is current.
-            let rc = unsafe { cuda_sys::cuStreamCreateWithPriority(&mut raw, 1, PRIORITY) };
+            let rc = unsafe { cuda_stream_sys::cuStreamCreateWithPriority(&mut raw, 1, PRIORITY) };
             assert_eq!(rc, SUCCESS);
             raw
         };
         let mode = ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: a live stream.
-        let rc = unsafe { cuda_sys::cuStreamBeginCapture(raw, mode) };
+        let rc = unsafe { cuda_stream_sys::cuStreamBeginCapture(raw, mode) };
         assert_eq!(rc, SUCCESS);
         let owner = ();
         // SAFETY: `raw` lives until the raw destroy at the end.
@@ -404,7 +404,7 @@ fn forks_of_a_capture_begun_elsewhere_go_back_to_the_pool_once_it_ends() {
         );
         let mut graph = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; the capture was begun on `raw` on this thread.
-        let rc = unsafe { cuda_sys::cuStreamEndCapture(raw, &mut graph) };
+        let rc = unsafe { cuda_stream_sys::cuStreamEndCapture(raw, &mut graph) };
         assert_eq!(rc, SUCCESS);
         assert_eq!(fork.capture_status().unwrap(), CaptureStatus::None);
         let live = m.live_streams();
@@ -422,11 +422,11 @@ fn forks_of_a_capture_begun_elsewhere_go_back_to_the_pool_once_it_ends() {
         assert_eq!(again, fork_raw, "the parked fork was reused");
         assert_eq!(m.live_streams(), live + 1, "only `s` was created");
         // SAFETY: the graph from the raw end; nothing else has it.
-        assert_eq!(unsafe { cuda_sys::cuGraphDestroy(graph) }, SUCCESS);
+        assert_eq!(unsafe { cuda_stream_sys::cuGraphDestroy(graph) }, SUCCESS);
         worker_idle(m);
         assert_eq!(load(&dropped), 1);
         // SAFETY: created above; every view is gone.
-        assert_eq!(unsafe { cuda_sys::cuStreamDestroy(raw) }, SUCCESS);
+        assert_eq!(unsafe { cuda_stream_sys::cuStreamDestroy(raw) }, SUCCESS);
     });
 }
 
@@ -442,11 +442,11 @@ fn only_raw_code_can_leave_a_fork_unjoined() {
             let e = cap.record_event()?;
             // SAFETY: both handles are live; raw code forks `side` into the capture and never
             // joins it back.
-            let rc = unsafe { cuda_sys::cuStreamWaitEvent(side.raw(), e.raw(), 0) };
+            let rc = unsafe { cuda_stream_sys::cuStreamWaitEvent(side.raw(), e.raw(), 0) };
             assert_eq!(rc, SUCCESS);
             // SAFETY: as above.
             let rc = unsafe {
-                cuda_sys::cuLaunchHostFunc(side.raw(), Some(nothing), std::ptr::null_mut())
+                cuda_stream_sys::cuLaunchHostFunc(side.raw(), Some(nothing), std::ptr::null_mut())
             };
             assert_eq!(rc, SUCCESS);
             cap.launch_host_func(counting(&ran, &dropped))

@@ -1,4 +1,4 @@
-//! How cuda-sys resolves bindings, against the mock's flavours: through the driver's
+//! How cuda-stream-sys resolves bindings, against the mock's flavours: through the driver's
 //! `cuGetProcAddress` (v2 from CUDA 12.0, v1 on 11.x) at each binding's ABI version, with the
 //! per-thread flag for the `_ptsz` / `_ptds` variants, by exported name where the driver has no
 //! `cuGetProcAddress` or it does not answer, and never past the ABI limit.
@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver};
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 static LOCK: Mutex<()> = Mutex::new(());
 

@@ -242,7 +242,7 @@ fn into_raw_gives_the_buffer_back_with_the_error_when_its_wait_fails() {
     let (ptr, len) = x.into_raw().expect("the wait succeeds now");
     assert_eq!((len, m.live_allocations()), (16, live + 1));
     // SAFETY: handed over by `into_raw` with no work pending; freed once.
-    let rc = unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) };
+    let rc = unsafe { cuda_stream_sys::cuMemFreeAsync(ptr, s.raw()) };
     assert_eq!(rc, cuda_stream::ffi::CUresult::CUDA_SUCCESS);
     s.synchronize().unwrap();
     assert_eq!(m.live_allocations(), live);

@@ -61,7 +61,7 @@ fn child(case: &str) {
     check_load_error(&init().unwrap_err(), &path, case);
     check_load_error(&Context::primary(0).unwrap_err(), &path, case);
     check_load_error(&driver_version().unwrap_err(), &path, case);
-    assert!(cuda_sys::Driver::global().is_err());
+    assert!(cuda_stream_sys::Driver::global().is_err());
     println!("{DONE}");
 }
 

@@ -52,11 +52,11 @@ fn setup() -> Option<(Serialized, &'static Setup)> {
     let flavour = Flavour::from_env()?;
     let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let s = SETUP.get_or_init(|| {
-        let limit = cuda_sys::DriverOptions::from_env()
+        let limit = cuda_stream_sys::DriverOptions::from_env()
             .expect("a valid CUDA_SYS_ABI_VERSION")
             .abi_limit();
         let abi = limit.map_or(flavour.version, |l| (l as i32).min(flavour.version));
-        let driver = cuda_sys::Driver::global().expect("the flavour's library loads");
+        let driver = cuda_stream_sys::Driver::global().expect("the flavour's library loads");
         assert_eq!(driver.path(), flavour.path());
         Setup {
             flavour,
@@ -94,7 +94,7 @@ fn assert_unsupported(s: &Setup, err: &Error, call: &str, since: u32, introduced
     }
     assert_eq!(err.call(), Some(call));
     assert!(err.is_unsupported());
-    let flavour_version = cuda_sys::format_version(s.flavour.version);
+    let flavour_version = cuda_stream_sys::format_version(s.flavour.version);
     let shown = err.to_string();
     assert!(
         shown.contains(call) && shown.contains(&format!("CUDA {flavour_version}")),
@@ -118,7 +118,7 @@ fn the_driver_is_the_flavour() {
     let Some((_lock, s)) = setup() else { return };
     assert_eq!(driver_version().unwrap(), s.flavour.version);
     assert_eq!(s.mock.flavour(), s.flavour.name);
-    let d = cuda_sys::Driver::global().unwrap();
+    let d = cuda_stream_sys::Driver::global().unwrap();
     assert_eq!(d.abi_version(), s.abi as u32);
     assert_eq!(d.driver_version(), Some(s.flavour.version));
 }
@@ -305,13 +305,13 @@ fn raw_capture(ctx: &Context, st: &OwnedStream) -> Graph {
     // out-pointer.
     unsafe {
         assert_eq!(
-            cuda_sys::cuStreamBeginCapture(st.raw(), global),
+            cuda_stream_sys::cuStreamBeginCapture(st.raw(), global),
             CUresult::CUDA_SUCCESS
         );
-        let rc = cuda_sys::cuLaunchHostFunc(st.raw(), Some(nothing), std::ptr::null_mut());
+        let rc = cuda_stream_sys::cuLaunchHostFunc(st.raw(), Some(nothing), std::ptr::null_mut());
         assert_eq!(rc, CUresult::CUDA_SUCCESS);
         assert_eq!(
-            cuda_sys::cuStreamEndCapture(st.raw(), &mut raw),
+            cuda_stream_sys::cuStreamEndCapture(st.raw(), &mut raw),
             CUresult::CUDA_SUCCESS
         );
     }

@@ -85,8 +85,8 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
         let path = flavour().path();
         // SAFETY: the mock driver, built with this test.
         let driver =
-            unsafe { cuda_sys::Driver::open(&path) }.expect("the mock driver library opens");
-        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+            unsafe { cuda_stream_sys::Driver::open(&path) }.expect("the mock driver library opens");
+        cuda_stream_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
         // SAFETY: the mock driver, built with this test.
         unsafe { MockDriver::open(&path) }.expect("the mock's control functions resolve")
     });

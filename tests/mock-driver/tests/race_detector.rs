@@ -1,5 +1,5 @@
 //! The test driver's race detector, checked with sequences written raw against the driver
-//! (`cuda_sys` calls, nothing of `cuda-stream`): a conflicting pair of accesses that nothing
+//! (`cuda_stream_sys` calls, nothing of `cuda-stream`): a conflicting pair of accesses that nothing
 //! orders is reported, naming both operations, and the same pair ordered by an event, a
 //! synchronisation (of the stream, the event or the context), a query that found the work done,
 //! stream order or the legacy stream's implicit synchronisation is not; a free before a pending
@@ -11,7 +11,7 @@ use std::ptr::null_mut;
 use std::sync::Mutex;
 
 use cuda_mock_driver::{MockDriver, Serialized};
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 static LOCK: Mutex<()> = Mutex::new(());
 

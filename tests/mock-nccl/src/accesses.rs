@@ -5,7 +5,7 @@
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cuda_sys::nccl::ncclDataType_t;
+use cuda_stream_sys::nccl::ncclDataType_t;
 
 /// The memory one call touches on its stream: (address, bytes, written).
 pub(crate) struct Work {

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int};
 use std::path::{Path, PathBuf};
 
-use cuda_sys::nccl::{ncclComm_t, ncclResult_t};
+use cuda_stream_sys::nccl::{ncclComm_t, ncclResult_t};
 
 /// The file name of the fake NCCL on this platform.
 pub fn mock_nccl_file_name() -> String {
@@ -57,7 +57,7 @@ pub struct MockNccl {
 }
 
 impl MockNccl {
-    /// Opens the fake NCCL at `path` (the same loaded copy as `cuda_sys::nccl::Nccl::open` of
+    /// Opens the fake NCCL at `path` (the same loaded copy as `cuda_stream_sys::nccl::Nccl::open` of
     /// the same path).
     ///
     /// # Safety

@@ -14,7 +14,7 @@ use std::ffi::{CStr, c_char, c_int};
 use std::ptr;
 use std::sync::{Mutex, OnceLock};
 
-use cuda_sys::{CUcontext, CUresult, Driver};
+use cuda_stream_sys::{CUcontext, CUresult, Driver};
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 /// The primary contexts retained by `set_device`, by device (the runtime keeps them for the

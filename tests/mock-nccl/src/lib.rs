@@ -14,7 +14,7 @@
 //! [`MockNccl::set_async_error`] makes a communicator report an asynchronous error.
 //!
 //! The `mock_nccl_*` control functions are called through the loaded library by [`MockNccl`],
-//! so the tests see the state of the one copy `cuda_sys::nccl::Nccl` loaded too.
+//! so the tests see the state of the one copy `cuda_stream_sys::nccl::Nccl` loaded too.
 
 // The exported functions have NCCL's C names.
 #![allow(non_snake_case)]
@@ -24,7 +24,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
-use cuda_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
+use cuda_stream_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
 mod accesses;
 mod control;

@@ -346,10 +346,14 @@ impl World<'_> {
             // SAFETY: valid out-pointer and sizes; the context is current; the memset is on
             // the owner's stream, into its own allocation.
             unsafe {
-                let rc = cuda_sys::cuMemAlloc(&mut ptr, bytes);
-                assert_eq!(rc, cuda_sys::CUresult::CUDA_SUCCESS, "cuMemAlloc");
-                let rc = cuda_sys::cuMemsetD32Async(ptr, v, self.prog.len, owner.stream());
-                assert_eq!(rc, cuda_sys::CUresult::CUDA_SUCCESS, "cuMemsetD32Async");
+                let rc = cuda_stream_sys::cuMemAlloc(&mut ptr, bytes);
+                assert_eq!(rc, cuda_stream_sys::CUresult::CUDA_SUCCESS, "cuMemAlloc");
+                let rc = cuda_stream_sys::cuMemsetD32Async(ptr, v, self.prog.len, owner.stream());
+                assert_eq!(
+                    rc,
+                    cuda_stream_sys::CUresult::CUDA_SUCCESS,
+                    "cuMemsetD32Async"
+                );
             }
             ptr
         };
@@ -382,14 +386,14 @@ fn free_raw(ctx: &cuda_stream::Context, ptr: u64, pooled: bool) -> Result<()> {
     // SAFETY: the memory is ours since `into_raw`, freed once, and no work uses it.
     let rc = unsafe {
         if pooled {
-            cuda_sys::cuMemFreeAsync(ptr, 1 as cuda_sys::CUstream)
+            cuda_stream_sys::cuMemFreeAsync(ptr, 1 as cuda_stream_sys::CUstream)
         } else {
-            cuda_sys::cuMemFree(ptr)
+            cuda_stream_sys::cuMemFree(ptr)
         }
     };
     assert_eq!(
         rc,
-        cuda_sys::CUresult::CUDA_SUCCESS,
+        cuda_stream_sys::CUresult::CUDA_SUCCESS,
         "freeing the raw memory"
     );
     Ok(())
@@ -402,9 +406,14 @@ fn owner_read(ctx: &cuda_stream::Context, ptr: u64, owner: Raw, len: usize) -> R
     let mut v = vec![0u32; len];
     // SAFETY: `v` holds `len` values; the copy into pageable memory completes before the call
     // returns; the memory is the owner's, used on its stream after the borrow's uses.
-    let rc =
-        unsafe { cuda_sys::cuMemcpyDtoHAsync(v.as_mut_ptr().cast(), ptr, len * 4, owner.stream()) };
-    assert_eq!(rc, cuda_sys::CUresult::CUDA_SUCCESS, "the owner's read");
+    let rc = unsafe {
+        cuda_stream_sys::cuMemcpyDtoHAsync(v.as_mut_ptr().cast(), ptr, len * 4, owner.stream())
+    };
+    assert_eq!(
+        rc,
+        cuda_stream_sys::CUresult::CUDA_SUCCESS,
+        "the owner's read"
+    );
     Ok(v)
 }
 

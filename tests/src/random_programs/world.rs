@@ -125,7 +125,7 @@ pub fn raw_stream(ctx: &Context) -> Result<Raw> {
     let _bound = ctx.bind()?;
     let mut s = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is current.
-    let rc = unsafe { cuda_sys::cuStreamCreate(&mut s, 1) };
+    let rc = unsafe { cuda_stream_sys::cuStreamCreate(&mut s, 1) };
     check(rc, "cuStreamCreate")?;
     Ok(Raw(s as usize))
 }
@@ -133,7 +133,7 @@ pub fn raw_stream(ctx: &Context) -> Result<Raw> {
 /// Destroys a raw stream made by [`raw_stream`].
 pub fn raw_destroy(s: Raw) {
     // SAFETY: made by `raw_stream`, destroyed once.
-    let _ = unsafe { cuda_sys::cuStreamDestroy(s.stream()) };
+    let _ = unsafe { cuda_stream_sys::cuStreamDestroy(s.stream()) };
 }
 
 /// One program's objects.
@@ -283,7 +283,7 @@ impl<'e> World<'e> {
         for s in self.streams {
             if let StreamObj::Borrowed(raw) = s.into_inner().unwrap_or_else(|e| e.into_inner()) {
                 // SAFETY: a live raw stream of the program.
-                let _ = unsafe { cuda_sys::cuStreamSynchronize(raw.stream()) };
+                let _ = unsafe { cuda_stream_sys::cuStreamSynchronize(raw.stream()) };
                 raw_destroy(raw);
             }
         }
@@ -292,7 +292,7 @@ impl<'e> World<'e> {
             std::mem::take(&mut *self.handed_over.lock().unwrap_or_else(|e| e.into_inner()));
         for raw in handed {
             // SAFETY: a live stream handed over by `into_raw`, ours to destroy once.
-            let _ = unsafe { cuda_sys::cuStreamSynchronize(raw.stream()) };
+            let _ = unsafe { cuda_stream_sys::cuStreamSynchronize(raw.stream()) };
             raw_destroy(raw);
         }
         // Until every free has been made: those deferred out of host functions, those waiting
@@ -321,10 +321,10 @@ pub fn free_owned(ctx: &Context, ptr: u64, owner: Raw) -> Result<()> {
     // stream's work (which the end of the borrow ordered after the borrow's uses).
     unsafe {
         check(
-            cuda_sys::cuStreamSynchronize(owner.stream()),
+            cuda_stream_sys::cuStreamSynchronize(owner.stream()),
             "cuStreamSynchronize",
         )?;
-        check(cuda_sys::cuMemFree(ptr), "cuMemFree")?;
+        check(cuda_stream_sys::cuMemFree(ptr), "cuMemFree")?;
     }
     raw_destroy(owner);
     Ok(())

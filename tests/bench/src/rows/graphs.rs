@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::ptr;
 
 use cuda_stream::{CaptureMode, Error, GraphExec};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use super::Fixture;
 use crate::fail::{must, must_cudarc, ok};

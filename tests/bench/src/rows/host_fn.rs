@@ -46,8 +46,8 @@ unsafe extern "C" fn raw_boxed_fn<F: FnOnce()>(user_data: *mut c_void) {
 /// Launches `f` boxed, as raw code passing a closure to `cuLaunchHostFunc` does.
 #[inline(always)]
 fn raw_launch_boxed<F: FnOnce() + Send + 'static>(
-    launch: cuda_sys::pfn::cuLaunchHostFunc,
-    s: cuda_sys::CUstream,
+    launch: cuda_stream_sys::pfn::cuLaunchHostFunc,
+    s: cuda_stream_sys::CUstream,
     f: F,
 ) {
     let data = Box::into_raw(Box::new(f)).cast::<c_void>();

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use cuda_stream::{AsStream, Error, Event, Stream};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use super::Fixture;
 use crate::cudarc_column::Cudarc;

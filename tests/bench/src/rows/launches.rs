@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use std::ptr;
 
 use cuda_stream::{DeviceBuffer, Error, LaunchConfig, Module, kernel_args};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use super::Fixture;
 use crate::fail::{must, ok};

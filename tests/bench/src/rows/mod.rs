@@ -27,7 +27,7 @@ mod memory;
 mod pool_async_scope;
 
 use cuda_stream::{Context, Error, Event, EventOptions, OwnedStream};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use crate::cudarc_column::Cudarc;
 use crate::fail::ok;

@@ -8,7 +8,7 @@ use std::ptr;
 use std::time::{Duration, Instant};
 
 use cuda_stream::{Error, StreamOptions, StreamPool};
-use cuda_sys as sys;
+use cuda_stream_sys as sys;
 
 use super::Fixture;
 use super::host_fn::raw_host_round_trip;

@@ -138,7 +138,7 @@ fn an_owned_event_is_destroyed_exactly_once() {
         assert_eq!(m.destroyed(raw), Some(false));
         assert_eq!(m.destroyed_events(), d + 2);
         // SAFETY: the mock checks the handle; the failed close left it to us.
-        assert_eq!(unsafe { cuda_sys::cuEventDestroy(raw) }, SUCCESS);
+        assert_eq!(unsafe { cuda_stream_sys::cuEventDestroy(raw) }, SUCCESS);
 
         assert_eq!(Live::now(m), base);
         assert_eq!((m.bad_destroys(), m.bad_uses()), (0, 0));

@@ -72,7 +72,7 @@ mod stream_kinds;
 mod streams;
 
 use cuda_mock_driver::{FLAVOURS, Flavour, report, run_in_each_flavour};
-use cuda_sys::SymbolInfo;
+use cuda_stream_sys::SymbolInfo;
 
 use harness::checks::{After, KNOWN_RACES, Live, expected_after, known_races};
 use harness::fixture::{Fixture, Op, run};

@@ -319,7 +319,7 @@ fn buffers_move_between_raw_and_owned() {
         {
             let _bound = ctx.bind().unwrap();
             // SAFETY: handed over by `into_raw` with no work pending; freed once.
-            let rc = unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) };
+            let rc = unsafe { cuda_stream_sys::cuMemFreeAsync(ptr, s.raw()) };
             assert_eq!(rc, SUCCESS);
         }
         s.synchronize().unwrap();

@@ -154,7 +154,7 @@ fn captured_fills_and_copies_keep_their_buffers_until_the_last_graph_goes() {
         {
             let _bound = ctx.bind().unwrap();
             // SAFETY: pool memory handed over by `into_raw` just above, with no work pending.
-            let rc = unsafe { cuda_sys::cuMemFreeAsync(ptr, s.raw()) };
+            let rc = unsafe { cuda_stream_sys::cuMemFreeAsync(ptr, s.raw()) };
             assert_eq!(rc, SUCCESS);
         }
         s.synchronize().unwrap();
@@ -299,7 +299,7 @@ fn keep_alive_in_ties_a_kernels_buffers_and_keep_alive_any_value() {
 fn raw_begin(s: cuda_stream::ffi::CUstream) {
     let mode = cuda_stream::ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: a live stream.
-    let rc = unsafe { cuda_sys::cuStreamBeginCapture(s, mode) };
+    let rc = unsafe { cuda_stream_sys::cuStreamBeginCapture(s, mode) };
     assert_eq!(rc, SUCCESS);
 }
 
@@ -307,7 +307,7 @@ fn raw_begin(s: cuda_stream::ffi::CUstream) {
 fn raw_end(s: cuda_stream::ffi::CUstream) -> (CUresult, cuda_stream::ffi::CUgraph) {
     let mut graph = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the capture was begun on this thread.
-    let rc = unsafe { cuda_sys::cuStreamEndCapture(s, &mut graph) };
+    let rc = unsafe { cuda_stream_sys::cuStreamEndCapture(s, &mut graph) };
     (rc, graph)
 }
 

@@ -117,7 +117,7 @@ fn freeing_and_unloading_wait_for_the_work_that_uses_them() {
         {
             let _bound = ctx1.bind().unwrap();
             // SAFETY: as above.
-            assert_eq!(unsafe { cuda_sys::cuMemFree(ptr) }, SUCCESS);
+            assert_eq!(unsafe { cuda_stream_sys::cuMemFree(ptr) }, SUCCESS);
         }
         drop(held);
         s1.synchronize().unwrap();

@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, c_char};
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 use super::{
     INVALID_HANDLE, LEGACY, NOT_READY, SUCCESS, destroy_event, destroy_stream, enter, event, leave,

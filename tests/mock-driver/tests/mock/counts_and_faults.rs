@@ -1,7 +1,7 @@
 //! What the mock counts (live streams, bad and foreign destroys, calls) and the faults it injects:
 //! the n-th call failing, an overridden version.
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 use super::{
     INVALID_HANDLE, LEGACY, SUCCESS, destroy_event, destroy_stream, enter, event, leave, mock,

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 use super::{SUCCESS, destroy_stream, enter, leave, mock, stream};
 

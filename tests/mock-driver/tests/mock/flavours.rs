@@ -2,7 +2,7 @@
 //! its CUDA version had.
 
 use cuda_mock_driver::{FLAVOURS, Flavour, MockDriver, mock_driver_path};
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 #[test]
 fn every_flavour_is_found_next_to_the_test_and_says_what_it_is() {
@@ -31,7 +31,7 @@ fn every_flavour_is_found_next_to_the_test_and_says_what_it_is() {
 }
 
 /// Every flavour exports exactly the ABIs of its version that the full flavour implements,
-/// judged by cuda-sys's table: no hand lists.
+/// judged by cuda-stream-sys's table: no hand lists.
 #[test]
 fn each_flavour_exports_what_its_cuda_version_had() {
     // SAFETY: the mock driver, built with this test.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 use super::{
     Log, NOT_READY, SUCCESS, callback, calls_the_driver, destroy_event, destroy_stream, elapsed,

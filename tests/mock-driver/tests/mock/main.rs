@@ -1,4 +1,4 @@
-//! The mock driver, loaded the way code under test loads libcuda: through `cuda_sys::Driver`.
+//! The mock driver, loaded the way code under test loads libcuda: through `cuda_stream_sys::Driver`.
 //!
 //! The mock's state is process-wide, so every test takes `LOCK` (through `mock()`), starts from a
 //! reset and leaves no context current, retained or stream/event alive behind it.
@@ -20,7 +20,7 @@ use std::thread::ThreadId;
 use std::time::Duration;
 
 use cuda_mock_driver::{MockDriver, Serialized};
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 const INVALID_HANDLE: CUresult = CUresult::CUDA_ERROR_INVALID_HANDLE;

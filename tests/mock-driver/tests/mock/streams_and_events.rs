@@ -1,7 +1,7 @@
 //! The mock's streams and events: the special stream handles go through the current context, and
 //! events follow the driver's rules (recording, queries, timing, waits).
 
-use cuda_sys::*;
+use cuda_stream_sys::*;
 
 use super::{
     INVALID_HANDLE, LEGACY, Log, NOT_READY, PER_THREAD, SUCCESS, destroy_event, destroy_stream,

@@ -92,7 +92,7 @@ pub(crate) fn raw_begin(s: ffi::CUstream) -> Result<()> {
     let mode = ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: a live stream; the mock checks it.
     raw_check(
-        unsafe { cuda_sys::cuStreamBeginCapture(s, mode) },
+        unsafe { cuda_stream_sys::cuStreamBeginCapture(s, mode) },
         "cuStreamBeginCapture",
     )
 }
@@ -102,7 +102,7 @@ pub(crate) fn raw_begin(s: ffi::CUstream) -> Result<()> {
 pub(crate) fn raw_end(s: ffi::CUstream, expect_end: CUresult) -> Result<()> {
     let mut graph = std::ptr::null_mut();
     // SAFETY: valid out-pointer; the mock checks the stream.
-    let rc = unsafe { cuda_sys::cuStreamEndCapture(s, &mut graph) };
+    let rc = unsafe { cuda_stream_sys::cuStreamEndCapture(s, &mut graph) };
     let mut first = if rc == expect_end {
         Ok(())
     } else {
@@ -111,12 +111,12 @@ pub(crate) fn raw_end(s: ffi::CUstream, expect_end: CUresult) -> Result<()> {
     if rc != SUCCESS && rc != expect_end {
         let mut again = std::ptr::null_mut();
         // SAFETY: as above.
-        let _ = unsafe { cuda_sys::cuStreamEndCapture(s, &mut again) };
+        let _ = unsafe { cuda_stream_sys::cuStreamEndCapture(s, &mut again) };
         graph = again;
     }
     if !graph.is_null() {
         // SAFETY: the capture handed the graph over.
-        let rc = unsafe { cuda_sys::cuGraphDestroy(graph) };
+        let rc = unsafe { cuda_stream_sys::cuGraphDestroy(graph) };
         if first.is_ok() && rc != FAULT {
             first = raw_check(rc, "cuGraphDestroy");
         }

@@ -1,7 +1,7 @@
 //! The driver functions the mock exports, each ABI of them, and which ones a run called.
 
 use cuda_mock_driver::MockDriver;
-use cuda_sys::SymbolInfo;
+use cuda_stream_sys::SymbolInfo;
 
 /// Every driver function the mock exports, by the name C code writes (the name `cuda-stream`'s
 /// errors use: `cuStreamDestroy` for the symbol `cuStreamDestroy_v2`, and whichever ABI of it is

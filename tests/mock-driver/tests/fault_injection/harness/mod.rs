@@ -43,8 +43,8 @@ pub(crate) fn mock() -> (Serialized, &'static MockDriver) {
         let path = flavour().path();
         // SAFETY: the mock driver, built with this test.
         let driver =
-            unsafe { cuda_sys::Driver::open(&path) }.expect("the mock driver library opens");
-        cuda_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
+            unsafe { cuda_stream_sys::Driver::open(&path) }.expect("the mock driver library opens");
+        cuda_stream_sys::Driver::install_global(driver).expect("nothing loaded a driver before");
         // SAFETY: the mock driver, built with this test.
         let m = unsafe { MockDriver::open(&path) }.expect("the mock's control functions resolve");
         m.set_memory_pools(1, false);
@@ -120,14 +120,14 @@ pub(crate) fn raw_stream(ctx: &Context) -> ffi::CUstream {
     let _bound = ctx.bind().expect("bind");
     let mut s = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is current.
-    let rc = unsafe { cuda_sys::cuStreamCreate(&mut s, 1) };
+    let rc = unsafe { cuda_stream_sys::cuStreamCreate(&mut s, 1) };
     assert_eq!(rc, SUCCESS);
     s
 }
 
 pub(crate) fn raw_destroy(s: ffi::CUstream) -> CUresult {
     // SAFETY: the mock checks the handle; the caller owns it.
-    unsafe { cuda_sys::cuStreamDestroy(s) }
+    unsafe { cuda_stream_sys::cuStreamDestroy(s) }
 }
 
 /// Drops of [`ZstDrop`] values, process-wide.
