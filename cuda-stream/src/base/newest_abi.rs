@@ -1,7 +1,7 @@
 //! Driver functions with several ABIs of the same meaning: each operation uses the newest one the
 //! driver has, chosen once.
 //!
-//! cuda-sys binds every ABI of such a function on its own (`cuEventElapsedTime_v12080`, the one
+//! cuda-stream-sys binds every ABI of such a function on its own (`cuEventElapsedTime_v12080`, the one
 //! `cuEventElapsedTime` means, and `cuEventElapsedTime_v2000`) and reports an ABI newer than the
 //! driver (or than `CUDA_SYS_ABI_VERSION`) as missing. [`Newest`] tries them newest first on the
 //! first call and remembers the outcome, so a later call costs one load, whichever ABI won.

@@ -118,6 +118,49 @@ thread_local! {
     /// Whether this thread is draining (a destroy function that drops something must not drain
     /// again from inside the drain).
     static DRAINING: Cell<bool> = const { Cell::new(false) };
+    /// How many captures this crate began on this thread, in a mode other than relaxed, are
+    /// running ([`CaptureDeferral`]).
+    static CAPTURING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether the calling thread is inside a capture this crate began on it in the global or
+/// thread-local mode: a potentially unsafe call there (`cuMemFree`, `cuMemFreeHost`, an event
+/// query, a stream-ordered free with its waits) would invalidate the capture, so the frees of
+/// memory dropped there are queued like those of a host function, and made once it has ended.
+#[inline(always)]
+pub(crate) fn in_own_capture() -> bool {
+    CAPTURING.try_with(Cell::get).unwrap_or(0) != 0
+}
+
+/// Whether a free must be queued instead of made: inside a host function, or inside a capture
+/// this crate began on this thread ([`in_own_capture`]).
+#[inline(always)]
+pub(crate) fn must_defer_free() -> bool {
+    in_host_fn() || in_own_capture()
+}
+
+/// Marks the calling thread as inside a capture (of a mode other than relaxed) until dropped;
+/// the drop drains what was queued meanwhile when the thread leaves its last such capture.
+pub(crate) struct CaptureDeferral {
+    counted: bool,
+}
+
+impl CaptureDeferral {
+    /// Entered by `capture` before the user's closure runs; `relaxed` captures prohibit nothing
+    /// and are not counted.
+    pub(crate) fn enter(relaxed: bool) -> CaptureDeferral {
+        let counted = !relaxed && CAPTURING.try_with(|c| c.set(c.get() + 1)).is_ok();
+        CaptureDeferral { counted }
+    }
+}
+
+impl Drop for CaptureDeferral {
+    fn drop(&mut self) {
+        if self.counted {
+            let _ = CAPTURING.try_with(|c| c.set(c.get().saturating_sub(1)));
+            drain_if_pending();
+        }
+    }
 }
 
 /// Queues destroys to be made later on an ordinary thread, in this order. Makes no driver call.
@@ -142,7 +185,7 @@ pub(crate) fn drain_if_pending() {
 #[cold]
 #[inline(never)]
 fn drain() -> usize {
-    if in_host_fn() || DRAINING.try_with(Cell::get).unwrap_or(true) {
+    if in_host_fn() || in_own_capture() || DRAINING.try_with(Cell::get).unwrap_or(true) {
         return 0;
     }
     let _one_at_a_time = DRAIN.lock().unwrap_or_else(|e| e.into_inner());

@@ -13,6 +13,7 @@ use crate::base::capture_mode::{CaptureMode, CaptureStatus};
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::capture_query::{capture_info, is_capturing};
 use crate::driver::context::Context;
+use crate::driver::deferred_destroy::CaptureDeferral;
 use crate::ffi;
 use crate::graph::capture_view::{CaptureShared, CaptureStream, sweep_parked};
 use crate::graph::replay::Graph;
@@ -232,11 +233,15 @@ fn capture_on(
     let id = status.id().unwrap_or(0);
     ours().push(id);
     let shared = CaptureShared::new(id, graph, raw, ctx);
+    // Frees of memory dropped in the closure are queued while the capture runs, and made once it
+    // has ended (when the deferral goes): their driver calls would invalidate it.
+    let deferral = CaptureDeferral::enter(mode == CaptureMode::Relaxed);
     let result = catch_unwind(AssertUnwindSafe(|| {
         f(CaptureStream::new(raw, ctx, &shared))
     }));
     let (graph, ended) = end_capture(end, raw, id);
     ours().retain(|&c| c != id);
+    drop(deferral);
     shared.finish(ended);
     let route = shared.route.get().cloned();
     match result {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn, lookup};
 use crate::driver::context::{Context, bind};
-use crate::driver::deferred_destroy::{self, Deferred, in_host_fn};
+use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
 use crate::ffi;
 use crate::graph::capture::begun_here;
@@ -389,6 +389,15 @@ fn synchronize_events(events: &[ffi::CUevent]) -> Result<()> {
 }
 
 impl Allocation {
+    /// Whether a free made now is queued until the capture this thread runs has ended (see
+    /// [`deferred_destroy::in_own_capture`]). Never for graph memory, which its capture frees,
+    /// nor for borrowed memory, whose hand-back (waits of the owner's stream, no free) is due
+    /// while the owner's stream lives.
+    pub(crate) fn deferred_in_capture(&self) -> bool {
+        !matches!(self.origin, Origin::Graph { .. } | Origin::Borrowed { .. })
+            && deferred_destroy::in_own_capture()
+    }
+
     /// Moves the allocation out of `self`, which is left empty (it frees nothing).
     fn take(&mut self) -> Allocation {
         let ctx = self.ctx().clone();
@@ -409,7 +418,9 @@ impl Drop for Allocation {
         if self.ptr == 0 {
             return;
         }
-        if in_host_fn() {
+        // Inside a host function, or a capture this thread began (where the free's calls would
+        // invalidate it): queued, made on an ordinary thread or once the capture has ended.
+        if in_host_fn() || self.deferred_in_capture() {
             let queued = Box::into_raw(Box::new(self.take())) as usize;
             deferred_destroy::defer([Deferred::new(queued, free_queued)]);
             return;
@@ -485,7 +496,7 @@ pub(crate) fn free_when_done(
         });
         PENDING_COUNT.fetch_add(1, Ordering::Release);
     };
-    if in_host_fn() || !all_done(&events) {
+    if must_defer_free() || !all_done(&events) {
         queue(events);
         return Ok(());
     }
@@ -500,7 +511,7 @@ pub(crate) fn free_when_done(
 /// to their context; retries the frees that waited for a capture begun elsewhere. One atomic
 /// load when none is pending. Not inside a host function.
 pub(crate) fn poll_pending_frees() {
-    if PENDING_COUNT.load(Ordering::Acquire) == 0 || in_host_fn() {
+    if PENDING_COUNT.load(Ordering::Acquire) == 0 || must_defer_free() {
         return;
     }
     retry_blocked();

@@ -382,7 +382,9 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// same way, once the last graph and executable graph holding it are destroyed.
     ///
     /// Inside a host function no CUDA call is made: the free is queued for an ordinary thread,
-    /// as for a drop, and the answer is [`Error::InHostFunction`].
+    /// as for a drop, and the answer is [`Error::InHostFunction`]. Inside a capture begun on
+    /// this thread (any mode but relaxed) it is queued too, made once the capture has ended, and
+    /// the answer is `Ok(())`: a free there would invalidate the capture.
     pub fn free(self) -> Result<()> {
         // `into_inner`, not `try_unwrap`: if the last graph lets go meanwhile, one of the two
         // sides still sees itself last and frees.
@@ -391,6 +393,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 let call = alloc.free_call();
                 drop(alloc);
                 Err(Error::InHostFunction { call })
+            }
+            // Inside a capture this thread began: queued, made once the capture has ended.
+            Some(alloc) if alloc.deferred_in_capture() => {
+                drop(alloc);
+                Ok(())
             }
             Some(alloc) => alloc.free(),
             None => Ok(()),

@@ -74,7 +74,7 @@ impl Drop for PoolInner {
         }
         let raw = self.raw as usize;
         forget_pool(self.raw);
-        if crate::driver::deferred_destroy::in_host_fn() {
+        if crate::driver::deferred_destroy::must_defer_free() {
             crate::driver::deferred_destroy::defer([
                 crate::driver::deferred_destroy::Deferred::new(raw, destroy_pool),
             ]);

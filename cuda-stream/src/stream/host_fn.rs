@@ -63,7 +63,7 @@ impl Stream<'_> {
     /// operations enforce it: inside `f`, every one that would call the driver (or NCCL) —
     /// enqueueing, querying, synchronizing, creating, a [`Completion`](crate::Completion)'s
     /// poll — returns [`Error::InHostFunction`] naming the call, before anything reaches the
-    /// driver. (Raw calls through `cuda_sys` are not checked.) *Dropping* this crate's values
+    /// driver. (Raw calls through `cuda_stream_sys` are not checked.) *Dropping* this crate's values
     /// inside `f` is fine: an [`OwnedStream`], [`Event`](crate::Event),
     /// [`StreamPool`](crate::StreamPool) or lease, [`Completion`](crate::Completion) or
     /// [`Context`](crate::Context) whose last owner is dropped here (for example an

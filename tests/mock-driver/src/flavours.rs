@@ -124,10 +124,10 @@ impl Flavour {
         find_next_to_exe(&self.file_name())
     }
 
-    /// Whether this flavour has the ABI of the cuda-sys binding `name` (by its version; for
+    /// Whether this flavour has the ABI of the cuda-stream-sys binding `name` (by its version; for
     /// `cuGetProcAddress` also by [`Flavour::proc_address`]).
     pub fn has_abi(&self, name: &str) -> bool {
-        let Some(s) = cuda_sys::SymbolInfo::find(name) else {
+        let Some(s) = cuda_stream_sys::SymbolInfo::find(name) else {
             return false;
         };
         let proc = s.base.to_bytes() == b"cuGetProcAddress";

@@ -1,5 +1,5 @@
 //! **A test instrument, not a driver.** A fault-injecting stand-in for libcuda that tests load
-//! through `cuda_sys::Driver::open`, so that the safe layer's ownership rules, error paths and
+//! through `cuda_stream_sys::Driver::open`, so that the safe layer's ownership rules, error paths and
 //! fallbacks can be checked on a machine without a GPU. Nothing ships it (`publish = false`);
 //! it needs no GPU, no CUDA toolkit and no libcuda.
 //!
@@ -8,7 +8,7 @@
 //! This package builds a `cdylib`, `libcuda_mock_driver.so`, that exports the driver functions the
 //! safe layer (`cuda-stream`) uses under the symbols the real libcuda exports (`cuStreamDestroy_v2`,
 //! `cuCtxPushCurrent_v2`, `cuEventElapsedTime_v2`, ...) with the real signatures (the types come
-//! from `cuda-sys`), every older ABI of them the real driver still exports (`cuStreamDestroy`,
+//! from `cuda-stream-sys`), every older ABI of them the real driver still exports (`cuStreamDestroy`,
 //! `cuEventElapsedTime`, ...), its own `cuGetProcAddress` and `cuGetProcAddress_v2`, plus
 //! `cuda_mock_*` control functions. Its `rlib` side holds only [`mock_driver_path`], the
 //! [`FLAVOURS`] and [`MockDriver`], the control handle; the exports are private to the cdylib and
@@ -17,9 +17,9 @@
 //!
 //! ```ignore
 //! let path = cuda_mock_driver::mock_driver_path();
-//! cuda_sys::Driver::install_global(unsafe { cuda_sys::Driver::open(&path) }?).unwrap();
+//! cuda_stream_sys::Driver::install_global(unsafe { cuda_stream_sys::Driver::open(&path) }?).unwrap();
 //! let mock = unsafe { cuda_mock_driver::MockDriver::open(&path) }?; // same library, same state
-//! mock.fail("cuStreamCreate", 2, cuda_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+//! mock.fail("cuStreamCreate", 2, cuda_stream_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
 //! // ... exercise the code under test ...
 //! assert_eq!(mock.live_streams(), 0);
 //! assert_eq!(mock.bad_destroys(), 0);
@@ -157,7 +157,7 @@
 //!                                  const size_t *lens, const uint8_t *writes); // another library's work
 //! ```
 //!
-//! A `name` is a binding name of cuda-sys, meaning that binding's exported symbol: the name C
+//! A `name` is a binding name of cuda-stream-sys, meaning that binding's exported symbol: the name C
 //! code writes (`cuStreamDestroy` means `cuStreamDestroy_v2`) or an ABI variant
 //! (`cuStreamDestroy_v2000` means `cuStreamDestroy`); any other name is an exported symbol
 //! (`cuStreamDestroy_v2`). So `cuEventElapsedTime` always means the CUDA 12.8 ABI, and
@@ -190,9 +190,9 @@
 //! A loaded library cannot take back an export, so which symbols exist cannot be a run-time
 //! setting (an `omit=` entry is refused). Instead the same source is built as several libraries,
 //! one per [`Flavour`], each exporting exactly the symbols of its CUDA version: those whose ABI
-//! version (cuda-sys's `SymbolInfo::since`, from `cudaTypedefs.h`) is no newer, derived by the
-//! build script from cuda-sys's generated table, not from hand lists. Each version comes with
-//! and without `cuGetProcAddress` (`-noproc`), so both of cuda-sys's resolution paths run.
+//! version (cuda-stream-sys's `SymbolInfo::since`, from `cudaTypedefs.h`) is no newer, derived by the
+//! build script from cuda-stream-sys's generated table, not from hand lists. Each version comes with
+//! and without `cuGetProcAddress` (`-noproc`), so both of cuda-stream-sys's resolution paths run.
 //!
 //! - `cuda-mock-driver` (this package): CUDA 13.0, `libcuda_mock_driver.so`;
 //! - `tests/mock-driver/flavours/cuda-X.Y[-noproc]`: packages `cuda-mock-driver-X-Y[-noproc]`
@@ -215,9 +215,9 @@
 //! exports), as this one does, and calls [`Flavour::path`].
 //!
 //! The mock becomes the driver either explicitly, with
-//! `cuda_sys::Driver::install_global(unsafe { Driver::open(mock_driver_path()) }?)` before
+//! `cuda_stream_sys::Driver::install_global(unsafe { Driver::open(mock_driver_path()) }?)` before
 //! anything loads a driver ([`MockDriver::global`] does that once per process and returns the
-//! control handle), or for a whole process (an example, a child process) through cuda-sys's
+//! control handle), or for a whole process (an example, a child process) through cuda-stream-sys's
 //! `CUDA_SYS_LIBCUDA=/path/to/libcuda_mock_driver.so`.
 //!
 //! The mock's state is process-wide: tests in one binary that use it must be serialised (a static
@@ -251,13 +251,13 @@ use std::ffi::{CString, c_char, c_int, c_void};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use cuda_sys::{CUresult, Driver};
+use cuda_stream_sys::{CUresult, Driver};
 
 type Counter = extern "C" fn() -> u64;
 
 /// The control functions of a loaded mock library.
 ///
-/// Open it from the same path as the `cuda_sys::Driver` under test: the dynamic loader then hands
+/// Open it from the same path as the `cuda_stream_sys::Driver` under test: the dynamic loader then hands
 /// out the same library, so both see the same state.
 pub struct MockDriver {
     path: PathBuf,
@@ -314,7 +314,7 @@ fn c_string(s: &str) -> CString {
 
 impl MockDriver {
     /// The mock (the full flavour, [`mock_driver_path`]) as the process-wide driver: on the
-    /// first call it is opened, installed with `cuda_sys::Driver::install_global` and its control
+    /// first call it is opened, installed with `cuda_stream_sys::Driver::install_global` and its control
     /// functions resolved; later calls return the same handle. For tests, which panic if a driver
     /// was installed before.
     pub fn global() -> &'static MockDriver {

@@ -106,17 +106,18 @@ fn assert_clean(m: &MockDriver) {
 fn raw_begin(s: ffi::CUstream) {
     let mode = ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     // SAFETY: a live stream.
-    assert_eq!(unsafe { cuda_sys::cuStreamBeginCapture(s, mode) }, SUCCESS);
+    let rc = unsafe { cuda_stream_sys::cuStreamBeginCapture(s, mode) };
+    assert_eq!(rc, SUCCESS);
 }
 
 /// Ends the raw capture of `s` and destroys its graph: the driver's answer.
 fn raw_end(s: ffi::CUstream) -> CUresult {
     let mut graph = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the capture was begun on this thread.
-    let rc = unsafe { cuda_sys::cuStreamEndCapture(s, &mut graph) };
+    let rc = unsafe { cuda_stream_sys::cuStreamEndCapture(s, &mut graph) };
     if !graph.is_null() {
         // SAFETY: the capture handed the graph over.
-        assert_eq!(unsafe { cuda_sys::cuGraphDestroy(graph) }, SUCCESS);
+        assert_eq!(unsafe { cuda_stream_sys::cuGraphDestroy(graph) }, SUCCESS);
     }
     rc
 }

@@ -1,7 +1,7 @@
 //! `CUDA_MOCK_CONFIG` and `cuda_mock_configure`: failure rules, the reported version and the
 //! number of devices, and the fixed limits of the model.
 
-use cuda_sys::CUresult;
+use cuda_stream_sys::CUresult;
 
 use super::flavour::canonical;
 
@@ -25,7 +25,7 @@ pub(crate) fn parse_code(s: &str) -> Option<CUresult> {
     // Every code the header defines is below 1000.
     (0..1000)
         .map(CUresult)
-        .find(|&c| cuda_sys::result_name(c) == s)
+        .find(|&c| cuda_stream_sys::result_name(c) == s)
 }
 
 /// Fail calls of `symbol` with `code`: the `nth` call counted from when the rule was set, or every

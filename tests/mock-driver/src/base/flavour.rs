@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use cuda_sys::{CUdriverProcAddressQueryResult, SymbolInfo};
+use cuda_stream_sys::{CUdriverProcAddressQueryResult, SymbolInfo};
 
 use crate::Flavour;
 
@@ -179,7 +179,7 @@ fn implemented(symbol: &str) -> Option<&'static str> {
         .copied()
 }
 
-/// The exported symbol meant by `name`: for a binding name of cuda-sys, that binding's symbol
+/// The exported symbol meant by `name`: for a binding name of cuda-stream-sys, that binding's symbol
 /// (the name C code writes, `cuStreamDestroy` for `cuStreamDestroy_v2`, or an ABI variant such
 /// as `cuEventElapsedTime_v2000` for `cuEventElapsedTime`); for another name, the exported name
 /// itself (`cuStreamDestroy_v2`). `None` unless this flavour exports it.

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use cuda_sys::{CUresult, CUstream};
+use cuda_stream_sys::{CUresult, CUstream};
 
 use crate::state::{self, State};
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::ffi::c_uint;
 use std::time::Instant;
 
-use cuda_sys::{
+use cuda_stream_sys::{
     CUevent, CUgraph, CUgraphEdgeData, CUgraphNode, CUresult, CUstream, CUstreamCaptureMode,
     CUstreamCaptureStatus, cuuint64_t,
 };

@@ -4,7 +4,7 @@
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::LazyLock;
 
-use cuda_sys::CUresult;
+use cuda_stream_sys::CUresult;
 
 use super::call::{c_str, guard, pause_after, paused, read, resume};
 use crate::base::config::MAX_DEVICES;

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use cuda_sys::{CUdevice, CUdevice_attribute, CUresult};
+use cuda_stream_sys::{CUdevice, CUdevice_attribute, CUresult};
 
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 use crate::base::config::MAX_DEVICES;

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_uint};
 use std::time::Instant;
 
-use cuda_sys::{CUevent, CUipcEventHandle, CUresult, CUstream};
+use cuda_stream_sys::{CUevent, CUipcEventHandle, CUresult, CUstream};
 
 use super::call::{INVALID_HANDLE, INVALID_VALUE, NOT_READY, SUCCESS, api, put};
 use crate::model::jobs::Work;

@@ -2,7 +2,7 @@
 //! and data (`cuGraphHostNodeGetParams`). The model is `model/graph.rs`: a handle is looked up in
 //! every live graph.
 
-use cuda_sys::{CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType, CUresult};
+use cuda_stream_sys::{CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType, CUresult};
 
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 use crate::model::graph::{Node, NodeKind};

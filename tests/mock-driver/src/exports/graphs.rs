@@ -3,7 +3,7 @@
 
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
 
-use cuda_sys::{
+use cuda_stream_sys::{
     CUDA_GRAPH_INSTANTIATE_PARAMS, CUgraph, CUgraphExec, CUgraphExecUpdateResult,
     CUgraphExecUpdateResultInfo, CUgraphInstantiateResult, CUgraphNode, CUresult, CUstream,
 };

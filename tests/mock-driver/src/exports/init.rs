@@ -3,7 +3,7 @@
 use std::ffi::{CString, c_char, c_int, c_uint};
 use std::sync::LazyLock;
 
-use cuda_sys::CUresult;
+use cuda_stream_sys::CUresult;
 
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 
@@ -48,11 +48,11 @@ static ERROR_STRINGS: LazyLock<Vec<(u32, CString, CString)>> = LazyLock::new(|| 
     (0..1000)
         .filter_map(|c| {
             let r = CUresult(c);
-            let name = cuda_sys::result_name(r);
+            let name = cuda_stream_sys::result_name(r);
             if name == "CUDA_ERROR_UNKNOWN_CODE" {
                 return None;
             }
-            let desc = cuda_sys::result_description(r);
+            let desc = cuda_stream_sys::result_description(r);
             Some((c, CString::new(name).ok()?, CString::new(desc).ok()?))
         })
         .collect()

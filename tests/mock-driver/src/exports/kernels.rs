@@ -4,7 +4,9 @@
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use cuda_sys::{CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult, CUstream};
+use cuda_stream_sys::{
+    CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult, CUstream,
+};
 
 use super::call::{INVALID_HANDLE, INVALID_VALUE, SUCCESS, api, guard, put, read};
 use crate::model::device::{

@@ -5,7 +5,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use cuda_sys::{CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUoccupancyB2DSize, CUresult};
+use cuda_stream_sys::{
+    CUfunction, CUlaunchAttributeID, CUlaunchConfig, CUoccupancyB2DSize, CUresult,
+};
 
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 use super::kernels::{Launch, launch_kernel, live_function};

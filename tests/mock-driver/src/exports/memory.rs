@@ -4,7 +4,7 @@
 
 use std::ffi::{c_uchar, c_uint, c_ushort, c_void};
 
-use cuda_sys::{CUdeviceptr, CUresult, CUstream};
+use cuda_stream_sys::{CUdeviceptr, CUresult, CUstream};
 
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 use crate::model::device::{DeviceWork, MAX_ALLOCATION};
@@ -109,6 +109,11 @@ pub(crate) fn check_copy_context(st: &State, ptr: u64, len: usize) -> Result<(),
 #[cfg_attr(exported = "cuMemAlloc_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     api("cuMemAlloc_v2", false, |mut st| {
+        // Potentially unsafe during a capture (the driver documents the synchronous allocation
+        // and free as such): refused on a thread a capture prohibits, which it invalidates.
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
         if dptr.is_null() || bytesize == 0 {
             return INVALID_VALUE;
         }
@@ -134,6 +139,11 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 #[cfg_attr(exported = "cuMemFree_v2", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     api("cuMemFree_v2", false, |mut st| {
+        // Potentially unsafe during a capture (the driver documents the synchronous allocation
+        // and free as such): refused on a thread a capture prohibits, which it invalidates.
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
         tri!(st.current_ctx());
         let queued = st.device.allocs.get(&dptr).is_some_and(|a| a.freeing);
         let live = st

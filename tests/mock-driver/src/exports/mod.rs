@@ -8,11 +8,11 @@
 //!
 //! 1. Name the Rust function after the **exported symbol** of the ABI it implements
 //!    (`cuStreamDestroy_v2`, `cuEventElapsedTime`, `cuStreamQuery_ptsz`: the `symbol` of its
-//!    `cuda_sys::SymbolInfo`), with the C types of that ABI (`cuda_sys::pfn::<binding>`).
+//!    `cuda_stream_sys::SymbolInfo`), with the C types of that ABI (`cuda_stream_sys::pfn::<binding>`).
 //! 2. Put `#[cfg_attr(exported = "<that symbol>", unsafe(no_mangle))]` on it, never a bare
 //!    `#[unsafe(no_mangle)]` (that is for the `cuda_mock_*` control functions only). The build
 //!    script sets `exported = "<symbol>"` exactly for the symbols whose ABI version is no newer
-//!    than the flavour being built (from cuda-sys's generated table), so the CUDA 12.2 flavour
+//!    than the flavour being built (from cuda-stream-sys's generated table), so the CUDA 12.2 flavour
 //!    exports it only if CUDA 12.2 had it; a misspelt symbol is an `unexpected_cfgs` warning.
 //! 3. Add it to `driver_function_list` (`base/flavour.rs`), so that `cuGetProcAddress` can hand
 //!    it out.
@@ -127,7 +127,7 @@ mod tests {
                 "{name}: a driver function is exported only where its flavour has it"
             );
             assert!(
-                cuda_sys::SymbolInfo::all()
+                cuda_stream_sys::SymbolInfo::all()
                     .iter()
                     .any(|s| s.symbol.to_str() == Ok(name)),
                 "{name} is not a symbol of the bindings"

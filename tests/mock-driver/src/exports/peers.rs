@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, c_uint};
 
-use cuda_sys::{CUcontext, CUdevice, CUdeviceptr, CUresult, CUstream};
+use cuda_stream_sys::{CUcontext, CUdevice, CUdeviceptr, CUresult, CUstream};
 
 use super::call::{INVALID_VALUE, SUCCESS, api, put};
 use super::devices::valid_device;

@@ -24,7 +24,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use cuda_sys::{
+use cuda_stream_sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_WRITECOMBINED, CUdevice,
     CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationType, CUmemLocation,
     CUmemLocationType, CUmemPool_attribute, CUmemPoolProps, CUmemoryPool, CUresult, CUstream,
@@ -341,6 +341,11 @@ pub unsafe extern "C" fn cuMemHostAlloc(
     const KNOWN: u32 =
         CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
     api("cuMemHostAlloc", false, |mut st| {
+        // Potentially unsafe during a capture (the driver documents the synchronous allocation
+        // and free as such): refused on a thread a capture prohibits, which it invalidates.
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
         if pp.is_null() || bytesize == 0 || flags & !KNOWN != 0 {
             return INVALID_VALUE;
         }
@@ -367,6 +372,11 @@ pub unsafe extern "C" fn cuMemHostAlloc(
 #[cfg_attr(exported = "cuMemFreeHost", unsafe(no_mangle))]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     api("cuMemFreeHost", false, |mut st| {
+        // Potentially unsafe during a capture (the driver documents the synchronous allocation
+        // and free as such): refused on a thread a capture prohibits, which it invalidates.
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
         tri!(st.current_ctx());
         let base = p as usize;
         if let Some(size) = st.device.host.size_of(base) {

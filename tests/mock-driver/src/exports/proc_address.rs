@@ -4,7 +4,9 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::LazyLock;
 
-use cuda_sys::{CUdriverProcAddress_flags, CUdriverProcAddressQueryResult, CUresult, cuuint64_t};
+use cuda_stream_sys::{
+    CUdriverProcAddress_flags, CUdriverProcAddressQueryResult, CUresult, cuuint64_t,
+};
 
 use super::call::{INVALID_VALUE, SUCCESS, c_str, entry_point, put};
 use super::capture::*;

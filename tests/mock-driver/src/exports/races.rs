@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::ffi::{c_char, c_int};
 use std::sync::Mutex;
 
-use cuda_sys::{CUresult, CUstream};
+use cuda_stream_sys::{CUresult, CUstream};
 
 use super::call::{SUCCESS, c_str, guard, read};
 use crate::model::device::DeviceWork;

@@ -3,7 +3,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use cuda_sys::{
+use cuda_stream_sys::{
     CUcontext, CUdevice, CUevent, CUgreenCtx, CUhostFn, CUresult, CUstream, CUstreamCallback,
 };
 

@@ -3,7 +3,7 @@
 
 use std::ffi::{c_uint, c_void};
 
-use cuda_sys::{CUgraph, CUhostFn, CUresult, CUuserObject};
+use cuda_stream_sys::{CUgraph, CUhostFn, CUresult, CUuserObject};
 
 use super::call::{INVALID_VALUE, SUCCESS, api, graph_api, put, read};
 use super::graphs::graph_mut;

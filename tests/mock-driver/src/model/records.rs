@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::thread::ThreadId;
 use std::time::Instant;
 
-use cuda_sys::{CUresult, CUstream};
+use cuda_stream_sys::{CUresult, CUstream};
 
 /// Counters that `cuda_mock_reset` zeroes.
 #[derive(Debug, Clone, Copy, Default)]

@@ -36,7 +36,7 @@
 
 use std::ffi::c_uint;
 
-use cuda_sys::CUresult;
+use cuda_stream_sys::CUresult;
 
 use super::store::State;
 use super::threads::{GLOBAL, RELAXED, thread_mode};
@@ -159,7 +159,8 @@ pub(crate) fn on_callback(st: &mut State, s: StreamRef) -> Option<CUresult> {
     Some(UNSUPPORTED)
 }
 
-/// A potentially unsafe call that touches no stream (`cuMemPoolSetAccess`: refused on a
+/// A potentially unsafe call that touches no stream (`cuMemAlloc`, `cuMemFree`, `cuMemHostAlloc`,
+/// `cuMemFreeHost`; `cuMemPoolSetAccess`: refused on a
 /// capturing thread on two H200s, driver 580): `Some(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)` as
 /// [`prohibited`] says.
 pub(crate) fn on_unsafe_call(st: &mut State) -> Option<CUresult> {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::thread::ThreadId;
 
-use cuda_sys::{CUresult, CUstream};
+use cuda_stream_sys::{CUresult, CUstream};
 
 use super::threads::current;
 use crate::base::config::{

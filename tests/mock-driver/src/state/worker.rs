@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::sync::{Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
-use cuda_sys::{CUresult, CUstream};
+use cuda_stream_sys::{CUresult, CUstream};
 
 use super::store::State;
 use super::threads::become_worker;
