@@ -88,31 +88,37 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         grant_peer(src_alloc, dst_ctx.device())?;
         let bytes = self.byte_len();
         let home = if home_is_dst { dst_ctx } else { src_ctx };
+        let capturing = is_capturing(raw)?;
         if bytes == 0 {
-            if is_capturing(raw)? {
+            if capturing {
                 capture_graph(raw)?;
             }
             return Ok(());
         }
-        let f = driver_fn!(cuMemcpyPeerAsync);
+        // The driver (580) refuses `cuMemcpyPeerAsync` in a capture
+        // (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, the capture invalidated): there the copy is
+        // a unified-addressing device-to-device copy, which becomes a memcpy node between the
+        // two devices.
+        let (peer, unified) = (
+            driver_fn!(cuMemcpyPeerAsync),
+            driver_fn!(cuMemcpyDtoDAsync),
+        );
         enqueue_across(
             raw,
             home,
             &[(dst, Access::Write), (src_alloc, Access::Read)],
             || {
+                let (d, s) = (self.device_ptr(), src.device_ptr());
+                if capturing {
+                    // SAFETY: as below; unified addressing names each buffer by its address
+                    // alone, and the current context (the stream's) reaches both pools.
+                    let rc = unsafe { unified(d, s, bytes, raw) };
+                    return check(rc, "cuMemcpyDtoDAsync");
+                }
                 // SAFETY: two live allocations of `bytes` bytes each in their own contexts,
                 // freed only after this use (recorded on both sides) or held by the capture's
                 // graph; the stream is of one of the two contexts.
-                let rc = unsafe {
-                    f(
-                        self.device_ptr(),
-                        dst_ctx.raw(),
-                        src.device_ptr(),
-                        src_ctx.raw(),
-                        bytes,
-                        raw,
-                    )
-                };
+                let rc = unsafe { peer(d, dst_ctx.raw(), s, src_ctx.raw(), bytes, raw) };
                 check(rc, "cuMemcpyPeerAsync")
             },
         )

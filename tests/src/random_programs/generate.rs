@@ -285,6 +285,11 @@ impl Gen<'_> {
                     if matches!(act, Act::Peer { .. }) && self.excluded(Hole::ReplayedPeerCopy) {
                         continue;
                     }
+                    // A peer copy's source is picked from the other context, past `pick`: no
+                    // step uses a slot an earlier step dropped.
+                    if act.buffers().iter().any(|(b, _)| dropped.contains(b)) {
+                        continue;
+                    }
                     if part == 1 && self.excluded(Hole::ForkConflicts) {
                         let mut ok = true;
                         for (b, w) in act.buffers() {

@@ -73,6 +73,7 @@ pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer_context: CUcontext, flags: c
 
 /// `cuMemcpyPeerAsync`: both contexts live, both ranges inside live allocations; queued as a
 /// device-to-device copy on the stream (with or without peer access, as the driver stages it).
+/// On a capturing stream `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, the capture invalidated.
 /// With no context current it is `CUDA_ERROR_INVALID_CONTEXT`, counted as a bad use: the real
 /// driver crashed there.
 ///
@@ -96,6 +97,11 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
             return CUresult::CUDA_ERROR_INVALID_CONTEXT;
         }
         let s = tri!(st.stream(h_stream));
+        // Not capturable: the driver (580, two H200s) answered
+        // `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` on a capturing stream.
+        if let Some(rc) = crate::state::capture::on_callback(&mut st, s) {
+            return rc;
+        }
         tri!(live_ctx(&st, dst_context));
         tri!(live_ctx(&st, src_context));
         tri!(check_range(&mut st, dst_device, byte_count));

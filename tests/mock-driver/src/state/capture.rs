@@ -152,7 +152,7 @@ pub(crate) fn on_host_fn(st: &mut State, s: StreamRef, f: HostFn, data: usize) -
     })
 }
 
-/// `cuStreamAddCallback` on `s`: not supported during capture.
+/// `cuStreamAddCallback` (or `cuMemcpyPeerAsync`) on `s`: not supported during capture.
 pub(crate) fn on_callback(st: &mut State, s: StreamRef) -> Option<CUresult> {
     let id = st.graphs.captures.capture_of(s.key)?;
     st.graphs.captures.invalidate(id);
