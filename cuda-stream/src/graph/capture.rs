@@ -24,11 +24,12 @@ use crate::stream::owned::OwnedStream;
 use crate::stream::pool::PooledStream;
 use crate::stream::view::{AsStream, KnownContext, Stream};
 
-/// The ids of the captures this crate has begun and not yet ended: the captures whose graphs it
-/// hands out, so whose launches it sees (through [`GraphExec::launch`](crate::GraphExec::launch)).
-static OURS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// The ids of the captures this crate has begun and not yet ended, each with its stream's
+/// context: the captures whose graphs it hands out, so whose launches it sees (through
+/// [`GraphExec::launch`](crate::GraphExec::launch)).
+static OURS: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
 
-fn ours() -> std::sync::MutexGuard<'static, Vec<u64>> {
+fn ours() -> std::sync::MutexGuard<'static, Vec<(u64, usize)>> {
     OURS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -36,7 +37,13 @@ fn ours() -> std::sync::MutexGuard<'static, Vec<u64>> {
 /// in it is replayed only where this crate sees it. A capture other code began (a framework's,
 /// reached through [`Stream::in_capture`] or a borrowed or lent stream) is not.
 pub(crate) fn begun_here(id: u64) -> bool {
-    id != 0 && ours().contains(&id)
+    id != 0 && ours().iter().any(|&(c, _)| c == id)
+}
+
+/// Whether a capture this crate began on a stream of `ctx` is under way: a synchronisation of
+/// the context would fail and invalidate it.
+pub(crate) fn capturing_in(ctx: ffi::CUcontext) -> bool {
+    ours().iter().any(|&(_, c)| c == ctx as usize)
 }
 
 fn per_thread_refused(call: &'static str) -> Error {
@@ -231,7 +238,7 @@ fn capture_on(
         }
     };
     let id = status.id().unwrap_or(0);
-    ours().push(id);
+    ours().push((id, ctx as usize));
     let shared = CaptureShared::new(id, graph, raw, ctx);
     // Frees of memory dropped in the closure are queued while the capture runs, and made once it
     // has ended (when the deferral goes): their driver calls would invalidate it.
@@ -240,7 +247,7 @@ fn capture_on(
         f(CaptureStream::new(raw, ctx, &shared))
     }));
     let (graph, ended) = end_capture(end, raw, id);
-    ours().retain(|&c| c != id);
+    ours().retain(|&(c, _)| c != id);
     drop(deferral);
     shared.finish(ended);
     let route = shared.route.get().cloned();

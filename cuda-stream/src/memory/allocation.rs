@@ -23,7 +23,7 @@ use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
 use crate::ffi;
-use crate::graph::capture::begun_here;
+use crate::graph::capture::{begun_here, capturing_in};
 use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
 use crate::memory::use_tracking::{Access, Uses, waits_for_a_capture};
@@ -583,10 +583,26 @@ fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
 }
 
 /// The rare case of a use nothing marks: waits for the context's work, then frees. If the wait
-/// fails the memory is left allocated.
+/// fails the memory is left allocated. While a capture this crate began on a stream of the
+/// context is under way the wait would fail and invalidate it: the free is queued (no events)
+/// and tried again at a later allocation or free.
 #[cold]
 fn free_plain_after_context(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
+    if capturing_in(ctx.raw()) {
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        pending.push(PendingFree {
+            handle: ptr as usize,
+            ctx: ctx.clone(),
+            events: Vec::new(),
+            free: |ctx, ptr| free_plain_after_context(ctx, ptr as ffi::CUdeviceptr),
+        });
+        PENDING_COUNT.fetch_add(1, Ordering::Release);
+        return Ok(());
+    }
     let _bound = bind(ctx.raw())?;
+    // As for the tracker's own context synchronisation (a capture in another context is not
+    // refused it).
+    let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
     let f = driver_fn!(cuCtxSynchronize);
     // SAFETY: no arguments; the context is current.
     check(unsafe { f() }, "cuCtxSynchronize")?;

@@ -99,10 +99,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         // (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, the capture invalidated): there the copy is
         // a unified-addressing device-to-device copy, which becomes a memcpy node between the
         // two devices.
-        let (peer, unified) = (
-            driver_fn!(cuMemcpyPeerAsync),
-            driver_fn!(cuMemcpyDtoDAsync),
-        );
+        let (peer, unified) = (driver_fn!(cuMemcpyPeerAsync), driver_fn!(cuMemcpyDtoDAsync));
         enqueue_across(
             raw,
             home,

@@ -474,3 +474,45 @@ fn a_stream_that_joined_a_capture_begun_elsewhere_is_never_recorded_on() {
     freed_back_to(m, live);
     assert_clean(m);
 }
+
+/// A use nothing marks (its event could not be recorded) is covered by the context's completion
+/// only. A use of the buffer on another stream while a capture runs used to synchronise the
+/// context, which the driver refuses then, invalidating the capture: with the capture in the
+/// buffer's context the use is now refused (no driver call) and the capture survives; with the
+/// capture in another context the synchronisation is made, in the relaxed mode, and the use goes
+/// ahead.
+#[test]
+fn a_use_covered_by_its_context_never_breaks_a_capture() {
+    let (_g, m) = mock();
+    for capture_device in [0, 1] {
+        let ctx = Context::primary(0).unwrap();
+        let live = m.live_allocations();
+        let t = ctx.new_stream().unwrap();
+        let x = DeviceBuffer::<u32>::zeroed(&ctx, &t, 64).unwrap();
+        assert_eq!(x.to_vec(&t).unwrap(), [0; 64]); // the zeroing complete: nothing to wait for
+        // A use on the legacy stream is marked by an event recorded after it: that record fails.
+        m.fail("cuEventRecord", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED);
+        // The work is enqueued; its use is covered by the context's completion only.
+        assert!(x.fill(&ctx.legacy_stream(), 1).is_err());
+        m.clear_failures();
+        let mut c = Context::primary(capture_device)
+            .unwrap()
+            .new_stream()
+            .unwrap();
+        let graph = c.capture(CaptureMode::ThreadLocal, |cap| {
+            let r = x.fill(&t, 7);
+            if capture_device == 0 {
+                assert!(matches!(r, Err(Error::Refused { .. })), "{r:?}");
+            } else {
+                r.unwrap();
+            }
+            cap.launch_host_func(|| ())
+        });
+        graph.unwrap_or_else(|e| panic!("capture on device {capture_device} broke: {e}"));
+        x.fill(&t, 7).unwrap();
+        assert_eq!(x.to_vec(&t).unwrap(), [7; 64]);
+        drop(x);
+        freed_back_to(m, live);
+        assert_clean(m);
+    }
+}

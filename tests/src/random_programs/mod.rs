@@ -87,16 +87,16 @@ impl Hole {
 
 /// The holes known and not yet closed, whose operations the programs leave out (holes 6, the
 /// launch attributes that drop stream order, and 7, captures begun by other code, are not in the
-/// generator's vocabulary). The lead removes an entry once its fix is merged.
-pub const KNOWN_HOLES: &[Hole] = &[
-    Hole::LazyMarkInCapture,
-    Hole::OtherThreadsCapture,
-    Hole::CompletedOn,
-    Hole::IntoRawFailure,
-    Hole::ReplayedPeerCopy,
-    Hole::ForkConflicts,
-    Hole::StreamEndDuringFree,
-];
+/// generator's vocabulary). The lead removes an entry once its fix is merged and the programs
+/// pass with it included (`CUDA_STREAM_RANDOM_HOLES=include:N`): holes 1, 3, 4, 5 and 9 went
+/// after 1,500,000 operations with all five included and none failing on the test driver.
+///
+/// - Hole 2 passes 1,000,000 operations alone, but with holes 1 to 5 and 9 included one program
+///   in about 13,000 reads a value a captured fill wrote before the graph was replayed (seed
+///   `0x98ebbe837be5430a` with `include:2`: three threads, per-thread default
+///   streams, a capture on one thread and a read on its per-thread stream). Not yet explained.
+/// - Hole 8 (conflicting uses on two forks of one capture) is open.
+pub const KNOWN_HOLES: &[Hole] = &[Hole::OtherThreadsCapture, Hole::ForkConflicts];
 
 /// What the programs may contain.
 #[derive(Debug, Clone)]

@@ -8,10 +8,13 @@
 
 use std::sync::{Arc, MutexGuard};
 
+use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::bind;
 use crate::ffi;
+use crate::graph::capture::capturing_in;
+use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::stream::known_streams::{self, End, StreamEnd};
 use crate::stream::view::bind_if_special;
 
@@ -67,10 +70,23 @@ impl Inner {
         check(unsafe { f(waiter, ev, 0) }, "cuStreamWaitEvent")
     }
 
-    /// Waits on the host for the context's work (the end of a use nothing marks).
+    /// Waits on the host for the context's work (the end of a use nothing marks). Refused, with
+    /// no driver call, while a capture this crate began on a stream of the context is under way:
+    /// `cuCtxSynchronize` would fail and invalidate it (a capture other code began is not seen).
     #[cold]
     pub(super) fn synchronize_context(&self) -> Result<()> {
+        if capturing_in(self.raw_ctx()) {
+            return Err(Error::Refused {
+                call: "cuCtxSynchronize",
+                reason: "only the context's completion covers a use of the buffer, and a stream \
+                         of the context is being captured",
+            });
+        }
         let _bound = bind(self.raw_ctx())?;
+        // No capture of this crate is under way in the context; one in another context, begun
+        // by this thread or in the global mode by another, would refuse the call (and be
+        // invalidated) unless the thread's mode is relaxed for it.
+        let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
         let f = driver_fn!(cuCtxSynchronize);
         // SAFETY: the context is current.
         check(unsafe { f() }, "cuCtxSynchronize")

@@ -113,9 +113,13 @@
 //! during a global-mode capture, by any thread in global mode: the polls the tracker makes on its
 //! own (the events of frees without pools, at allocations and frees; the host waits before a
 //! captured node) relax the thread's mode for their duration. The waits the caller asks for
-//! (`to_vec`, `copy_from_host`, `into_raw`) are the caller's calls and follow those rules; so does
-//! the context synchronisation for a `Lost` use, which fails while a stream of the context is
-//! being captured (the operation then returns the error).
+//! (`to_vec`, `copy_from_host`, `into_raw`) are the caller's calls and follow those rules. The
+//! context synchronisation for a `Lost` use is refused, with no driver call, while a capture this
+//! crate began on a stream of the context is under way (it would fail and invalidate that
+//! capture; the operation returns `Error::Refused` and the use stays), and is made in the relaxed
+//! mode otherwise, so that a capture in another context is not refused it. A free that needs it
+//! waits for a later allocation or free. A memory free dropped inside a capture this thread
+//! began (any mode but relaxed) is queued, and made once the capture has ended.
 //!
 //! # What the model leaves to unsafe code
 //!
