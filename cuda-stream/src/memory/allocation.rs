@@ -242,7 +242,8 @@ impl Allocation {
         Ok(alloc)
     }
 
-    /// How work recorded into capture `capture` on `stream` treats this allocation (`access`):
+    /// How work recorded into capture `capture` on `stream` (of context `stream_ctx`) treats
+    /// this allocation (`access`):
     /// borrowed memory is refused (the graph could outlive the borrow), a graph allocation of
     /// another capture too, and so is any other memory in a capture this crate did not begin
     /// (its graphs are launched where no hook orders them against the memory's other uses)
@@ -252,6 +253,7 @@ impl Allocation {
     pub(crate) fn in_capture(
         &self,
         stream: ffi::CUstream,
+        stream_ctx: ffi::CUcontext,
         capture: u64,
         access: Access,
         keep_only: bool,
@@ -272,7 +274,8 @@ impl Allocation {
                          buffer alive with keep_alive_in",
             }),
             _ => {
-                self.uses.settle_for_capture(stream, access)?;
+                self.uses
+                    .settle_for_capture(stream, stream_ctx, capture, access)?;
                 Ok(InCapture::Tie)
             }
         }

@@ -74,7 +74,7 @@ fn enqueue_with_uses_in(
     let mut tied = Vec::new();
     let mut tracked = Vec::new();
     for (alloc, access) in list {
-        match alloc.in_capture(raw, capture, *access, keep_only)? {
+        match alloc.in_capture(raw, ctx, capture, *access, keep_only)? {
             InCapture::Tie if alloc.ptr != 0 => tied.push(Arc::clone(alloc)),
             InCapture::Tie => {}
             InCapture::Track => tracked.push((&alloc.uses, *access)),

@@ -92,7 +92,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
             let (graph, capture) = capture_graph(p.stream)?;
             let mut held: Vec<Arc<Allocation>> = Vec::new();
             for (a, access) in p.buffers.iter() {
-                match a.in_capture(p.stream, capture, access, false)? {
+                match a.in_capture(p.stream, ctx, capture, access, false)? {
                     InCapture::Tie if a.ptr != 0 => held.push(a.clone()),
                     InCapture::Tie => {}
                     InCapture::Track => tracked.push(TrackedUse {

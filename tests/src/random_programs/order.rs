@@ -46,6 +46,19 @@ impl Program {
     /// For each operation, the buffer slots it writes through a graph: for a replay, the slots
     /// its executable graph's capture used that still hold the allocation it used then.
     pub fn held(&self) -> Vec<Vec<usize>> {
+        self.replayed(false)
+    }
+
+    /// For each replay, the slots its executable graph's capture used that hold another
+    /// allocation since: the graph still writes the one it used, which operations made on the
+    /// slot before its drop may touch, so the replay is ordered after them (and the model gives
+    /// it no effect on the slot's new allocation).
+    fn held_elsewhere(&self) -> Vec<Vec<usize>> {
+        self.replayed(true)
+    }
+
+    /// [`Program::held`] (`stale` false) or [`Program::held_elsewhere`] (`stale` true).
+    fn replayed(&self, stale: bool) -> Vec<Vec<usize>> {
         let mut generation = vec![0u64; self.buffers.len()];
         let mut execs: Vec<Vec<(usize, u64)>> = vec![Vec::new(); self.execs];
         let mut out = Vec::with_capacity(self.ops.len());
@@ -78,7 +91,7 @@ impl Program {
                 OpKind::Replay { exec, .. } => {
                     held = execs[*exec]
                         .iter()
-                        .filter(|&&(b, g)| generation[b] == g)
+                        .filter(|&&(b, g)| (generation[b] == g) != stale)
                         .map(|&(b, _)| b)
                         .collect();
                 }
@@ -181,10 +194,13 @@ impl Program {
         let mut objs: HashMap<Obj, Track> = HashMap::new();
         let mut deps = Vec::with_capacity(self.ops.len());
         let held = self.held();
+        let elsewhere = self.held_elsewhere();
         for (i, op) in self.ops.iter().enumerate() {
             let mut d: Vec<usize> = Vec::new();
             let mut seen: Vec<Obj> = Vec::new();
-            for (o, w) in self.objects(i, &held) {
+            let mut objects = self.objects(i, &held);
+            objects.extend(elsewhere[i].iter().map(|b| (Obj::Buffer(*b), true)));
+            for (o, w) in objects {
                 if seen.contains(&o) {
                     // The same object twice: the stronger access counts (a write is listed last).
                     if !w {

@@ -3,13 +3,14 @@
 
 use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result};
-use crate::driver::capture_query::poll_until_done;
+use crate::driver::capture_query::{capture_info, poll_until_done};
 use crate::ffi;
+use crate::graph::capture::begun_here;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::stream::known_streams::End;
 use crate::stream::view::bind_if_special;
 
-use super::{Access, Mark, State, Uses};
+use super::{Access, Captured, Inner, Mark, State, Uses};
 
 impl Uses {
     /// For work recorded into a graph capture on `stream`: the graph orders its own nodes, and
@@ -20,9 +21,22 @@ impl Uses {
     /// (`cuEventQuery`) until it has completed, with the thread's capture mode relaxed meanwhile
     /// (`cuThreadExchangeStreamCaptureMode`). A use on a
     /// stream that has joined a capture since is refused.
-    pub(crate) fn settle_for_capture(&self, stream: ffi::CUstream, access: Access) -> Result<()> {
+    ///
+    /// Inside the capture (`capture`, begun by this crate), an earlier use by work recorded on
+    /// another of its streams (a fork) that this access conflicts with is ordered before it in
+    /// the graph: an event recorded on that stream (a node of the capture) and waited for on
+    /// `stream` (an edge). A stream that has left the capture since (joined back) is ordered by
+    /// its join.
+    pub(crate) fn settle_for_capture(
+        &self,
+        stream: ffi::CUstream,
+        stream_ctx: ffi::CUcontext,
+        capture: u64,
+        access: Access,
+    ) -> Result<()> {
         let inner = &self.0;
         let mut state = inner.lock();
+        inner.order_in_capture(&mut state, stream, stream_ctx, capture, access)?;
         let State { write, reads, .. } = &mut *state;
         let conflicting = write
             .iter_mut()
@@ -81,6 +95,47 @@ impl Uses {
                 Mark::Lazy | Mark::Done => {}
             }
         }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Orders an access by work recorded into `capture` on `stream` after the conflicting
+    /// accesses of that capture on its other streams, and records it.
+    fn order_in_capture(
+        &self,
+        state: &mut State,
+        stream: ffi::CUstream,
+        stream_ctx: ffi::CUcontext,
+        capture: u64,
+        access: Access,
+    ) -> Result<()> {
+        let captured = &mut state.captured;
+        captured.retain(|c| c.capture == capture || begun_here(c.capture));
+        let write = access == Access::Write;
+        let here = stream as usize;
+        for c in captured.iter() {
+            if c.capture != capture || c.stream == here || !(write || c.write) {
+                continue;
+            }
+            let other = c.stream as ffi::CUstream;
+            // The streams of a capture under way live until it ends (its forks are released
+            // after), and this access is inside it.
+            if capture_info(other)?.0.id() != Some(capture) {
+                continue;
+            }
+            self.order_after(stream, other, stream_ctx)?;
+        }
+        if write {
+            captured.retain(|c| c.capture != capture);
+        } else {
+            captured.retain(|c| c.capture != capture || c.stream != here || c.write);
+        }
+        captured.push(Captured {
+            capture,
+            stream: here,
+            write,
+        });
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::capture_query::is_capturing;
-use crate::driver::context::bind;
+use crate::driver::context::{bind, create_plain_event};
 use crate::ffi;
 use crate::graph::capture::capturing_in;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
@@ -68,6 +68,40 @@ impl Inner {
         // SAFETY: both are live; the waiter's context is the buffer's (checked by the caller),
         // and a wait on an event of the same context is always legal.
         check(unsafe { f(waiter, ev, 0) }, "cuStreamWaitEvent")
+    }
+
+    /// Makes `later` wait for the work enqueued so far on `earlier` (both streams of one
+    /// capture, so of one context, `ctx`: a node recorded on `earlier`, an edge to `later`).
+    /// The event is one of the memory's context, given back at once; where the capture is in
+    /// another context (a peer copy captured on the other device's stream) one of that context,
+    /// made and destroyed here (an event records only on a stream of its own context).
+    pub(super) fn order_after(
+        &self,
+        later: ffi::CUstream,
+        earlier: ffi::CUstream,
+        ctx: ffi::CUcontext,
+    ) -> Result<()> {
+        if ctx == self.raw_ctx() {
+            let ev = self.record_new(earlier)?;
+            let r = self.wait(later, ev);
+            self.release(ev);
+            return r;
+        }
+        let ev = create_plain_event(ctx)?;
+        let (record, wait, destroy) = (
+            driver_fn!(cuEventRecord),
+            driver_fn!(cuStreamWaitEvent),
+            driver_fn!(cuEventDestroy),
+        );
+        // SAFETY: the event is live and of `ctx`, as are both streams (live while their capture,
+        // which the caller's access is inside, runs).
+        let r = check(unsafe { record(ev, earlier) }, "cuEventRecord").and_then(|()| {
+            // SAFETY: as above.
+            check(unsafe { wait(later, ev, 0) }, "cuStreamWaitEvent")
+        });
+        // SAFETY: made here and used by nothing else; the wait has taken its dependency.
+        let _ = unsafe { destroy(ev) };
+        r
     }
 
     /// Waits on the host for the context's work (the end of a use nothing marks). Refused, with

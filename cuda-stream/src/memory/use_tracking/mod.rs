@@ -197,6 +197,18 @@ struct State {
     /// everything its stream has enqueued since, later uses of other buffers included, which
     /// would serialise a pipeline (a copy in waiting for the previous chunk's copy out).
     eager: bool,
+    /// Uses by work recorded into captures this crate began and that are under way (purged at
+    /// the next capture use once their capture has ended): conflicting uses on two streams of
+    /// one capture are ordered inside its graph (see `capture.rs`).
+    captured: Vec<Captured>,
+}
+
+/// A use of the memory by work recorded into capture `capture` on `stream`.
+#[derive(Debug, Clone, Copy)]
+struct Captured {
+    capture: u64,
+    stream: usize,
+    write: bool,
 }
 
 impl State {
