@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use crate::base::capture_mode::{CaptureMode, CaptureStatus};
 use crate::base::error::{Error, Result, check, driver_fn};
@@ -42,8 +42,24 @@ pub(crate) fn begun_here(id: u64) -> bool {
 
 /// Whether a capture this crate began on a stream of `ctx` is under way: a synchronisation of
 /// the context would fail and invalidate it.
-pub(crate) fn capturing_in(ctx: ffi::CUcontext) -> bool {
+fn capturing_in(ctx: ffi::CUcontext) -> bool {
     ours().iter().any(|&(_, c)| c == ctx as usize)
+}
+
+/// Held shared by [`unless_capturing_in`] across its look at [`OURS`] and its call, and
+/// exclusively by a capture from just before `cuStreamBeginCapture` until it is listed there:
+/// no capture of this crate begins between the look and the call.
+static BEGINS: RwLock<()> = RwLock::new(());
+
+/// `f()` (a synchronisation of `ctx` this crate makes on its own: the end of a use nothing
+/// marks), unless a capture this crate began on a stream of `ctx` is under way (`None`): the
+/// call would fail and invalidate it. No such capture begins meanwhile.
+pub(crate) fn unless_capturing_in<R>(ctx: ffi::CUcontext, f: impl FnOnce() -> R) -> Option<R> {
+    let _no_begin = BEGINS.read().unwrap_or_else(|e| e.into_inner());
+    if capturing_in(ctx) {
+        return None;
+    }
+    Some(f())
 }
 
 fn per_thread_refused(call: &'static str) -> Error {
@@ -209,12 +225,14 @@ fn capture_on(
     let begin = driver_fn!(cuStreamBeginCapture);
     let end = driver_fn!(cuStreamEndCapture);
     sweep_parked();
+    let begins;
     {
         let _bound = stream.bind_if_default()?;
         // The uses of buffers marked lazily on the stream so far are settled by one event now,
         // while it can still be recorded: once the capture has begun, a record there would be a
         // node of the capture (see the ordering model in `memory::use_tracking`).
         known_streams::settle(raw)?;
+        begins = Some(BEGINS.write().unwrap_or_else(|e| e.into_inner()));
         // SAFETY: the stream is live; the mode is a valid `CUstreamCaptureMode`.
         check(unsafe { begin(raw, mode.raw()) }, "cuStreamBeginCapture")?;
         if stream.is_default() {
@@ -239,6 +257,7 @@ fn capture_on(
     };
     let id = status.id().unwrap_or(0);
     ours().push((id, ctx as usize));
+    drop(begins);
     let shared = CaptureShared::new(id, graph, raw, ctx);
     // Frees of memory dropped in the closure are queued while the capture runs, and made once it
     // has ended (when the deferral goes): their driver calls would invalidate it.

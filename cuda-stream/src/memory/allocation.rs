@@ -23,7 +23,7 @@ use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
 use crate::ffi;
-use crate::graph::capture::{begun_here, capturing_in};
+use crate::graph::capture::{begun_here, unless_capturing_in};
 use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
 use crate::memory::use_tracking::{Access, Uses, waits_for_a_capture};
@@ -591,23 +591,27 @@ fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
 /// and tried again at a later allocation or free.
 #[cold]
 fn free_plain_after_context(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
-    if capturing_in(ctx.raw()) {
-        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        pending.push(PendingFree {
-            handle: ptr as usize,
-            ctx: ctx.clone(),
-            events: Vec::new(),
-            free: |ctx, ptr| free_plain_after_context(ctx, ptr as ffi::CUdeviceptr),
-        });
-        PENDING_COUNT.fetch_add(1, Ordering::Release);
-        return Ok(());
+    let synchronized = unless_capturing_in(ctx.raw(), || {
+        let _bound = bind(ctx.raw())?;
+        // As for the tracker's own context synchronisation (a capture in another context is not
+        // refused it).
+        let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
+        let f = driver_fn!(cuCtxSynchronize);
+        // SAFETY: no arguments; the context is current.
+        check(unsafe { f() }, "cuCtxSynchronize")
+    });
+    match synchronized {
+        Some(r) => r.and_then(|()| free_plain_now(ctx, ptr)),
+        None => {
+            let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+            pending.push(PendingFree {
+                handle: ptr as usize,
+                ctx: ctx.clone(),
+                events: Vec::new(),
+                free: |ctx, ptr| free_plain_after_context(ctx, ptr as ffi::CUdeviceptr),
+            });
+            PENDING_COUNT.fetch_add(1, Ordering::Release);
+            Ok(())
+        }
     }
-    let _bound = bind(ctx.raw())?;
-    // As for the tracker's own context synchronisation (a capture in another context is not
-    // refused it).
-    let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
-    let f = driver_fn!(cuCtxSynchronize);
-    // SAFETY: no arguments; the context is current.
-    check(unsafe { f() }, "cuCtxSynchronize")?;
-    free_plain_now(ctx, ptr)
 }

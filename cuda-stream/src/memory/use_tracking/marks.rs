@@ -13,12 +13,12 @@ use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::{bind, create_plain_event};
 use crate::ffi;
-use crate::graph::capture::capturing_in;
+use crate::graph::capture::unless_capturing_in;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::stream::known_streams::{self, End, StreamEnd};
 use crate::stream::view::bind_if_special;
 
-use super::{Inner, Mark, State, Use, joined_capture};
+use super::{Inner, Mark, State, Use, context_capturing, joined_capture};
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -109,21 +109,17 @@ impl Inner {
     /// `cuCtxSynchronize` would fail and invalidate it (a capture other code began is not seen).
     #[cold]
     pub(super) fn synchronize_context(&self) -> Result<()> {
-        if capturing_in(self.raw_ctx()) {
-            return Err(Error::Refused {
-                call: "cuCtxSynchronize",
-                reason: "only the context's completion covers a use of the buffer, and a stream \
-                         of the context is being captured",
-            });
-        }
-        let _bound = bind(self.raw_ctx())?;
-        // No capture of this crate is under way in the context; one in another context, begun
-        // by this thread or in the global mode by another, would refuse the call (and be
-        // invalidated) unless the thread's mode is relaxed for it.
-        let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
-        let f = driver_fn!(cuCtxSynchronize);
-        // SAFETY: the context is current.
-        check(unsafe { f() }, "cuCtxSynchronize")
+        unless_capturing_in(self.raw_ctx(), || {
+            let _bound = bind(self.raw_ctx())?;
+            // No capture of this crate is under way in the context; one in another context,
+            // begun by this thread or in the global mode by another, would refuse the call (and
+            // be invalidated) unless the thread's mode is relaxed for it.
+            let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
+            let f = driver_fn!(cuCtxSynchronize);
+            // SAFETY: the context is current.
+            check(unsafe { f() }, "cuCtxSynchronize")
+        })
+        .unwrap_or_else(|| Err(context_capturing()))
     }
 
     /// Whether `stream` is the context's service stream: private for the context's life (never

@@ -248,10 +248,26 @@ fn joined_capture() -> Error {
     }
 }
 
-/// Whether `e` is [`joined_capture`]'s refusal: the operation can be made once the capture has
-/// ended.
+/// The reason of the refusal of a context synchronisation (the end of a use nothing marks)
+/// while a capture this crate began in the context is under way (see [`context_capturing`]).
+const CONTEXT_CAPTURING: &str = "only the context's completion covers a use of the buffer, and a \
+                                 stream of the context is being captured: it can be waited for \
+                                 once that capture has ended";
+
+/// The refusal of a context synchronisation while a capture of the context is under way.
+#[cold]
+fn context_capturing() -> Error {
+    Error::Refused {
+        call: "cuCtxSynchronize",
+        reason: CONTEXT_CAPTURING,
+    }
+}
+
+/// Whether `e` is [`joined_capture`]'s or [`context_capturing`]'s refusal: the operation can be
+/// made once the capture has ended.
 pub(crate) fn waits_for_a_capture(e: &Error) -> bool {
-    matches!(e, Error::Refused { reason, .. } if std::ptr::eq(*reason, JOINED))
+    matches!(e, Error::Refused { reason, .. }
+        if *reason == JOINED || *reason == CONTEXT_CAPTURING)
 }
 
 impl Uses {
