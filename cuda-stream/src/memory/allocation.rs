@@ -429,7 +429,8 @@ impl Drop for Allocation {
             return;
         }
         match self.free_ptr(self.ptr) {
-            Err(e) if waits_for_a_capture(&e) => {
+            // Graph memory is freed in its capture or not at all: never retried after it.
+            Err(e) if waits_for_a_capture(&e) && !matches!(self.origin, Origin::Graph { .. }) => {
                 // Not freed, every use kept: queued whole, retried at the next poll.
                 let mut blocked = BLOCKED.lock().unwrap_or_else(|e| e.into_inner());
                 blocked.push(self.take());
