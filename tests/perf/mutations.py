@@ -177,6 +177,14 @@ MUTATIONS = [
         "    let _ = list;\n    launch()\n}",
         "a graph launch waits for the other uses of the buffers its graph holds",
     ),
+    (
+        "capture_orders_forks",
+        CAPTURE,
+        "            self.order_after(stream, other, stream_ctx)?;",
+        "            let _ = (other, stream_ctx);",
+        "work recorded into a capture waits, inside the graph, for a conflicting use on another "
+        "stream of the capture",
+    ),
 ]
 
 
