@@ -27,6 +27,8 @@ import sys
 import time
 
 TRACKING = "cuda-stream/src/memory/use_tracking/mod.rs"
+MARKS = "cuda-stream/src/memory/use_tracking/marks.rs"
+RELEASE = "cuda-stream/src/memory/use_tracking/release.rs"
 CAPTURE = "cuda-stream/src/memory/use_tracking/capture.rs"
 ALLOCATION = "cuda-stream/src/memory/allocation.rs"
 PINNED = "cuda-stream/src/memory/pinned.rs"
@@ -36,21 +38,21 @@ BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
 MUTATIONS = [
     (
         "wait_for_lazy_mark",
-        TRACKING,
+        MARKS,
         "(None, Mark::Event(ev)) => self.wait(waiter, ev),",
         "(None, Mark::Event(_ev)) => Ok(()),",
         "a use on another stream waits for the event just recorded after a lazy use",
     ),
     (
         "wait_for_final_event",
-        TRACKING,
+        MARKS,
         "(Some(End::Marked(fev)), _) => self.wait(waiter, fev),",
         "(Some(End::Marked(_fev)), _) => Ok(()),",
         "a use waits for the final event of the ended stream of a lazy use",
     ),
     (
         "wait_for_lost_end_sync",
-        TRACKING,
+        MARKS,
         "                    _ => {\n                        self.synchronize_context()?;",
         "                    _ => {",
         "a lazy use on a stream that ended where nothing marks its end (inside a host function): "
@@ -58,21 +60,21 @@ MUTATIONS = [
     ),
     (
         "wait_for_event",
-        TRACKING,
+        MARKS,
         "Mark::Event(ev) => self.wait(waiter, ev),\n            Mark::Lost => {",
         "Mark::Event(_ev) => Ok(()),\n            Mark::Lost => {",
         "a use waits for the event recorded after an evented (eager) use",
     ),
     (
         "wait_for_lost_mark_sync",
-        TRACKING,
+        MARKS,
         "host function).\n                self.synchronize_context()?;",
         "host function).",
         "a use marked lost (its event could not be recorded): the context is synchronised",
     ),
     (
         "own_event_service_wait",
-        TRACKING,
+        MARKS,
         "                self.wait(service, fev)?;\n",
         "",
         "an event for a lazy use of an ended stream is recorded on the service stream after "
@@ -94,14 +96,14 @@ MUTATIONS = [
     ),
     (
         "free_waits_for_uses",
-        TRACKING,
+        RELEASE,
         "            self.wait_for(stream, u)?;\n",
         "            let _ = u;\n",
         "a stream-ordered free waits for every use",
     ),
     (
         "hand_back_waits",
-        TRACKING,
+        RELEASE,
         "if let Err(e) = inner.wait_for(owner, u) {",
         "if let Err(e) = { let _ = (owner, &u); Ok::<(), Error>(()) } {",
         "the end of a borrow: the owner's stream waits for every use",
@@ -131,22 +133,22 @@ MUTATIONS = [
     (
         "plain_free_checks_events",
         ALLOCATION,
-        "if in_host_fn() || !events.iter().all(|(_, ev)| event_done(*ev)) {",
-        "if in_host_fn() {",
+        "if must_defer_free() || !all_done(&events) {",
+        "if must_defer_free() {",
         "a plain free is made now only if every use's event has completed",
     ),
     (
         "pending_free_checks_events",
         ALLOCATION,
-        "if pending[i].events.iter().all(|(_, ev)| event_done(*ev)) {",
+        "if all_done(&pending[i].events) {",
         "if true {",
         "a pending plain free is made only once every use's event has completed",
     ),
     (
         "plain_free_after_context_sync",
         ALLOCATION,
-        'check(unsafe { f() }, "cuCtxSynchronize")?;\n    free_plain_now(ctx, ptr)',
-        "let _ = f;\n    free_plain_now(ctx, ptr)",
+        '        // SAFETY: no arguments; the context is current.\n        check(unsafe { f() }, "cuCtxSynchronize")\n    });',
+        "        let _ = f;\n        Ok(())\n    });",
         "a plain free after a use nothing marks waits for the context",
     ),
     (
@@ -173,8 +175,8 @@ MUTATIONS = [
     (
         "replay_waits_for_uses",
         BUFFER_OPS,
-        "    Uses::around_all(&mut list, stream, launch)\n}",
-        "    let _ = list;\n    launch()\n}",
+        "        return Uses::around_all(&mut list, stream, launch);",
+        "        let _ = &mut list;\n        return launch();",
         "a graph launch waits for the other uses of the buffers its graph holds",
     ),
     (
