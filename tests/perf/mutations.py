@@ -147,8 +147,8 @@ MUTATIONS = [
     (
         "plain_free_after_context_sync",
         ALLOCATION,
-        '        // SAFETY: no arguments; the context is current.\n        check(unsafe { f() }, "cuCtxSynchronize")\n    });',
-        "        let _ = f;\n        Ok(())\n    });",
+        "    match synchronize_context_outside_captures(ctx.raw()) {",
+        "    match Some(Ok::<(), crate::Error>(())) {",
         "a plain free after a use nothing marks waits for the context",
     ),
     (

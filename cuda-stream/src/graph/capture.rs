@@ -232,7 +232,7 @@ fn capture_on(
         // while it can still be recorded: once the capture has begun, a record there would be a
         // node of the capture (see the ordering model in `memory::use_tracking`).
         known_streams::settle(raw)?;
-        begins = Some(BEGINS.write().unwrap_or_else(|e| e.into_inner()));
+        begins = BEGINS.write().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the stream is live; the mode is a valid `CUstreamCaptureMode`.
         check(unsafe { begin(raw, mode.raw()) }, "cuStreamBeginCapture")?;
         if stream.is_default() {

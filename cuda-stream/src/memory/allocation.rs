@@ -23,10 +23,12 @@ use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
 use crate::ffi;
-use crate::graph::capture::{begun_here, unless_capturing_in};
+use crate::graph::capture::begun_here;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
 use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
-use crate::memory::use_tracking::{Access, Uses, waits_for_a_capture};
+use crate::memory::use_tracking::{
+    Access, Uses, synchronize_context_outside_captures, waits_for_a_capture,
+};
 use crate::stream::view::bind_if_special;
 
 /// Where the memory came from, and so how it is freed.
@@ -481,6 +483,12 @@ static PENDING: Mutex<Vec<PendingFree>> = Mutex::new(Vec::new());
 /// How many entries `PENDING` holds, read without the lock.
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// Queues `p`, made at a later allocation or free ([`poll_pending_frees`]).
+fn queue_free(p: PendingFree) {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+    PENDING_COUNT.fetch_add(1, Ordering::Release);
+}
+
 /// Calls `free(ctx, handle)` once every event of `events` (each of its context, handed over) has
 /// completed: now if they have (returning its answer), else at a later allocation or free
 /// ([`poll_pending_frees`]; `Ok` now). Inside a host function always later.
@@ -490,18 +498,13 @@ pub(crate) fn free_when_done(
     events: Vec<(Context, ffi::CUevent)>,
     free: fn(&Context, usize) -> Result<()>,
 ) -> Result<()> {
-    let queue = |events| {
-        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        pending.push(PendingFree {
+    if must_defer_free() || !all_done(&events) {
+        queue_free(PendingFree {
             handle,
             ctx: ctx.clone(),
             events,
             free,
         });
-        PENDING_COUNT.fetch_add(1, Ordering::Release);
-    };
-    if must_defer_free() || !all_done(&events) {
-        queue(events);
         return Ok(());
     }
     for (c, ev) in events {
@@ -592,26 +595,15 @@ fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
 /// and tried again at a later allocation or free.
 #[cold]
 fn free_plain_after_context(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
-    let synchronized = unless_capturing_in(ctx.raw(), || {
-        let _bound = bind(ctx.raw())?;
-        // As for the tracker's own context synchronisation (a capture in another context is not
-        // refused it).
-        let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
-        let f = driver_fn!(cuCtxSynchronize);
-        // SAFETY: no arguments; the context is current.
-        check(unsafe { f() }, "cuCtxSynchronize")
-    });
-    match synchronized {
+    match synchronize_context_outside_captures(ctx.raw()) {
         Some(r) => r.and_then(|()| free_plain_now(ctx, ptr)),
         None => {
-            let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-            pending.push(PendingFree {
+            queue_free(PendingFree {
                 handle: ptr as usize,
                 ctx: ctx.clone(),
                 events: Vec::new(),
                 free: |ctx, ptr| free_plain_after_context(ctx, ptr as ffi::CUdeviceptr),
             });
-            PENDING_COUNT.fetch_add(1, Ordering::Release);
             Ok(())
         }
     }

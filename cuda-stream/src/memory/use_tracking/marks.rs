@@ -12,6 +12,7 @@ use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::{bind, create_plain_event};
+use crate::driver::recycled_events::try_destroy;
 use crate::ffi;
 use crate::graph::capture::unless_capturing_in;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
@@ -19,6 +20,23 @@ use crate::stream::known_streams::{self, End, StreamEnd};
 use crate::stream::view::bind_if_special;
 
 use super::{Inner, Mark, State, Use, context_capturing, joined_capture};
+
+/// `cuCtxSynchronize` of `ctx` (the end of a use nothing marks), unless a capture this crate
+/// began on a stream of the context is under way (`None`, no driver call): the call would fail
+/// and invalidate it (a capture other code began is not seen). No such capture begins
+/// meanwhile; one in another context, begun by this thread or in the global mode by another,
+/// would refuse the call (and be invalidated) unless the thread's mode is relaxed for it, as it
+/// is here.
+#[cold]
+pub(crate) fn synchronize_context_outside_captures(ctx: ffi::CUcontext) -> Option<Result<()>> {
+    unless_capturing_in(ctx, || {
+        let _bound = bind(ctx)?;
+        let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
+        let f = driver_fn!(cuCtxSynchronize);
+        // SAFETY: the context is current.
+        check(unsafe { f() }, "cuCtxSynchronize")
+    })
+}
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -43,9 +61,9 @@ impl Inner {
     fn record(&self, ev: ffi::CUevent, stream: ffi::CUstream) -> Result<()> {
         let _bound = bind_if_special(stream, self.raw_ctx())?;
         let f = driver_fn!(cuEventRecord);
-        // SAFETY: the event is ours and of this context; the stream is live (a lazy use's
-        // stream is held by its end's lock, or lives as long as the context; otherwise it is
-        // the caller's).
+        // SAFETY: the event is ours and of the stream's context (this one, or the capture's in
+        // `order_after`); the stream is live (a lazy use's stream is held by its end's lock, or
+        // lives as long as the context; otherwise it is the caller's).
         check(unsafe { f(ev, stream) }, "cuEventRecord")
     }
 
@@ -81,45 +99,28 @@ impl Inner {
         earlier: ffi::CUstream,
         ctx: ffi::CUcontext,
     ) -> Result<()> {
-        if ctx == self.raw_ctx() {
-            let ev = self.record_new(earlier)?;
-            let r = self.wait(later, ev);
+        let ours = ctx == self.raw_ctx();
+        let ev = if ours {
+            self.event()?
+        } else {
+            create_plain_event(ctx)?
+        };
+        let r = self.record(ev, earlier).and_then(|()| self.wait(later, ev));
+        if ours {
             self.release(ev);
-            return r;
+        } else {
+            let _ = try_destroy(ev);
         }
-        let ev = create_plain_event(ctx)?;
-        let (record, wait, destroy) = (
-            driver_fn!(cuEventRecord),
-            driver_fn!(cuStreamWaitEvent),
-            driver_fn!(cuEventDestroy),
-        );
-        // SAFETY: the event is live and of `ctx`, as are both streams (live while their capture,
-        // which the caller's access is inside, runs).
-        let r = check(unsafe { record(ev, earlier) }, "cuEventRecord").and_then(|()| {
-            // SAFETY: as above.
-            check(unsafe { wait(later, ev, 0) }, "cuStreamWaitEvent")
-        });
-        // SAFETY: made here and used by nothing else; the wait has taken its dependency.
-        let _ = unsafe { destroy(ev) };
         r
     }
 
     /// Waits on the host for the context's work (the end of a use nothing marks). Refused, with
-    /// no driver call, while a capture this crate began on a stream of the context is under way:
-    /// `cuCtxSynchronize` would fail and invalidate it (a capture other code began is not seen).
+    /// no driver call, while a capture this crate began on a stream of the context is under way
+    /// (see [`synchronize_context_outside_captures`]).
     #[cold]
     pub(super) fn synchronize_context(&self) -> Result<()> {
-        unless_capturing_in(self.raw_ctx(), || {
-            let _bound = bind(self.raw_ctx())?;
-            // No capture of this crate is under way in the context; one in another context,
-            // begun by this thread or in the global mode by another, would refuse the call (and
-            // be invalidated) unless the thread's mode is relaxed for it.
-            let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
-            let f = driver_fn!(cuCtxSynchronize);
-            // SAFETY: the context is current.
-            check(unsafe { f() }, "cuCtxSynchronize")
-        })
-        .unwrap_or_else(|| Err(context_capturing()))
+        synchronize_context_outside_captures(self.raw_ctx())
+            .unwrap_or_else(|| Err(context_capturing()))
     }
 
     /// Whether `stream` is the context's service stream: private for the context's life (never

@@ -143,6 +143,8 @@ mod capture;
 mod marks;
 mod release;
 
+pub(crate) use marks::synchronize_context_outside_captures;
+
 /// What a use does to the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
