@@ -6,8 +6,10 @@
 //! program made its operations in (their dependencies).
 //!
 //! An error is a failure, except where the crate documents a refusal or the program provokes a
-//! failure: a use inside a capture refused (`Error::Refused`: the buffer's conflicting earlier
-//! use is on a stream in a capture now, or covered by the context's completion only), `into_raw`
+//! failure: a use covered by the context's completion only, refused while a capture of the
+//! context runs (on any thread), a use inside a capture refused (`Error::Refused`: the buffer's
+//! conflicting earlier use is on a stream in a capture now, or covered by the context's
+//! completion only), `into_raw`
 //! refused (graphs hold the memory, or a use is covered by the context's completion only: the
 //! buffer comes back), and the faults `IntoRawFails` and `FaultyAct` inject. A refused step
 //! ends its capture with that error and no graph; the work it did outside the capture before
@@ -167,6 +169,15 @@ impl Model {
 
     /// Whether operation `i`'s error is one the crate documents for it.
     fn allowed(&self, op: &OpKind, out: &Outcome) -> bool {
+        // Any use whose earlier use only the context's completion covers is refused while a
+        // capture of the context runs, on whatever thread: nothing is enqueued.
+        if out
+            .error
+            .as_ref()
+            .is_some_and(|e| e.1 && e.0.contains("a stream of the context is being captured"))
+        {
+            return true;
+        }
         match op {
             OpKind::IntoRawFails { .. } => true,
             // The memory is freed, after the context's work where a use is covered by nothing

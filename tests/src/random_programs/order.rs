@@ -198,9 +198,16 @@ impl Program {
         for (i, op) in self.ops.iter().enumerate() {
             let mut d: Vec<usize> = Vec::new();
             let mut seen: Vec<Obj> = Vec::new();
-            let mut objects = self.objects(i, &held);
-            objects.extend(elsewhere[i].iter().map(|b| (Obj::Buffer(*b), true)));
-            for (o, w) in objects {
+            // A replay waits for every earlier operation on a slot whose earlier allocation its
+            // graph writes, without counting as one on the slot (whose allocation it leaves
+            // alone): the operations after it are not ordered by it, nor is a `loose` partner.
+            for b in &elsewhere[i] {
+                if let Some(t) = objs.get(&Obj::Buffer(*b)) {
+                    d.extend(t.last_change);
+                    d.extend(t.uses.iter().copied());
+                }
+            }
+            for (o, w) in self.objects(i, &held) {
                 if seen.contains(&o) {
                     // The same object twice: the stronger access counts (a write is listed last).
                     if !w {
