@@ -76,8 +76,8 @@ if [ -d tests/interop ]; then
 fi
 
 strip "$out"/tests/* "$out"/bin/* "$out"/lib/*.so 2>/dev/null || true
-cp tests/bundle/run.sh "$out/run.sh"
-chmod +x "$out/run.sh"
+cp tests/bundle/run.sh tests/bundle/parallel.sh "$out/"
+chmod +x "$out/run.sh" "$out/parallel.sh"
 size=$(du -sm "$out" | cut -f1)
 echo "== gpu-bundle: ${size} MiB in $out"
 if [ "$size" -ge 64 ]; then

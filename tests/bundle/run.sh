@@ -121,20 +121,26 @@ if [ $multi -eq 1 ]; then
     if [ "$ngpu" -lt 2 ]; then
         echo "skipped: --multi-gpu needs 2 GPUs, $ngpu visible"
     else
-        echo "== multi-GPU: NCCL, peers and two-GPU tests (every one required to run, none skipped)"
+        echo "== multi-GPU: NCCL, peers and two-GPU tests (every one required to run, none skipped), one test at a time and then four at a time"
+        for run in 1 4; do
         for name in cuda-stream-tests--nccl cuda-stream-tests--peers cuda-stream-tests--multi_gpu; do
             t="$here/tests/$name"
             [ -x "$t" ] || { record "$name (missing)" 1; continue; }
+            # Four at a time as well: a drain of work queued by another test (a communicator
+            # destroyed with its last graph) on a test's thread is what four threads found.
+            name_run=$name
+            [ $run -eq 1 ] || name_run="$name, 4 threads"
             CUDA_STREAM_TESTS_REQUIRE_GPU=1 CUDA_STREAM_TESTS_REQUIRE_NCCL=1 \
-                timeout -k 10 "$plain_per_binary" "$t" --test-threads=1 --nocapture \
+                timeout -k 10 "$plain_per_binary" "$t" --test-threads=$run --nocapture \
                 >"$log_dir/multi-$name.log" 2>&1
             st=$?
             while read -r p f; do
                 tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
             done < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log_dir/multi-$name.log")
             grep -h "skipped\|^NCCL \|peer access\|rank 1:" "$log_dir/multi-$name.log" | sort | uniq -c | head -8
-            record "multi-gpu $name" $st
+            record "multi-gpu $name_run" $st
             if [ $st -ne 0 ]; then tail -n 40 "$log_dir/multi-$name.log"; fi
+        done
         done
         if [ -x "$here/bin/cuda-stream-bench" ]; then
             # Two full runs (two processes): a target counts as met only when both are within it.

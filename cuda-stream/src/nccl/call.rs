@@ -4,6 +4,7 @@
 
 use crate::base::error::{Error, Result, refuse_in_host_fn};
 use crate::driver::context::{Bound, bind, current_context_raw};
+use crate::driver::deferred_destroy::KeepCurrent;
 use crate::ffi;
 use crate::ffi::nccl::{Nccl, ncclResult_t};
 
@@ -46,47 +47,21 @@ pub(crate) use nccl_fn;
 
 /// A communicator's context bound for NCCL calls (see `plan::issue` for why): on drop the
 /// binding is undone, and if NCCL left another context current than the caller had, the
-/// caller's is made current again. Measured on two H100s with NCCL 2.28.9: NCCL's first
-/// initialisation in a process (`ncclCommInitAll` from a thread with nothing current, its
-/// first device's context bound) left device 0's primary context current after the binding was
-/// undone; later calls leave the binding as they found it.
+/// caller's is made current again (`KeepCurrent`). Measured on two H100s with NCCL 2.28.9:
+/// NCCL's first initialisation in a process (`ncclCommInitAll` from a thread with nothing
+/// current, its first device's context bound) left device 0's primary context current after the
+/// binding was undone; later calls leave the binding as they found it.
 pub(crate) struct NcclBound {
-    before: ffi::CUcontext,
-    bound: Option<Bound>,
+    // Dropped first: the binding is undone before the caller's context is checked.
+    _bound: Bound,
+    _keep: KeepCurrent,
 }
 
 /// Binds `ctx` for NCCL calls until the guard drops (see [`NcclBound`]).
 pub(crate) fn bind_for_nccl(ctx: ffi::CUcontext) -> Result<NcclBound> {
     let before = current_context_raw()?;
     Ok(NcclBound {
-        before,
-        bound: Some(bind(ctx)?),
+        _keep: KeepCurrent::found(before),
+        _bound: bind(ctx)?,
     })
-}
-
-impl Drop for NcclBound {
-    fn drop(&mut self) {
-        drop(self.bound.take());
-        // NCCL's first initialisation left one or more contexts on the thread's stack (setting
-        // the top to nothing, as `cuCtxSetCurrent(null)` does, left another current on two
-        // H200s): with nothing current before, they are popped; else the top is set back.
-        for _ in 0..8 {
-            match current_context_raw() {
-                Ok(now) if now != self.before => {}
-                _ => return,
-            }
-            if self.before.is_null() {
-                if let Ok(f) = ffi::fns::cuCtxPopCurrent() {
-                    let mut popped = std::ptr::null_mut();
-                    // SAFETY: a valid out-pointer; pops what NCCL left on this thread's stack.
-                    let _ = unsafe { f(&mut popped) };
-                }
-            } else if let Ok(f) = ffi::fns::cuCtxSetCurrent() {
-                // SAFETY: `before` was current on this thread when the guard was made (so live);
-                // NCCL destroys no context of the caller's.
-                let _ = unsafe { f(self.before) };
-                return;
-            }
-        }
-    }
 }

@@ -127,6 +127,28 @@ fn main() {
         return;
     }
 
+    // `contexts first-init [none|dev0|dev1]`: NCCL's first `ncclCommInitAll` of the process
+    // over both devices, from a fresh thread with that context pushed; then the thread's context
+    // stack, popped one entry at a time.
+    if args.first().map(String::as_str) == Some("first-init") {
+        if n < 2 {
+            println!("one device: no two-device init");
+            return;
+        }
+        let (p0, p1) = (primary(0), primary(1));
+        let pushed = match args.get(1).map(String::as_str) {
+            Some("dev0") => p0,
+            Some("dev1") => p1,
+            _ => ptr::null_mut(),
+        };
+        let names = [("device 0's primary", p0), ("device 1's primary", p1)];
+        match sys::nccl::Nccl::global() {
+            Err(e) => println!("no NCCL: {e}"),
+            Ok(nccl) => nccl::first_init(nccl, pushed, &names),
+        }
+        return;
+    }
+
     // 1a. Two contexts of one device.
     let p0 = primary(0);
     let t0 = Target::new(p0, false);

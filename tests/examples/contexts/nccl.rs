@@ -161,3 +161,64 @@ pub(crate) fn nccl_part(
         }
     });
 }
+
+/// NCCL's first `ncclCommInitAll` over devices 0 and 1 from a fresh thread with `pushed` pushed
+/// (none if null); then what is current, and the stack popped entry by entry.
+pub(crate) fn first_init(
+    nccl: &'static sys::nccl::Nccl,
+    pushed: CUcontext,
+    names: &[(&str, CUcontext)],
+) {
+    let pushed = pushed as usize;
+    let names: Vec<(String, usize)> = names
+        .iter()
+        .map(|(s, c)| (s.to_string(), *c as usize))
+        .collect();
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            let named: Vec<(&str, CUcontext)> = names
+                .iter()
+                .map(|(s, c)| (s.as_str(), *c as CUcontext))
+                .collect();
+            if pushed != 0 {
+                // SAFETY: a live primary context, pushed on this thread.
+                ok(
+                    unsafe { sys::cuCtxPushCurrent(pushed as CUcontext) },
+                    "cuCtxPushCurrent",
+                );
+            }
+            println!(
+                "before ncclCommInitAll: current = {} (pushed {})",
+                which(current(), &named),
+                which(pushed as CUcontext, &named)
+            );
+            let mut comms: [sys::nccl::ncclComm_t; 2] = [ptr::null_mut(); 2];
+            let devs = [0, 1];
+            // SAFETY: room for two communicators; two device ordinals.
+            let rc =
+                unsafe { nccl.ncclCommInitAll().unwrap()(comms.as_mut_ptr(), 2, devs.as_ptr()) };
+            println!(
+                "ncclCommInitAll: {rc:?}; current = {}",
+                which(current(), &named)
+            );
+            for i in 0..6 {
+                let mut popped = ptr::null_mut();
+                // SAFETY: a valid out-pointer; pops this thread's stack.
+                let rc = unsafe { sys::cuCtxPopCurrent(&mut popped) };
+                println!(
+                    "pop {i}: {} popped {}; current now {}",
+                    crate::name(rc),
+                    which(popped, &named),
+                    which(current(), &named)
+                );
+                if rc != sys::CUresult::CUDA_SUCCESS {
+                    break;
+                }
+            }
+            for c in comms {
+                // SAFETY: each communicator once.
+                unsafe { nccl.ncclCommDestroy().unwrap()(c) };
+            }
+        });
+    });
+}

@@ -251,7 +251,12 @@ pub unsafe extern "C" fn ncclCommInitAll(
 
 fn end_comm(name: &str, c: ncclComm_t) -> ncclResult_t {
     with(name, |st| match st.comms.remove(&(c as usize)) {
-        Some(_) => OK,
+        Some(comm) => {
+            // NCCL tears the communicator down on its device, then makes the device it found
+            // current again (device 0 when nothing was current: the runtime's answer).
+            cudart::on_devices(&[comm.device], |_| ());
+            OK
+        }
         None => INVALID,
     })
 }

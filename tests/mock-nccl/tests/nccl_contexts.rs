@@ -163,3 +163,96 @@ fn a_graph_holding_a_collective_keeps_its_communicator() {
         drop(x);
     }
 }
+
+/// Seen on two H100s (the NCCL test binary, four test threads): the destroy of a communicator
+/// whose last graph ended is queued by the graph's destructor (on the driver's thread) and made
+/// by whichever ordinary thread drains the queue next, here one with nothing current. NCCL tears
+/// the communicator down on its device and then makes the device it found current (device 0),
+/// so the draining thread was left with device 0's primary context current, and a later
+/// `init_all` found it there. A drain leaves the thread's current context as it found it.
+#[test]
+fn a_deferred_destroy_leaves_the_draining_thread_as_it_found_it() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, _m) = fake();
+    let alive = n.live_comms();
+    let c1 = Context::primary(1).unwrap();
+    let comm = Communicator::init_all(&[c1.device()]).unwrap().remove(0);
+    let mut s = c1.new_stream().unwrap();
+    let mut x = DeviceBuffer::<f32>::zeroed(&c1, &s, 16).unwrap();
+    let graph = s
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            comm.all_reduce_in_place(&cap, &mut x, ReduceOp::Sum)
+        })
+        .unwrap();
+    drop(comm);
+    drop(graph);
+    s.synchronize().unwrap();
+    for before in [None, Some(&c1)] {
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let _bound = before.map(|c| c.bind().unwrap());
+                let want = before.map_or(std::ptr::null_mut(), |c| c.raw());
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while n.live_comms() != alive && std::time::Instant::now() < deadline {
+                    drain_deferred();
+                    assert_eq!(current_context_raw().unwrap(), want, "after a drain");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            });
+        });
+        if before.is_none() {
+            assert_eq!(n.live_comms(), alive, "the destroy was drained");
+            // A second communicator for the second round, ended the same way.
+            let comm = Communicator::init_all(&[c1.device()]).unwrap().remove(0);
+            let graph = s
+                .capture(CaptureMode::ThreadLocal, |cap| {
+                    comm.all_reduce_in_place(&cap, &mut x, ReduceOp::Sum)
+                })
+                .unwrap();
+            drop(comm);
+            drop(graph);
+            s.synchronize().unwrap();
+        }
+    }
+    assert_eq!(n.live_comms(), alive, "every destroy was drained");
+}
+
+/// A group of collectives on private streams (whose handles never left the crate), each buffer
+/// used only on its own stream, orders nothing: no event is recorded or waited for (the work's
+/// stream order covers every use), so the group costs the checks alone.
+#[test]
+fn a_group_on_private_streams_records_no_event() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let (c0, c1) = (Context::primary(0).unwrap(), Context::primary(1).unwrap());
+    let comms = Communicator::init_all(&[c0.device(), c1.device()]).unwrap();
+    let (s0, s1) = (c0.new_stream().unwrap(), c1.new_stream().unwrap());
+    let mut x0 = DeviceBuffer::<f32>::zeroed(&c0, &s0, 64).unwrap();
+    let mut x1 = DeviceBuffer::<f32>::zeroed(&c1, &s1, 64).unwrap();
+    let calls = || {
+        (
+            m.calls("cuEventRecord"),
+            m.calls("cuStreamWaitEvent"),
+            n.calls("ncclAllReduce"),
+        )
+    };
+    let before = calls();
+    for _ in 0..10 {
+        let mut g = Group::new();
+        g.all_reduce_in_place(&comms[0], &s0, &mut x0, ReduceOp::Sum)
+            .unwrap();
+        g.all_reduce_in_place(&comms[1], &s1, &mut x1, ReduceOp::Sum)
+            .unwrap();
+        g.run().unwrap();
+    }
+    let after = calls();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (0, 0, 20),
+        "events recorded, waits, all-reduces"
+    );
+}
