@@ -180,7 +180,7 @@
 //! | folder | what it holds |
 //! | --- | --- |
 //! | `base` | values and errors: [`PriorityRange`], [`CaptureMode`], [`DeviceCopy`] (`plain_data`), whether the thread runs a host function (`host_fn_flag`), [`Error`] (the chokepoints: the lookup of every driver function, refused inside a host function, and the one for `CUresult`s), the newest of a function's ABIs the driver has (`newest_abi`) |
-//! | `driver` | driver objects and the host-function rule: destroys deferred out of host functions (`deferred_destroy`), a context's recycled event handles (`recycled_events`), [`Device`], [`Context`], [`Event`], the two capture queries (`capture_query`) |
+//! | `driver` | driver objects and the host-function rule: destroys deferred out of host functions (`deferred_destroy`), a context's recycled event handles (`recycled_events`), [`Device`], [`Context`], their typed facts (`facts`: [`DeviceProperties`], [`Limit`], [`CacheConfig`], [`MemoryInfo`]), [`Event`], the two capture queries (`capture_query`) |
 //! | `stream` | streams: panics caught in host functions (`host_panics`), the streams a current-stream guard names (`guarded_streams`), the per-thread event behind `wait_stream` (`wait_event_cache`), the view [`Stream`] (`view`), [`OwnedStream`], [`StreamPool`], then the conveniences that each add an `impl Stream` block: host functions (`host_fn`), the current stream, [`Completion`], fork/join ([`Scope`]) |
 //! | `graph` | host nodes and values kept alive by driver user objects (`user_objects`), [`Graph`] and [`GraphExec`] (`replay`), the capture view [`CaptureStream`] (`capture_view`), capture itself, the capture-mode guard |
 //! | `memory` | the raw memset/memcpy functions, [`DeviceBuffer`] |
@@ -238,6 +238,7 @@ pub use driver::context::{Context, ContextBinding, current_context_raw};
 pub use driver::deferred_destroy::{deferred_pending, drain_deferred};
 pub use driver::device::{Device, driver_version, init};
 pub use driver::event::{Event, EventOptions, IpcEventHandle};
+pub use driver::facts::{CacheConfig, DeviceAttribute, DeviceProperties, Limit, MemoryInfo};
 pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
 pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
 pub use graph::replay::{Graph, GraphExec, InstantiateOptions};

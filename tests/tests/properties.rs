@@ -142,3 +142,43 @@ fn blocking_streams_synchronise_with_the_legacy_stream() {
     );
     assert_eq!(buf.get(1), 8);
 }
+
+/// Device and context facts as the driver reports them: the properties printed, the total
+/// memory two ways, a limit set and read back (the driver may round up), the cache preference.
+#[test]
+fn device_facts_and_context_limits() {
+    use cuda_stream::{CacheConfig, DeviceAttribute, Limit};
+    let Some(ctx) = gpu() else { return };
+    let d = ctx.device();
+    let p = d.properties().unwrap();
+    println!("{p}");
+    assert!(p.compute_capability.0 >= 5, "{:?}", p.compute_capability);
+    assert_eq!(d.compute_capability().unwrap(), p.compute_capability);
+    assert_eq!(
+        d.get_attribute(DeviceAttribute::MultiprocessorCount)
+            .unwrap() as u32,
+        p.multiprocessors
+    );
+    assert!(p.multiprocessors > 0 && p.warp_size == 32 && p.max_threads_per_block >= 512);
+    let info = ctx.memory_info().unwrap();
+    println!(
+        "memory: {} of {} bytes free; total memory {}",
+        info.free, info.total, p.total_memory
+    );
+    assert_eq!(info.total, d.total_memory().unwrap());
+    assert!(info.free <= info.total && info.free > 0);
+    let stack = ctx.limit(Limit::StackSize).unwrap();
+    ctx.set_limit(Limit::StackSize, 8192).unwrap();
+    let now = ctx.limit(Limit::StackSize).unwrap();
+    println!("stack size: {stack} -> {now} after asking for 8192");
+    assert!(now >= 8192);
+    ctx.set_limit(Limit::StackSize, stack).unwrap();
+    assert!(ctx.limit(Limit::MallocHeapSize).unwrap() > 0);
+    let before = ctx.cache_config().unwrap();
+    ctx.set_cache_config(CacheConfig::PreferL1).unwrap();
+    println!(
+        "cache preference: {before:?} -> {:?}",
+        ctx.cache_config().unwrap()
+    );
+    ctx.set_cache_config(before).unwrap();
+}

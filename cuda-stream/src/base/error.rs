@@ -418,13 +418,38 @@ impl Error {
         }
     }
 
+    /// The error of a failed driver call `call` that returned `code`, as this crate makes it:
+    /// for code that calls the raw API ([`ffi`]) for what this crate does not wrap, so that its
+    /// errors read like the crate's (`cuCtxSetLimit: CUDA_ERROR_INVALID_VALUE`). See also
+    /// [`Error::check`].
     #[cold]
     #[inline(never)]
-    pub(crate) fn driver(call: &'static str, code: ffi::CUresult) -> Error {
+    pub fn driver(call: &'static str, code: ffi::CUresult) -> Error {
         Error::Driver {
             call,
             code: DriverCode(code),
         }
+    }
+}
+
+impl Error {
+    /// `Ok` for `CUDA_SUCCESS`, else [`Error::driver`] naming `call`: the crate's own check of
+    /// a driver call's result, for raw calls made beside it.
+    ///
+    /// ```no_run
+    /// use cuda_stream::{Context, Error, ffi};
+    ///
+    /// let ctx = Context::primary(0)?;
+    /// let _bound = ctx.bind()?;
+    /// let mut value = 0usize;
+    /// // SAFETY: a valid out-pointer; the context is current.
+    /// let rc = unsafe { ffi::cuCtxGetLimit(&mut value, ffi::CUlimit::CU_LIMIT_STACK_SIZE) };
+    /// Error::check(rc, "cuCtxGetLimit")?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    #[inline]
+    pub fn check(code: ffi::CUresult, call: &'static str) -> Result<()> {
+        check(code, call)
     }
 }
 

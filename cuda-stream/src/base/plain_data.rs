@@ -21,6 +21,9 @@
 /// unsafe impl cuda_stream::DeviceCopy for Params {}
 /// ```
 ///
+/// Or let [`device_copy!`](crate::device_copy) write the `unsafe impl` after checking, at
+/// compile time, that every field is `DeviceCopy` and that the struct has no padding.
+///
 /// # Safety
 ///
 /// - Every bit pattern of `size_of::<Self>()` bytes must be a valid value of the type: the
@@ -75,3 +78,72 @@ impl_device_copy!(Float: f32, f64);
 // SAFETY: an array has no padding between or around elements that have none, and its bit
 // patterns are those of its elements.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// Declares a `#[repr(C)]` struct and implements [`DeviceCopy`] for it, checked at compile
+/// time: every field's type must be `DeviceCopy`, and the struct's size must be the sum of its
+/// fields' sizes (no padding; add explicit fields where the C struct has some). Derive `Clone`
+/// and `Copy` on it (`DeviceCopy` needs them). Generic structs are not taken; write their
+/// `unsafe impl` by hand.
+///
+/// ```
+/// cuda_stream::device_copy! {
+///     /// A kernel's parameter struct: `{float, double, unsigned, size_t}` in C, with the four
+///     /// bytes of padding after `scale` made a field.
+///     #[derive(Clone, Copy, Debug, Default)]
+///     pub struct Params {
+///         pub scale: f32,
+///         pub _pad: u32,
+///         pub offset: f64,
+///         pub n: u32,
+///         pub _pad2: u32,
+///         pub len: u64,
+///     }
+/// }
+/// assert_eq!(std::mem::size_of::<Params>(), 32);
+/// ```
+///
+/// Without the padding fields, or with a field that is not `DeviceCopy` (a `bool`), it does not
+/// compile:
+///
+/// ```compile_fail
+/// cuda_stream::device_copy! {
+///     #[derive(Clone, Copy)]
+///     pub struct Params {
+///         pub scale: f32,
+///         pub offset: f64,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! device_copy {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $($(#[$field_meta:meta])* $field_vis:vis $field:ident : $ty:ty),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        $vis struct $name {
+            $($(#[$field_meta])* $field_vis $field: $ty),*
+        }
+
+        const _: () = {
+            const fn field_is_device_copy<T: $crate::DeviceCopy>() {}
+            $(field_is_device_copy::<$ty>();)*
+            assert!(
+                ::core::mem::size_of::<$name>() == 0 $(+ ::core::mem::size_of::<$ty>())*,
+                concat!(
+                    "`",
+                    stringify!($name),
+                    "` has padding: add explicit fields so that its size is the sum of its fields' sizes"
+                )
+            );
+        };
+
+        // SAFETY: `#[repr(C)]`; every field is `DeviceCopy` (every bit pattern a value, no
+        // padding inside), and the struct's size is the sum of its fields' sizes (asserted at
+        // compile time above), so no byte of it is padding.
+        unsafe impl $crate::DeviceCopy for $name {}
+    };
+}

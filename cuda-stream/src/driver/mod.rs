@@ -11,6 +11,8 @@ pub(crate) mod device;
 
 pub(crate) mod context;
 
+pub(crate) mod facts;
+
 pub(crate) mod event;
 
 pub(crate) mod capture_query;

@@ -147,6 +147,12 @@ impl KernelInfos {
 
 /// The parameters of `raw` by `cuFuncGetParamInfo` (CUDA 12.4), with the kinds of `ptx` where
 /// it agrees on the sizes; `Ok(None)` where the driver lacks the function.
+///
+/// Where the PTX gives the parameters, only their indices are asked: the driver compiled the
+/// same declaration, and asking one past the end fails with `CUDA_ERROR_INVALID_VALUE`, an API
+/// error that plain `compute-sanitizer` reports. A kernel whose PTX was not read (a cubin, or a
+/// declaration the parser could not read) is asked index by index until that error: the one
+/// probe that remains, reported by compute-sanitizer where its API errors are shown.
 pub(crate) fn driver_params(
     raw: ffi::CUfunction,
     ptx: Option<&[ParamInfo]>,
@@ -157,7 +163,8 @@ pub(crate) fn driver_params(
         Err(_) => return Ok(None),
     };
     let mut params = Vec::new();
-    for index in 0..MAX_PARAMS {
+    let known = ptx.map_or(MAX_PARAMS, <[ParamInfo]>::len);
+    for index in 0..known {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: the function's module is loaded (the caller holds it); the out-pointers are
         // valid.

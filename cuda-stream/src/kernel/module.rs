@@ -103,7 +103,8 @@ impl JitOptions {
 /// let stream = ctx.new_stream()?;
 /// let out = cuda_stream::DeviceBuffer::<u32>::zeroed(&ctx, &stream, 1)?;
 /// // SAFETY: `fill` takes a pointer to one u32 and a u32; `out` holds one u32 and outlives the
-/// // work (dropping it waits for the context's work).
+/// // work: a raw address is no recorded use, but the `to_vec` below waits for the stream's work
+/// // before `out` is dropped (pass `out.write()` instead to have the use recorded).
 /// unsafe { fill.launch(&stream, LaunchConfig::new(1, 1), &kernel_args![out.device_ptr(), 7u32]) }?;
 /// assert_eq!(out.to_vec(&stream)?, [7]);
 /// # Ok::<(), cuda_stream::Error>(())

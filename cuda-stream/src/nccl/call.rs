@@ -4,7 +4,6 @@
 
 use crate::base::error::{Error, Result, refuse_in_host_fn};
 use crate::driver::context::{Bound, bind, current_context_raw};
-use crate::driver::deferred_destroy::KeepCurrent;
 use crate::ffi;
 use crate::ffi::nccl::{Nccl, ncclResult_t};
 
@@ -64,4 +63,69 @@ pub(crate) fn bind_for_nccl(ctx: ffi::CUcontext) -> Result<NcclBound> {
         _keep: KeepCurrent::found(before),
         _bound: bind(ctx)?,
     })
+}
+
+/// The calling thread's current context, kept: on drop, if other code (NCCL, the CUDA runtime)
+/// left another current, the one found is made current again, or with none found, what that
+/// code pushed is popped (setting the top to nothing left another context current on two
+/// H200s). Without a driver it does nothing.
+pub(crate) struct KeepCurrent {
+    before: Option<ffi::CUcontext>,
+    // Not Send: the context stack is the thread's.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+fn current_raw() -> Option<ffi::CUcontext> {
+    let f = ffi::fns::cuCtxGetCurrent().ok()?;
+    let mut cur = std::ptr::null_mut();
+    // SAFETY: `cur` is a valid out-pointer.
+    (unsafe { f(&mut cur) } == ffi::CUresult::CUDA_SUCCESS).then_some(cur)
+}
+
+impl KeepCurrent {
+    /// Remembers what is current now.
+    pub(crate) fn new() -> KeepCurrent {
+        KeepCurrent {
+            before: current_raw(),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    /// Keeps `before`, which the caller has just read.
+    pub(crate) fn found(before: ffi::CUcontext) -> KeepCurrent {
+        KeepCurrent {
+            before: Some(before),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for KeepCurrent {
+    fn drop(&mut self) {
+        let Some(before) = self.before else { return };
+        for _ in 0..8 {
+            match current_raw() {
+                Some(now) if now != before => {}
+                _ => return,
+            }
+            if before.is_null() {
+                let Ok(f) = ffi::fns::cuCtxPopCurrent() else {
+                    return;
+                };
+                let mut popped = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer; pops what other code left on this thread's stack.
+                if unsafe { f(&mut popped) } != ffi::CUresult::CUDA_SUCCESS {
+                    return;
+                }
+            } else {
+                if let Ok(f) = ffi::fns::cuCtxSetCurrent() {
+                    // SAFETY: `before` was current on this thread when the guard was made, and
+                    // its holder keeps it alive for the guard's life (no code this guard covers
+                    // destroys a context of the caller's).
+                    let _ = unsafe { f(before) };
+                }
+                return;
+            }
+        }
+    }
 }

@@ -12,7 +12,7 @@ use crate::driver::context::Context;
 use crate::driver::deferred_destroy::{Deferred, defer, in_host_fn};
 use crate::driver::device::Device;
 use crate::ffi::nccl::{ncclComm_t, ncclResult_t};
-use crate::nccl::call::{bind_for_nccl, nccl_check, nccl_fn};
+use crate::nccl::call::{KeepCurrent, bind_for_nccl, nccl_check, nccl_fn};
 use crate::nccl::types::NcclId;
 
 /// One rank of an NCCL communicator, on the device of its [`Context`].
@@ -306,15 +306,23 @@ fn is_broken(raw: ncclComm_t) -> bool {
     rc != ncclResult_t::ncclSuccess || state != ncclResult_t::ncclSuccess
 }
 
+// The deferred destroys run on whichever ordinary thread drains the queue next. NCCL tears a
+// communicator down on its device and then makes the device it found current (device 0 when
+// nothing was: measured on two H100s, where a test thread was left with device 0's primary
+// context current), so each keeps the draining thread's current context.
+
 fn destroy_deferred(raw: usize) -> Result<()> {
+    let _keep = KeepCurrent::new();
     destroy(raw as ncclComm_t, false)
 }
 
 fn abort_deferred(raw: usize) -> Result<()> {
+    let _keep = KeepCurrent::new();
     destroy(raw as ncclComm_t, true)
 }
 
 fn destroy_or_abort_deferred(raw: usize) -> Result<()> {
+    let _keep = KeepCurrent::new();
     destroy_raw(raw as ncclComm_t, false);
     Ok(())
 }

@@ -16,11 +16,37 @@ use super::world::{BufObj, Env, Raw, StreamObj, World, free_owned, raw_destroy, 
 /// A replay's answer when its capture was refused.
 pub const NO_GRAPH: &str = "no executable graph (its capture was refused)";
 
-/// How long an operation may wait for the ones before it before the program counts as hung.
-const HANG: Duration = Duration::from_secs(120);
+/// How long an operation may wait for the ones before it before the program counts as hung:
+/// `CUDA_STREAM_RANDOM_HANG_S` seconds, else 120 (40 under compute-sanitizer, whose runs the
+/// bundle bounds at 120 s a binary, so that a hang is reported before the bound kills it).
+fn hang() -> Duration {
+    static HANG: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *HANG.get_or_init(|| {
+        let default = if crate::sanitizer().is_some() {
+            40
+        } else {
+            120
+        };
+        let s = std::env::var("CUDA_STREAM_RANDOM_HANG_S")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default);
+        Duration::from_secs(s)
+    })
+}
+
 /// How long a program may run before the process is aborted with the program printed (a
-/// deadlock inside an operation cannot be interrupted).
-const WATCHDOG: Duration = Duration::from_secs(300);
+/// deadlock inside an operation cannot be interrupted): twice [`hang`], plus a minute.
+fn watchdog() -> Duration {
+    hang() * 2 + Duration::from_secs(60)
+}
+
+/// Whether each operation is printed to stderr as it starts (`CUDA_STREAM_RANDOM_TRACE` set):
+/// where a run is killed from outside, its last lines name what was running.
+fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("CUDA_STREAM_RANDOM_TRACE").is_some())
+}
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
@@ -442,13 +468,15 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
     let hung = Mutex::new(None);
     let (alive, watched) = std::sync::mpsc::channel::<()>();
     let text = format!("{p}");
+    let seed_for_trace = p_seed(&text);
     let watchdog = std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watched.recv_timeout(WATCHDOG) {
+        let watchdog = watchdog();
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watched.recv_timeout(watchdog) {
             // Past the test harness's capture, which an abort would lose.
             use std::io::Write as _;
             let _ = writeln!(
                 std::io::stderr(),
-                "random programs: program {} still running after {WATCHDOG:?} (a deadlock?), \
+                "random programs: program {} still running after {watchdog:?} (a deadlock?), \
                  aborting:\n{text}",
                 p_seed(&text)
             );
@@ -458,12 +486,13 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
     std::thread::scope(|sc| {
         for t in 0..p.threads {
             let (world, deps, outs, done, cv, hung) = (&world, &deps, &outs, &done, &cv, &hung);
+            let seed_for_trace = &seed_for_trace;
             sc.spawn(move || {
                 for (i, op) in p.ops.iter().enumerate().filter(|(_, op)| op.thread == t) {
                     let start = Instant::now();
                     let mut d = done.lock().unwrap_or_else(|e| e.into_inner());
                     while !deps[i].iter().all(|&j| d[j]) {
-                        if start.elapsed() > HANG
+                        if start.elapsed() > hang()
                             || hung.lock().unwrap_or_else(|e| e.into_inner()).is_some()
                         {
                             hung.lock()
@@ -478,6 +507,15 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                             .0;
                     }
                     drop(d);
+                    if trace() {
+                        use std::io::Write as _;
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "random programs: {} thread {t} #{i}: {:?}",
+                            seed_for_trace,
+                            op.kind
+                        );
+                    }
                     let out = catch_unwind(AssertUnwindSafe(|| world.run_op(&op.kind)))
                         .unwrap_or_else(|p| Outcome {
                             ran: true,
@@ -495,7 +533,8 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
     let _ = watchdog.join();
     if let Some(i) = *hung.lock().unwrap_or_else(|e| e.into_inner()) {
         problems.push(format!(
-            "#{i}: waited more than {HANG:?} for the operations before it (a hang)"
+            "#{i}: waited more than {:?} for the operations before it (a hang)",
+            hang()
         ));
     }
     let ran = world.host_fns.clone();

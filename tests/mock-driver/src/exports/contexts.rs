@@ -267,3 +267,120 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
         SUCCESS
     })
 }
+
+/// The limits and cache configuration set on each context (by handle), over the defaults of
+/// [`default_limit`]; forgotten with the process, as nothing else asks.
+static SETTINGS: std::sync::Mutex<Vec<(usize, u32, usize)>> = std::sync::Mutex::new(Vec::new());
+/// The cache configuration key in [`SETTINGS`] (past every `CUlimit`).
+const CACHE_CONFIG: u32 = 1000;
+
+/// An H100's defaults (driver 580): 1 KiB of stack, 1 MiB of printf FIFO, 8 MiB of malloc heap,
+/// sync depth 2, 2048 pending launches, 64-byte L2 fetch granularity; `None` for a limit the
+/// device does not have.
+fn default_limit(limit: cuda_stream_sys::CUlimit) -> Option<usize> {
+    use cuda_stream_sys::CUlimit as L;
+    Some(match limit {
+        L::CU_LIMIT_STACK_SIZE => 1024,
+        L::CU_LIMIT_PRINTF_FIFO_SIZE => 1 << 20,
+        L::CU_LIMIT_MALLOC_HEAP_SIZE => 8 << 20,
+        L::CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH => 2,
+        L::CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT => 2048,
+        L::CU_LIMIT_MAX_L2_FETCH_GRANULARITY => 64,
+        L::CU_LIMIT_PERSISTING_L2_CACHE_SIZE => 0,
+        _ => return None,
+    })
+}
+
+fn setting(ctx: usize, key: u32) -> Option<usize> {
+    let s = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
+    s.iter()
+        .find(|(c, k, _)| *c == ctx && *k == key)
+        .map(|e| e.2)
+}
+
+fn set_setting(ctx: usize, key: u32, value: usize) {
+    let mut s = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
+    s.retain(|(c, k, _)| !(*c == ctx && *k == key));
+    s.push((ctx, key, value));
+}
+
+/// `cuCtxGetLimit`: the current context's limit (its default until set).
+///
+/// # Safety
+///
+/// `value` is null or valid for a write.
+#[cfg_attr(exported = "cuCtxGetLimit", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuCtxGetLimit(
+    value: *mut usize,
+    limit: cuda_stream_sys::CUlimit,
+) -> CUresult {
+    api("cuCtxGetLimit", false, |st| {
+        let ctx = tri!(st.current_ctx());
+        let Some(default) = default_limit(limit) else {
+            return CUresult::CUDA_ERROR_UNSUPPORTED_LIMIT;
+        };
+        if value.is_null() {
+            return INVALID_VALUE;
+        }
+        let v = setting(ctx, limit.0).unwrap_or(default);
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(value, v) };
+        SUCCESS
+    })
+}
+
+/// `cuCtxSetLimit`: sets the current context's limit (a limit the device lacks is refused,
+/// `CUDA_ERROR_UNSUPPORTED_LIMIT`).
+///
+/// # Safety
+///
+/// No pointers.
+#[cfg_attr(exported = "cuCtxSetLimit", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: cuda_stream_sys::CUlimit, value: usize) -> CUresult {
+    api("cuCtxSetLimit", false, |st| {
+        let ctx = tri!(st.current_ctx());
+        if default_limit(limit).is_none() {
+            return CUresult::CUDA_ERROR_UNSUPPORTED_LIMIT;
+        }
+        set_setting(ctx, limit.0, value);
+        SUCCESS
+    })
+}
+
+/// `cuCtxGetCacheConfig`: the current context's preference (`PREFER_NONE` until set).
+///
+/// # Safety
+///
+/// `config` is null or valid for a write.
+#[cfg_attr(exported = "cuCtxGetCacheConfig", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuCtxGetCacheConfig(
+    config: *mut cuda_stream_sys::CUfunc_cache,
+) -> CUresult {
+    api("cuCtxGetCacheConfig", false, |st| {
+        let ctx = tri!(st.current_ctx());
+        if config.is_null() {
+            return INVALID_VALUE;
+        }
+        let v = setting(ctx, CACHE_CONFIG).unwrap_or(0) as c_uint;
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(config, cuda_stream_sys::CUfunc_cache(v)) };
+        SUCCESS
+    })
+}
+
+/// `cuCtxSetCacheConfig`: sets the current context's preference (one of the four).
+///
+/// # Safety
+///
+/// No pointers.
+#[cfg_attr(exported = "cuCtxSetCacheConfig", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuCtxSetCacheConfig(config: cuda_stream_sys::CUfunc_cache) -> CUresult {
+    api("cuCtxSetCacheConfig", false, |st| {
+        let ctx = tri!(st.current_ctx());
+        if config.0 > 3 {
+            return INVALID_VALUE;
+        }
+        set_setting(ctx, CACHE_CONFIG, config.0 as usize);
+        SUCCESS
+    })
+}

@@ -93,8 +93,42 @@ fn attribute(st: &State, attrib: CUdevice_attribute, dev: CUdevice) -> Option<c_
         | A::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH => 1,
         A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT => 2,
         A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID => dev + 1,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X | A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y => 1024,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z => 64,
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X => i32::MAX,
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y | A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z => 65535,
+        A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK => 48 << 10,
+        A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => 227 << 10,
+        A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR => 228 << 10,
+        A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK => 65536,
+        A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR => 2048,
+        A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE => 1_980_000,
+        A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE => 2_619_000,
+        A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH => 5120,
+        A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE => 50 << 20,
+        A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY
+        | A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
+        | A::CU_DEVICE_ATTRIBUTE_ECC_ENABLED => 1,
         a if a.0 < A::CU_DEVICE_ATTRIBUTE_MAX.0 => 0,
         _ => return None,
+    })
+}
+
+/// `cuDeviceTotalMem_v2`: 80 GiB, as an H100 (`cuMemGetInfo_v2` answers the same total).
+///
+/// # Safety
+///
+/// `bytes` is null or valid for a write.
+#[cfg_attr(exported = "cuDeviceTotalMem_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    api("cuDeviceTotalMem_v2", false, |st| {
+        if bytes.is_null() {
+            return INVALID_VALUE;
+        }
+        tri!(valid_device(&st, dev));
+        // SAFETY: non-null; the caller's contract makes it writable.
+        unsafe { put(bytes, 80 << 30) };
+        SUCCESS
     })
 }
 

@@ -2,7 +2,7 @@
 //! binding and synchronising a context.
 
 use cuda_stream::ffi;
-use cuda_stream::{Context, Device, current_context_raw, driver_version};
+use cuda_stream::{CacheConfig, Context, Device, Limit, current_context_raw, driver_version};
 
 use crate::harness::fixture::{Op, op};
 use crate::harness::swallowed::SWALLOW_DROP;
@@ -21,6 +21,27 @@ pub(crate) fn ops() -> Vec<Op> {
         op("Device::attribute", SWALLOW_DROP, |fx| {
             let a = ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
             fx.ctx1.device().attribute(a).map(drop)
+        }),
+        op("Device::total_memory", SWALLOW_DROP, |fx| {
+            fx.ctx.device().total_memory().map(drop)
+        }),
+        op("Device::properties", SWALLOW_DROP, |fx| {
+            fx.ctx1.device().properties().map(drop)
+        }),
+        op("Context::limit", SWALLOW_DROP, |fx| {
+            fx.ctx.limit(Limit::StackSize).map(drop)
+        }),
+        op("Context::set_limit", SWALLOW_DROP, |fx| {
+            fx.ctx.set_limit(Limit::StackSize, 1024)
+        }),
+        op("Context::cache_config", SWALLOW_DROP, |fx| {
+            fx.ctx.cache_config().map(drop)
+        }),
+        op("Context::set_cache_config", SWALLOW_DROP, |fx| {
+            fx.ctx.set_cache_config(CacheConfig::PreferNone)
+        }),
+        op("Context::memory_info", SWALLOW_DROP, |fx| {
+            fx.ctx.memory_info().map(drop)
         }),
         op("Device::primary_context", SWALLOW_DROP, |_| {
             Device::new(1)?.primary_context().map(drop)
