@@ -335,6 +335,58 @@ mod collectives {
                 ratio,
                 ALL_REDUCE_TARGET,
             );
+            if bytes == MIB && n > 1 {
+                // A control at the size that is host-bound: the raw group again, plus the
+                // calls the safe side makes that the raw group does not (the asynchronous-error
+                // check per communicator, the capture check per stream, the current context
+                // read), against the raw group: how much of the gap is those calls' and how
+                // much the crate's own work.
+                let async_err = load(nccl.ncclCommGetAsyncError(), "ncclCommGetAsyncError")?;
+                let capturing = sys::fns::cuStreamIsCapturing().map_err(Error::Load)?;
+                let get_current = sys::fns::cuCtxGetCurrent().map_err(Error::Load)?;
+                // On the raw column's streams (the safe side's stay private).
+                let mut checked: Body<'_> = Box::new(|| {
+                    // SAFETY: as for `raw`; the queries take live handles and out-pointers.
+                    unsafe {
+                        for i in 0..n {
+                            let mut state = ncclResult_t::ncclSuccess;
+                            nccl_err("ncclCommGetAsyncError", async_err(raws[i], &mut state))?;
+                            let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                            let _ = capturing(sraw[i], &mut st);
+                        }
+                        let mut cur = std::ptr::null_mut();
+                        let _ = get_current(&mut cur);
+                        nccl_err("ncclGroupStart", start())?;
+                        for i in 0..n {
+                            let p = ptrs[i] as *mut std::ffi::c_void;
+                            let rc = all_reduce(
+                                p,
+                                p,
+                                count,
+                                ncclDataType_t::ncclFloat32,
+                                ncclRedOp_t::ncclSum,
+                                raws[i],
+                                sraw[i],
+                            );
+                            nccl_err("ncclAllReduce", rc)?;
+                        }
+                        nccl_err("ncclGroupEnd", end())?;
+                        let _ = get_current(&mut cur);
+                        Ok(())
+                    }
+                });
+                let refs: Vec<&OwnedStream> = raw_streams.iter().collect();
+                let (r, c, ratio) =
+                    time_pair(reps, iters, &mut raw, &mut checked, &|| sync_all(&refs))?;
+                print_row(
+                    &format!("control: raw + the safe side's checks, {n} rank(s)"),
+                    label,
+                    "GB/s",
+                    (gbps(bytes, r) * factor, gbps(bytes, c) * factor),
+                    ratio,
+                    ALL_REDUCE_TARGET,
+                );
+            }
         }
         Ok(())
     }
