@@ -1,4 +1,4 @@
-//! Generates `cuda-sys/src/generated/` from a pinned `cuda.h`.
+//! Generates `cuda-sys/src/generated/` from a pinned `cuda.h` (and `nccl.h`, `nvrtc.h`).
 //!
 //! ```text
 //! cargo run -p build-support -- generate [--include DIR]
@@ -12,7 +12,9 @@
 //!
 //! The NCCL bindings (`nccl.rs`, behind cuda-stream-sys's `nccl` feature) come the same way from the
 //! pinned `nccl.h` of the `nvidia-nccl-cu13` wheel (`--nccl-include` or `NCCL_INCLUDE_DIR` to
-//! use another copy of the same header).
+//! use another copy of the same header), and the NVRTC bindings (`nvrtc.rs`, behind the `nvrtc`
+//! feature) from the pinned `nvrtc.h` of the `nvidia-cuda-nvrtc` 13.0 wheel (`--nvrtc-include`
+//! or `NVRTC_INCLUDE_DIR`).
 //!
 //! `check` regenerates into a temporary folder and fails on any difference with what is
 //! committed, so the bindings cannot drift from the generator.
@@ -32,7 +34,9 @@ mod bindgen_run;
 mod emit;
 mod generate;
 mod header;
+mod library;
 mod nccl;
+mod nvrtc;
 mod output;
 mod sha256;
 
@@ -56,11 +60,15 @@ fn run() -> Result<()> {
     let mode = args.next().unwrap_or_default();
     let mut include = std::env::var_os("CUDA_INCLUDE_DIR").map(PathBuf::from);
     let mut nccl_include = std::env::var_os("NCCL_INCLUDE_DIR").map(PathBuf::from);
+    let mut nvrtc_include = std::env::var_os("NVRTC_INCLUDE_DIR").map(PathBuf::from);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--include" => include = Some(args.next().ok_or("--include needs a folder")?.into()),
             "--nccl-include" => {
                 nccl_include = Some(args.next().ok_or("--nccl-include needs a folder")?.into())
+            }
+            "--nvrtc-include" => {
+                nvrtc_include = Some(args.next().ok_or("--nvrtc-include needs a folder")?.into())
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -74,13 +82,24 @@ fn run() -> Result<()> {
         Some(dir) => dir,
         None => header::fetch_nccl_wheel(&root)?,
     };
+    let nvrtc_include = match nvrtc_include {
+        Some(dir) => dir,
+        None => header::fetch_nvrtc_wheel(&root)?,
+    };
+    let includes = output::Includes {
+        cuda: include,
+        nccl: nccl_include,
+        nvrtc: nvrtc_include,
+    };
     let out_dir = root.join("cuda-sys/src/generated");
     match mode.as_str() {
-        "generate" => output::write(&include, &nccl_include, &out_dir),
-        "check" => output::check(&include, &nccl_include, &out_dir),
-        _ => {
-            Err("usage: build-support (generate|check) [--include DIR] [--nccl-include DIR]".into())
-        }
+        "generate" => output::write(&includes, &out_dir),
+        "check" => output::check(&includes, &out_dir),
+        _ => Err(
+            "usage: build-support (generate|check) [--include DIR] [--nccl-include DIR] \
+                  [--nvrtc-include DIR]"
+                .into(),
+        ),
     }
 }
 

@@ -6,14 +6,19 @@
 //! type). Every `nccl*` function becomes a function-pointer type and an accessor on `Nccl`,
 //! resolved by its exported name (NCCL has one ABI per name).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::Result;
-use crate::abi::signature_of_fn;
-use crate::bindgen_run::strip_docs;
 use crate::header::{NCCL_HEADER_SHA256, nccl_banner};
+use crate::library::{Library, emit, split};
 use crate::sha256::sha256_hex;
+
+const NCCL: Library = Library {
+    title: "NCCL",
+    prefix: "NCCL",
+    loader: "Nccl",
+    error: "NcclLoadError",
+};
 
 /// The stand-ins for the runtime headers `nccl.h` includes.
 const STUBS: [(&str, &str); 4] = [
@@ -67,66 +72,12 @@ pub(crate) fn generate_nccl(include: &Path) -> Result<Vec<(String, String)>> {
     let _ = std::fs::remove_dir_all(&stubs);
     let file: syn::File = syn::parse_str(&bindings?.to_string())
         .map_err(|e| format!("parsing bindgen output: {e}"))?;
-
-    let mut items = Vec::new();
-    let mut functions = Vec::new();
-    for item in file.items {
-        match item {
-            syn::Item::ForeignMod(fm) => {
-                for fi in fm.items {
-                    if let syn::ForeignItem::Fn(f) = fi {
-                        functions.push((f.sig.ident.to_string(), signature_of_fn(&f)?));
-                    }
-                }
-            }
-            mut other => {
-                strip_docs(&mut other);
-                items.push(other);
-            }
-        }
-    }
-    functions.sort_by(|a, b| a.0.cmp(&b.0));
+    let (items, functions) = split(file)?;
 
     let mut s = nccl_banner();
     s.push_str(
         "\nuse super::types::CUstream as cudaStream_t;\nuse crate::nccl::{Nccl, NcclLoadError};\nuse core::ffi::c_void;\n\n",
     );
-    let types = syn::File {
-        shebang: None,
-        attrs: Vec::new(),
-        items,
-    };
-    s.push_str(&prettyplease::unparse(&types));
-    s.push_str("\n/// Function-pointer types of the NCCL functions, by their C names.\npub mod pfn {\n    use super::*;\n");
-    for (name, sig) in &functions {
-        let params: Vec<String> = sig
-            .params
-            .iter()
-            .map(|(n, t)| format!("{n}: {t}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "    /// `{name}`.\n    pub type {name} = unsafe extern \"C\" fn({}) -> {};",
-            params.join(", "),
-            sig.ret
-        );
-    }
-    s.push_str("}\n\n");
-    let _ = writeln!(
-        s,
-        "/// How many NCCL functions the bindings cover.\npub(crate) const NCCL_SYMBOL_COUNT: usize = {};\n\n/// The exported name of every NCCL function, sorted.\npub(crate) static NCCL_SYMBOLS: [&core::ffi::CStr; NCCL_SYMBOL_COUNT] = [",
-        functions.len()
-    );
-    for (name, _) in &functions {
-        let _ = writeln!(s, "    c{name:?},");
-    }
-    s.push_str("];\n\nimpl Nccl {\n");
-    for (i, (name, _)) in functions.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "    /// This library's `{name}`.\n    #[inline]\n    pub fn {name}(&self) -> Result<pfn::{name}, NcclLoadError> {{\n        let p = self.symbol({i})?;\n        // SAFETY: slot {i} holds `{name}`, whose C type `pfn::{name}` mirrors.\n        Ok(unsafe {{ core::mem::transmute::<*mut c_void, pfn::{name}>(p) }})\n    }}"
-        );
-    }
-    s.push_str("}\n");
+    emit(&mut s, &NCCL, items, &functions);
     Ok(vec![("nccl.rs".into(), s)])
 }

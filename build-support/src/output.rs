@@ -1,19 +1,40 @@
 //! The two modes' outputs: `generate` writes the files into `cuda-sys/src/generated/`, `check`
 //! compares them with the committed ones and fails on any difference.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::Result;
 use crate::generate::generate;
 use crate::header::REGENERATE;
 use crate::nccl::generate_nccl;
+use crate::nvrtc::generate_nvrtc;
+
+/// Where each pinned header lies.
+pub(crate) struct Includes {
+    /// The folder of `cuda.h`.
+    pub(crate) cuda: PathBuf,
+    /// The folder of `nccl.h`.
+    pub(crate) nccl: PathBuf,
+    /// The folder of `nvrtc.h`.
+    pub(crate) nvrtc: PathBuf,
+}
+
+/// Generated files: each name with its text.
+type Files = Vec<(String, String)>;
+
+/// Every generated file, and the driver bindings' report.
+fn generate_all(includes: &Includes) -> Result<(Files, Vec<String>)> {
+    let (mut files, report) = generate(&includes.cuda)?;
+    files.extend(generate_nccl(&includes.nccl)?);
+    files.extend(generate_nvrtc(&includes.nvrtc)?);
+    Ok((files, report.lines))
+}
 
 /// Generates the bindings and writes them over the committed ones.
-pub(crate) fn write(include: &Path, nccl_include: &Path, out_dir: &Path) -> Result<()> {
-    let (mut files, report) = generate(include)?;
-    files.extend(generate_nccl(nccl_include)?);
-    for line in &report.lines {
+pub(crate) fn write(includes: &Includes, out_dir: &Path) -> Result<()> {
+    let (files, report) = generate_all(includes)?;
+    for line in &report {
         println!("{line}");
     }
     for (name, text) in &files {
@@ -25,9 +46,8 @@ pub(crate) fn write(include: &Path, nccl_include: &Path, out_dir: &Path) -> Resu
 
 /// Generates the bindings into a temporary folder and fails, showing a diff, if any file differs
 /// from the committed one.
-pub(crate) fn check(include: &Path, nccl_include: &Path, out_dir: &Path) -> Result<()> {
-    let (mut files, _) = generate(include)?;
-    files.extend(generate_nccl(nccl_include)?);
+pub(crate) fn check(includes: &Includes, out_dir: &Path) -> Result<()> {
+    let (files, _) = generate_all(includes)?;
     let tmp = std::env::temp_dir().join(format!("cuda-stream-sys-check-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
     let mut stale = Vec::new();

@@ -189,7 +189,8 @@
 //! Above them, several devices: `peer` ([`Device::can_access_peer`],
 //! [`Context::enable_peer_access`], [`DeviceBuffer::copy_from_peer`], and use tracking over
 //! several streams and contexts, `memory::across`), then `nccl` (feature `nccl`: NCCL collectives on streams,
-//! `Communicator`, `Group`, `NcclId`).
+//! `Communicator`, `Group`, `NcclId`) and `nvrtc` (feature `nvrtc`: CUDA C++ compiled at run
+//! time into a [`Module`], `Program`, `CompiledProgram`).
 //!
 #![doc = ""]
 #![doc = include_str!("../doc/driver-versions.md")]
@@ -228,6 +229,10 @@ mod peer;
 #[cfg(feature = "nccl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
 pub mod nccl;
+
+#[cfg(feature = "nvrtc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nvrtc")))]
+pub mod nvrtc;
 
 pub use base::capture_mode::{CaptureMode, CaptureStatus};
 pub use base::error::{DriverCode, Error, JitLog, Result};
@@ -290,6 +295,10 @@ static_assertions::assert_eq_size!(Stream<'static>, [usize; 2]);
 static_assertions::assert_impl_all!(CaptureStream<'static>: Send, Sync, Copy);
 static_assertions::assert_impl_all!(CapturedEvent<'static>: Send, Sync, Copy);
 static_assertions::assert_not_impl_any!(CaptureModeGuard: Send, Sync);
+#[cfg(feature = "nvrtc")]
+static_assertions::assert_impl_all!(nvrtc::Program: Send, Sync, Clone);
+#[cfg(feature = "nvrtc")]
+static_assertions::assert_impl_all!(nvrtc::CompiledProgram: Send, Sync, Clone);
 
 /// The examples of the README (the crate's page on the registry), compiled as doctests.
 #[cfg(doctest)]

@@ -14,7 +14,8 @@ mkdir -p "$out/tests" "$out/bin" "$out/lib" "$out/bench"
 
 echo "== building test binaries (release)"
 cargo test --release --workspace --exclude ui-tests --exclude build-support \
-    --exclude 'cuda-mock-driver*' --exclude 'cuda-mock-nccl*' --features cuda-stream-tests/nccl --no-run \
+    --exclude 'cuda-mock-driver*' --exclude 'cuda-mock-nccl*' \
+    --features cuda-stream-tests/nccl,cuda-stream-tests/nvrtc --no-run \
     --message-format=json 2>/dev/null >"$out/.cargo-tests.json"
 python3 - "$out" <<'PY'
 import json, os, shutil, sys
@@ -40,9 +41,12 @@ for line in open(os.path.join(out, ".cargo-tests.json")):
     # Runs the example against the test driver: a CI test (the bundle runs the example itself).
     # The others read the workspace's files or check layouts and tables, and the crates' unit
     # tests open no driver: CI's (the bundle then stays under the 64 MiB a device call carries
-    # with the tracked tree).
+    # with the tracked tree). So are the crates' NVRTC tests, which need no GPU (the one that
+    # loads NVRTC's output into the test driver could not run here either);
+    # cuda-stream-tests--nvrtc is the GPU's.
     if dest in ("cuda-stream--example", "cuda-stream--layers", "cuda-stream--driver_versions",
-                "cuda-stream-sys--layout") or dest.endswith("--lib"):
+                "cuda-stream-sys--layout", "cuda-stream--nvrtc", "cuda-stream--nvrtc_module",
+                "cuda-stream-sys--nvrtc") or dest.endswith("--lib"):
         continue
     if dest in seen:
         continue

@@ -25,6 +25,8 @@
 # skips, saying why, where fewer than 2 GPUs are visible. NCCL is found through Python (the
 # nvidia-nccl-cu13 wheel: `import nvidia.nccl`) unless CUDA_SYS_LIBNCCL names it; NVLink
 # multicast stays off: NCCL_NVLS_ENABLE=0 is exported for every process this script starts.
+# NVRTC (for tests/nvrtc.rs) is found through Python too (the nvidia-cuda-nvrtc wheel) unless
+# CUDA_SYS_LIBNVRTC names it.
 # Every plain run is bounded too, so a hang fails (exit 124, reported as a timeout) instead of
 # stalling: PER_BINARY_S for each test binary (default 300), the example and the Python interop
 # test (120 s each), each benchmark run (BENCH_S, default 300). The benchmark's measuring thread
@@ -82,6 +84,17 @@ if [ -z "${CUDA_SYS_LIBNCCL:-}" ]; then
     fi
 fi
 echo "NCCL: ${CUDA_SYS_LIBNCCL:-not found through Python, libnccl.so.2 from the library path if any}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+# NVRTC (tests/nvrtc.rs): the nvidia-cuda-nvrtc wheel beside PyTorch (CUDA 13's layout, else
+# the cu12 wheel's), found through Python, unless CUDA_SYS_LIBNVRTC names it.
+if [ -z "${CUDA_SYS_LIBNVRTC:-}" ]; then
+    nvrtc_lib=$(python3 -c 'import os, nvidia
+subs = ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12")
+print(next((p for d in nvidia.__path__ for p in (os.path.join(d, s) for s in subs) if os.path.isfile(p)), ""))' 2>/dev/null)
+    if [ -n "$nvrtc_lib" ] && [ -f "$nvrtc_lib" ]; then
+        export CUDA_SYS_LIBNVRTC=$nvrtc_lib
+    fi
+fi
+echo "NVRTC: ${CUDA_SYS_LIBNVRTC:-not found through Python, libnvrtc.so.13 from the library path or a toolkit if any}"
 
 pass=0
 fail=0

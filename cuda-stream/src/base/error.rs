@@ -269,6 +269,42 @@ pub enum Error {
         #[source]
         source: ffi::nccl::NcclLoadError,
     },
+    /// An NVRTC call returned an error (feature `nvrtc`).
+    #[cfg(feature = "nvrtc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nvrtc")))]
+    #[error("{call}: {}", ffi::nvrtc::nvrtc_result_name(*code))]
+    Nvrtc {
+        /// The NVRTC function, as C code names it (`nvrtcCreateProgram`).
+        call: &'static str,
+        /// What NVRTC returned.
+        code: ffi::nvrtc::nvrtcResult,
+    },
+    /// NVRTC refused to compile a program (feature `nvrtc`); the compiler's log, with each
+    /// error's file and line, is the `source()`.
+    #[cfg(feature = "nvrtc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nvrtc")))]
+    #[error("{call}: {}", ffi::nvrtc::nvrtc_result_name(*code))]
+    NvrtcCompile {
+        /// The NVRTC function (`nvrtcCompileProgram`).
+        call: &'static str,
+        /// What NVRTC returned (`NVRTC_ERROR_COMPILATION`, or `NVRTC_ERROR_INVALID_OPTION` for
+        /// an option it does not know).
+        code: ffi::nvrtc::nvrtcResult,
+        /// What the compiler wrote to the program's log.
+        #[source]
+        log: CompileLog,
+    },
+    /// NVRTC could not be loaded, or lacks a function this operation needs (feature `nvrtc`).
+    #[cfg(feature = "nvrtc")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nvrtc")))]
+    #[error("{call}: no usable NVRTC")]
+    NvrtcLoad {
+        /// The NVRTC function that was needed.
+        call: &'static str,
+        /// The loader's account: every place tried and why, or which symbol is missing.
+        #[source]
+        source: ffi::nvrtc::NvrtcLoadError,
+    },
 }
 
 /// The header's account of a `CUgraphExecUpdateResult`.
@@ -320,6 +356,35 @@ impl fmt::Display for JitLog {
 }
 
 impl std::error::Error for JitLog {}
+
+/// NVRTC's log of a program that failed to compile, as the `source()` of
+/// [`Error::NvrtcCompile`]; `Display` gives the log, or says that it is empty.
+#[cfg(feature = "nvrtc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nvrtc")))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileLog(pub String);
+
+#[cfg(feature = "nvrtc")]
+impl CompileLog {
+    /// The log's text (empty if NVRTC wrote none).
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(feature = "nvrtc")]
+impl fmt::Display for CompileLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.trim().is_empty() {
+            f.write_str("NVRTC wrote no log")
+        } else {
+            f.write_str(self.0.trim_end())
+        }
+    }
+}
+
+#[cfg(feature = "nvrtc")]
+impl std::error::Error for CompileLog {}
 
 fn version(v: Option<i32>) -> String {
     v.map(|v| format!(" (CUDA {})", ffi::format_version(v)))
@@ -382,7 +447,8 @@ impl Error {
     }
 
     /// The driver call that failed (or, for [`Error::Refused`], that was not made), for driver
-    /// errors, module loads, unsupported calls, failed captures and refused graph updates.
+    /// errors, module loads, unsupported calls, failed captures and refused graph updates (and
+    /// the NCCL or NVRTC call, with those features).
     pub fn call(&self) -> Option<&'static str> {
         match self {
             Error::Driver { call, .. }
@@ -392,6 +458,10 @@ impl Error {
             | Error::CaptureFailed { call, .. } => Some(call),
             #[cfg(feature = "nccl")]
             Error::Nccl { call, .. } | Error::NcclLoad { call, .. } => Some(call),
+            #[cfg(feature = "nvrtc")]
+            Error::Nvrtc { call, .. }
+            | Error::NvrtcCompile { call, .. }
+            | Error::NvrtcLoad { call, .. } => Some(call),
             Error::GraphUpdate { .. } => Some("cuGraphExecUpdate"),
             _ => None,
         }

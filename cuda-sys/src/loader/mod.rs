@@ -14,11 +14,15 @@
 //!
 //! The outcome, found or missing, is cached in the binding's slot; later calls load the slot.
 
+#[cfg(any(feature = "nccl", feature = "nvrtc"))]
+mod by_name;
 mod driver;
 mod error;
 mod global;
 #[cfg(feature = "nccl")]
 pub(crate) mod nccl;
+#[cfg(feature = "nvrtc")]
+pub(crate) mod nvrtc;
 mod options;
 mod resolve;
 mod symbol;

@@ -4,19 +4,15 @@
 use std::ffi::{OsStr, OsString, c_int, c_void};
 use std::fmt;
 use std::path::Path;
-use std::ptr;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
+use super::by_name::ByName;
 use super::error::{error_chain, list};
 use super::{Candidate, driver::unusable_file};
 use crate::generated::nccl::{NCCL_SYMBOL_COUNT, NCCL_SYMBOLS, ncclResult_t};
 
 /// The environment variable that names the NCCL library to load instead of the default search.
 pub const NCCL_PATH_VAR: &str = "CUDA_SYS_LIBNCCL";
-
-/// A slot's mark for a symbol looked up and not found.
-const MISSING: *mut c_void = ptr::dangling_mut::<c_void>();
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> ncclResult_t;
 
@@ -100,7 +96,7 @@ pub fn nccl_result_name(result: ncclResult_t) -> &'static str {
 pub struct Nccl {
     lib: libloading::Library,
     path: OsString,
-    slots: Box<[AtomicPtr<c_void>]>,
+    slots: ByName,
     version: i32,
 }
 
@@ -167,9 +163,7 @@ impl Nccl {
         Ok(Nccl {
             lib,
             path: path.to_os_string(),
-            slots: (0..NCCL_SYMBOL_COUNT)
-                .map(|_| AtomicPtr::new(ptr::null_mut()))
-                .collect(),
+            slots: ByName::new(NCCL_SYMBOL_COUNT),
             version,
         })
     }
@@ -239,30 +233,11 @@ impl Nccl {
     /// The pointer of binding `i`, resolved on first use.
     #[inline]
     pub(crate) fn symbol(&self, i: usize) -> Result<*mut c_void, NcclLoadError> {
-        let p = self.slots[i].load(Ordering::Acquire);
-        if !p.is_null() && p != MISSING {
-            return Ok(p);
-        }
-        self.resolve(i, p)
-    }
-
-    #[cold]
-    fn resolve(&self, i: usize, cached: *mut c_void) -> Result<*mut c_void, NcclLoadError> {
-        let name = NCCL_SYMBOLS[i];
-        let missing = || NcclLoadError::MissingSymbol {
-            name: name.to_str().unwrap_or("?"),
-            version: self.version,
-        };
-        if cached == MISSING {
-            return Err(missing());
-        }
-        // SAFETY: only the address is taken; its type is the binding's, applied by the caller.
-        let found = unsafe { self.lib.get::<*mut c_void>(name.to_bytes_with_nul()) }
-            .ok()
-            .map(|s| *s)
-            .filter(|p| !p.is_null());
-        let p = found.unwrap_or(MISSING);
-        self.slots[i].store(p, Ordering::Release);
-        found.ok_or_else(missing)
+        self.slots
+            .get(&self.lib, &NCCL_SYMBOLS, i)
+            .ok_or_else(|| NcclLoadError::MissingSymbol {
+                name: NCCL_SYMBOLS[i].to_str().unwrap_or("?"),
+                version: self.version,
+            })
     }
 }
