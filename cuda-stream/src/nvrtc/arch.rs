@@ -5,7 +5,6 @@ use std::fmt;
 
 use crate::base::error::Result;
 use crate::driver::device::Device;
-use crate::ffi;
 use crate::nvrtc::call::{nvrtc_check, nvrtc_fn};
 
 /// A GPU architecture: a compute capability, such as 9.0 (`sm_90`, H100) or 8.6 (`sm_86`).
@@ -31,12 +30,11 @@ impl Arch {
         Arch { major, minor }
     }
 
-    /// `device`'s architecture, from its compute capability (`cuDeviceGetAttribute`).
+    /// `device`'s architecture, from its compute capability
+    /// ([`Device::compute_capability`]).
     pub fn of(device: Device) -> Result<Arch> {
-        use ffi::CUdevice_attribute as A;
-        let major = device.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = device.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        Ok(Arch::new(major.max(0) as u32, minor.max(0) as u32))
+        let (major, minor) = device.compute_capability()?;
+        Ok(Arch::new(major, minor))
     }
 
     /// The major version of the compute capability (9 for `sm_90`).
