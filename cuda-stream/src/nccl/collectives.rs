@@ -8,9 +8,8 @@ use crate::base::error::{Error, Result};
 use crate::ffi;
 use crate::memory::buffer::DeviceBuffer;
 use crate::memory::use_tracking::Access;
-use crate::nccl::call::{nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
-use crate::nccl::plan::{Buffers, Planned, issue};
+use crate::nccl::plan::{Buffers, NcclCall, Planned, issue};
 use crate::nccl::types::{NcclType, ReduceOp};
 use crate::stream::view::Enqueue;
 
@@ -47,7 +46,7 @@ impl Communicator {
     ) -> Result<Planned<'a>> {
         let src = send.unwrap_or(recv);
         same_len(recv.len(), src.len())?;
-        let (comm, count) = (self.raw(), recv.len());
+        let count = recv.len();
         let buffers = Buffers::new(
             (recv.alloc_ref(), Access::Write),
             send.map(|s| (s.alloc_ref(), Access::Read)),
@@ -57,13 +56,13 @@ impl Communicator {
             self,
             stream,
             buffers,
-            Box::new(move |raw| {
-                let f = nccl_fn!(ncclAllReduce);
-                // SAFETY: both buffers hold `count` values of `T` (checked), live until the
-                // work is done (their uses are recorded, or a capture's graph holds them).
-                let rc = unsafe { f(s, r, count, T::DATATYPE, op.raw(), comm, raw) };
-                nccl_check(rc, "ncclAllReduce")
-            }),
+            NcclCall::AllReduce {
+                send: s,
+                recv: r,
+                count,
+                datatype: T::DATATYPE,
+                op: op.raw(),
+            },
         )
     }
 
@@ -76,7 +75,7 @@ impl Communicator {
     ) -> Result<Planned<'a>> {
         let src = send.unwrap_or(recv);
         same_len(recv.len(), src.len())?;
-        let (comm, count, root) = (self.raw(), recv.len(), rank_arg(root));
+        let (count, root) = (recv.len(), rank_arg(root));
         let buffers = Buffers::new(
             (recv.alloc_ref(), Access::Write),
             send.map(|s| (s.alloc_ref(), Access::Read)),
@@ -86,12 +85,13 @@ impl Communicator {
             self,
             stream,
             buffers,
-            Box::new(move |raw| {
-                let f = nccl_fn!(ncclBroadcast);
-                // SAFETY: as for all-reduce; NCCL checks the root.
-                let rc = unsafe { f(s, r, count, T::DATATYPE, root, comm, raw) };
-                nccl_check(rc, "ncclBroadcast")
-            }),
+            NcclCall::Broadcast {
+                send: s,
+                recv: r,
+                count,
+                datatype: T::DATATYPE,
+                root,
+            },
         )
     }
 
@@ -102,7 +102,7 @@ impl Communicator {
         recv: &'a DeviceBuffer<T>,
     ) -> Result<Planned<'a>> {
         same_len(send.len().saturating_mul(self.size()), recv.len())?;
-        let (comm, count) = (self.raw(), send.len());
+        let count = send.len();
         let (s, r) = (send_ptr(send), recv_ptr(recv));
         Planned::new(
             self,
@@ -111,13 +111,12 @@ impl Communicator {
                 (recv.alloc_ref(), Access::Write),
                 Some((send.alloc_ref(), Access::Read)),
             ),
-            Box::new(move |raw| {
-                let f = nccl_fn!(ncclAllGather);
-                // SAFETY: `send` holds `count` values, `recv` `count * size` (checked); live as
-                // for all-reduce.
-                let rc = unsafe { f(s, r, count, T::DATATYPE, comm, raw) };
-                nccl_check(rc, "ncclAllGather")
-            }),
+            NcclCall::AllGather {
+                send: s,
+                recv: r,
+                count,
+                datatype: T::DATATYPE,
+            },
         )
     }
 
@@ -129,7 +128,7 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<Planned<'a>> {
         same_len(recv.len().saturating_mul(self.size()), send.len())?;
-        let (comm, count) = (self.raw(), recv.len());
+        let count = recv.len();
         let (s, r) = (send_ptr(send), recv_ptr(recv));
         Planned::new(
             self,
@@ -138,13 +137,13 @@ impl Communicator {
                 (recv.alloc_ref(), Access::Write),
                 Some((send.alloc_ref(), Access::Read)),
             ),
-            Box::new(move |raw| {
-                let f = nccl_fn!(ncclReduceScatter);
-                // SAFETY: `recv` holds `count` values, `send` `count * size` (checked); live
-                // as for all-reduce.
-                let rc = unsafe { f(s, r, count, T::DATATYPE, op.raw(), comm, raw) };
-                nccl_check(rc, "ncclReduceScatter")
-            }),
+            NcclCall::ReduceScatter {
+                send: s,
+                recv: r,
+                count,
+                datatype: T::DATATYPE,
+                op: op.raw(),
+            },
         )
     }
 
@@ -154,18 +153,17 @@ impl Communicator {
         buf: &'a DeviceBuffer<T>,
         peer: usize,
     ) -> Result<Planned<'a>> {
-        let (comm, count, peer, s) = (self.raw(), buf.len(), rank_arg(peer), send_ptr(buf));
+        let (count, peer, s) = (buf.len(), rank_arg(peer), send_ptr(buf));
         Planned::new(
             self,
             stream,
             Buffers::new((buf.alloc_ref(), Access::Read), None),
-            Box::new(move |raw| {
-                let f = nccl_fn!(ncclSend);
-                // SAFETY: `buf` holds `count` values, live as for all-reduce; NCCL checks the
-                // peer.
-                let rc = unsafe { f(s, count, T::DATATYPE, peer, comm, raw) };
-                nccl_check(rc, "ncclSend")
-            }),
+            NcclCall::Send {
+                buf: s,
+                count,
+                datatype: T::DATATYPE,
+                peer,
+            },
         )
     }
 
@@ -175,17 +173,17 @@ impl Communicator {
         buf: &'a DeviceBuffer<T>,
         peer: usize,
     ) -> Result<Planned<'a>> {
-        let (comm, count, peer, r) = (self.raw(), buf.len(), rank_arg(peer), recv_ptr(buf));
+        let (count, peer, r) = (buf.len(), rank_arg(peer), recv_ptr(buf));
         Planned::new(
             self,
             stream,
             Buffers::new((buf.alloc_ref(), Access::Write), None),
-            Box::new(move |raw| {
-                let f = nccl_fn!(ncclRecv);
-                // SAFETY: as for send.
-                let rc = unsafe { f(r, count, T::DATATYPE, peer, comm, raw) };
-                nccl_check(rc, "ncclRecv")
-            }),
+            NcclCall::Recv {
+                buf: r,
+                count,
+                datatype: T::DATATYPE,
+                peer,
+            },
         )
     }
 

@@ -2,11 +2,13 @@
 //! and running planned calls (one, or several as one NCCL group) with their buffers' uses
 //! tracked, or tied to a capture's graph.
 
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::ffi;
+use crate::ffi::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
@@ -16,8 +18,133 @@ use crate::nccl::call::{bind_for_nccl, nccl_check, nccl_fn};
 use crate::nccl::comm::Communicator;
 use crate::stream::view::bind_if_special;
 
-/// The NCCL call of a plan, given the raw stream.
-type Call<'a> = Box<dyn FnOnce(ffi::CUstream) -> Result<()> + 'a>;
+/// The NCCL call of a plan with its arguments ready (the buffers' addresses, counts checked
+/// against their lengths): plain values, so a plan costs no allocation. Issued on a raw stream
+/// with the communicator by [`NcclCall::issue`].
+#[derive(Clone, Copy)]
+pub(crate) enum NcclCall {
+    AllReduce {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        op: ncclRedOp_t,
+    },
+    Broadcast {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        root: c_int,
+    },
+    AllGather {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+    },
+    ReduceScatter {
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        op: ncclRedOp_t,
+    },
+    Send {
+        buf: *const c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        peer: c_int,
+    },
+    Recv {
+        buf: *mut c_void,
+        count: usize,
+        datatype: ncclDataType_t,
+        peer: c_int,
+    },
+}
+
+impl NcclCall {
+    /// Makes the call on `stream` with `comm`.
+    fn issue(self, comm: ncclComm_t, stream: ffi::CUstream) -> Result<()> {
+        match self {
+            NcclCall::AllReduce {
+                send,
+                recv,
+                count,
+                datatype,
+                op,
+            } => {
+                let f = nccl_fn!(ncclAllReduce);
+                // SAFETY: both buffers hold `count` values of `datatype` (checked when planned),
+                // live until the work is done (their uses are recorded, or a capture's graph
+                // holds them).
+                let rc = unsafe { f(send, recv, count, datatype, op, comm, stream) };
+                nccl_check(rc, "ncclAllReduce")
+            }
+            NcclCall::Broadcast {
+                send,
+                recv,
+                count,
+                datatype,
+                root,
+            } => {
+                let f = nccl_fn!(ncclBroadcast);
+                // SAFETY: as for all-reduce; NCCL checks the root.
+                let rc = unsafe { f(send, recv, count, datatype, root, comm, stream) };
+                nccl_check(rc, "ncclBroadcast")
+            }
+            NcclCall::AllGather {
+                send,
+                recv,
+                count,
+                datatype,
+            } => {
+                let f = nccl_fn!(ncclAllGather);
+                // SAFETY: `send` holds `count` values, `recv` `count` times the communicator's
+                // size (checked); live as for all-reduce.
+                let rc = unsafe { f(send, recv, count, datatype, comm, stream) };
+                nccl_check(rc, "ncclAllGather")
+            }
+            NcclCall::ReduceScatter {
+                send,
+                recv,
+                count,
+                datatype,
+                op,
+            } => {
+                let f = nccl_fn!(ncclReduceScatter);
+                // SAFETY: `recv` holds `count` values, `send` `count` times the communicator's
+                // size (checked); live as for all-reduce.
+                let rc = unsafe { f(send, recv, count, datatype, op, comm, stream) };
+                nccl_check(rc, "ncclReduceScatter")
+            }
+            NcclCall::Send {
+                buf,
+                count,
+                datatype,
+                peer,
+            } => {
+                let f = nccl_fn!(ncclSend);
+                // SAFETY: `buf` holds `count` values, live as for all-reduce; NCCL checks the
+                // peer.
+                let rc = unsafe { f(buf, count, datatype, peer, comm, stream) };
+                nccl_check(rc, "ncclSend")
+            }
+            NcclCall::Recv {
+                buf,
+                count,
+                datatype,
+                peer,
+            } => {
+                let f = nccl_fn!(ncclRecv);
+                // SAFETY: as for send.
+                let rc = unsafe { f(buf, count, datatype, peer, comm, stream) };
+                nccl_check(rc, "ncclRecv")
+            }
+        }
+    }
+}
 
 /// The buffers one NCCL call touches, with their access: at most two (what it writes, and what
 /// it reads), kept inline.
@@ -45,7 +172,7 @@ pub(crate) struct Planned<'a> {
     comm: &'a Communicator,
     stream: ffi::CUstream,
     buffers: Buffers<'a>,
-    call: Call<'a>,
+    call: NcclCall,
 }
 
 impl<'a> Planned<'a> {
@@ -55,7 +182,7 @@ impl<'a> Planned<'a> {
         comm: &'a Communicator,
         (stream, stream_ctx): (ffi::CUstream, ffi::CUcontext),
         buffers: Buffers<'a>,
-        call: Call<'a>,
+        call: NcclCall,
     ) -> Result<Planned<'a>> {
         let ctx = comm.context().raw();
         if stream_ctx != ctx {
@@ -133,7 +260,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
             let mut out = Ok(());
             for p in plans {
                 let _bound = bind_for_nccl(p.comm.context().raw())?;
-                out = (p.call)(p.stream);
+                out = p.call.issue(p.comm.raw(), p.stream);
                 *enqueued = out.is_ok();
             }
             return out;
@@ -153,7 +280,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
         let mut first_err = None;
         for p in plans {
             let r = bind_if_special(p.stream, p.comm.context().raw())
-                .and_then(|_bound| (p.call)(p.stream));
+                .and_then(|_bound| p.call.issue(p.comm.raw(), p.stream));
             if let Err(e) = r {
                 first_err = Some(e);
                 break;

@@ -283,7 +283,11 @@ mod collectives {
             // At 1 MiB a batch takes about 4 ms and its bandwidth moves by several per cent from
             // batch to batch (a control of raw against raw plus a few calls read 1.06): five
             // times the repetitions, for a steadier median.
-            let reps = if bytes == MIB && !quick { reps * 5 } else { reps };
+            let reps = if bytes == MIB && !quick {
+                reps * 5
+            } else {
+                reps
+            };
             let mut bufs: Vec<DeviceBuffer<f32>> = ctxs
                 .iter()
                 .zip(&streams)
