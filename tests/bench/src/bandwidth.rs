@@ -77,6 +77,7 @@ fn gbps(bytes: usize, s: f64) -> f64 {
 }
 
 /// The all-reduce rows' target (cuda-stream's bandwidth over raw NCCL's).
+#[cfg(feature = "nccl")]
 const ALL_REDUCE_TARGET: f64 = 0.98;
 /// The peer copy rows' target (and >= 350 GB/s on NVLink, read off the table).
 const PEER_TARGET: f64 = 0.95;
