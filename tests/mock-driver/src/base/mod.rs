@@ -6,3 +6,16 @@
 pub(crate) mod flavour;
 
 pub(crate) mod config;
+
+/// Prints where a bad use was counted, with a backtrace, when `CUDA_MOCK_TRACE_BAD_USES` is set:
+/// for a test that finds one and must say which call made it.
+pub(crate) fn trace_bad_use(file: &str, line: u32) {
+    if std::env::var_os("CUDA_MOCK_TRACE_BAD_USES").is_some() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "mock driver: bad use counted at {file}:{line}\n{}",
+            std::backtrace::Backtrace::force_capture()
+        );
+    }
+}

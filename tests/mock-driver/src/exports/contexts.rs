@@ -99,6 +99,7 @@ pub(crate) fn known_ctx(st: &mut State, ctx: CUcontext) -> Result<usize, CUresul
         Ok(h)
     } else {
         st.counters.bad_uses += 1;
+        crate::base::trace_bad_use(file!(), line!());
         Err(CUresult::CUDA_ERROR_INVALID_CONTEXT)
     }
 }

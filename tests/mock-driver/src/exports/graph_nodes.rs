@@ -20,6 +20,7 @@ fn node(st: &mut State, h: usize) -> Result<Node, CUresult> {
         .cloned();
     found.ok_or_else(|| {
         st.counters.bad_uses += 1;
+        crate::base::trace_bad_use(file!(), line!());
         INVALID_VALUE
     })
 }

@@ -26,6 +26,7 @@ pub(crate) fn graph_mut(st: &mut State, h: usize) -> Result<&mut GraphRec, CUres
         Some(g) if g.alive => Ok(g),
         _ => {
             st.counters.bad_uses += 1;
+            crate::base::trace_bad_use(file!(), line!());
             Err(INVALID_VALUE)
         }
     }
@@ -36,6 +37,7 @@ fn exec_mut(st: &mut State, h: usize) -> Result<&mut ExecRec, CUresult> {
         Some(e) if e.alive => Ok(e),
         _ => {
             st.counters.bad_uses += 1;
+            crate::base::trace_bad_use(file!(), line!());
             Err(INVALID_VALUE)
         }
     }

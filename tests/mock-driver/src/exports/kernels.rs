@@ -185,6 +185,7 @@ fn live_module(st: &mut State, hmod: usize) -> Result<(), CUresult> {
         Ok(())
     } else {
         st.counters.bad_uses += 1;
+        crate::base::trace_bad_use(file!(), line!());
         Err(INVALID_HANDLE)
     }
 }
@@ -244,6 +245,7 @@ pub(super) fn live_function(st: &mut State, f: CUfunction) -> Result<(usize, usi
         Some(r) if st.device.module_alive(r.module) => Ok((r.module, r.entry)),
         _ => {
             st.counters.bad_uses += 1;
+            crate::base::trace_bad_use(file!(), line!());
             Err(INVALID_HANDLE)
         }
     }

@@ -64,6 +64,7 @@ pub(crate) fn check_range(st: &mut State, ptr: u64, len: usize) -> Result<(), CU
         Ok(())
     } else {
         st.counters.bad_uses += 1;
+        crate::base::trace_bad_use(file!(), line!());
         Err(CUresult::CUDA_ERROR_INVALID_VALUE)
     }
 }
@@ -426,6 +427,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
         st.race_host_learns(&learnt);
         let Some(bytes) = st.device.slice_mut(src_device, byte_count) else {
             st.counters.bad_uses += 1;
+            crate::base::trace_bad_use(file!(), line!());
             return INVALID_VALUE;
         };
         // SAFETY: the caller's promise; the source is the mock's own memory.

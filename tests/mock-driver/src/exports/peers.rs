@@ -94,6 +94,7 @@ pub unsafe extern "C" fn cuMemcpyPeerAsync(
         // of pool memory without a grant, `tests/examples/contexts.rs`): an error, counted.
         if crate::state::threads::current().is_none() {
             st.counters.bad_uses += 1;
+            crate::base::trace_bad_use(file!(), line!());
             return CUresult::CUDA_ERROR_INVALID_CONTEXT;
         }
         let s = tri!(st.stream(h_stream));

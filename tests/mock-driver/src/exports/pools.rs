@@ -45,6 +45,7 @@ const NOT_SUPPORTED: CUresult = CUresult::CUDA_ERROR_NOT_SUPPORTED;
 fn pool(st: &mut State, h: CUmemoryPool) -> Result<&mut PoolRec, CUresult> {
     if st.device.pools.get_mut(h as usize).is_none() {
         st.counters.bad_uses += 1;
+        crate::base::trace_bad_use(file!(), line!());
         return Err(INVALID_VALUE);
     }
     Ok(st.device.pools.get_mut(h as usize).expect("just checked"))

@@ -69,6 +69,7 @@ pub unsafe extern "C" fn cuUserObjectRetain(object: CUuserObject, count: c_uint)
             }
             None => {
                 st.counters.bad_uses += 1;
+                crate::base::trace_bad_use(file!(), line!());
                 INVALID_VALUE
             }
         }
@@ -108,6 +109,7 @@ pub unsafe extern "C" fn cuGraphRetainUserObject(
         tri!(graph_mut(&mut st, graph as usize));
         let Some(o) = st.graphs.objects.get_mut(&(object as usize)) else {
             st.counters.bad_uses += 1;
+            crate::base::trace_bad_use(file!(), line!());
             return INVALID_VALUE;
         };
         if flags & GRAPH_USER_OBJECT_MOVE == 0 {

@@ -114,8 +114,19 @@ fn worker() {
                 st = lock();
             }
             Work::Device(work) => {
+                let what = if std::env::var_os("CUDA_MOCK_TRACE_BAD_USES").is_some() {
+                    let mut w = format!("{work:?}");
+                    w.truncate(200);
+                    w
+                } else {
+                    String::new()
+                };
                 if !device::run(&mut st.device, work) {
                     st.counters.bad_uses += 1;
+                    crate::base::trace_bad_use(file!(), line!());
+                    if !what.is_empty() {
+                        eprintln!("mock driver: the work that found no memory: {what}");
+                    }
                 }
             }
             Work::Callback(f, stream, data) => {
