@@ -6,6 +6,26 @@ use std::path::Path;
 
 use crate::Result;
 
+/// The style every generated file shares (new-type enums, derives, `core` types, extern blocks
+/// merged, layout tests, no formatter), on `builder`'s header and allow-lists; the driver's
+/// bindings keep the header's comments.
+pub(crate) fn styled(builder: bindgen::Builder, comments: bool) -> bindgen::Builder {
+    builder
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
+        .derive_default(true)
+        .derive_eq(true)
+        .derive_hash(true)
+        .use_core()
+        .ctypes_prefix("::core::ffi")
+        .generate_comments(comments)
+        .merge_extern_blocks(true)
+        .layout_tests(true)
+        .formatter(bindgen::Formatter::None)
+}
+
 pub(crate) fn run_bindgen(header: &Path, clang_args: &[&str], typedefs: bool) -> Result<syn::File> {
     let mut builder = bindgen::Builder::default()
         .header(header.to_string_lossy())
@@ -16,20 +36,7 @@ pub(crate) fn run_bindgen(header: &Path, clang_args: &[&str], typedefs: bool) ->
     if typedefs {
         builder = builder.allowlist_type("PFN_cu.*");
     }
-    let bindings = builder
-        .default_enum_style(bindgen::EnumVariation::NewType {
-            is_bitfield: false,
-            is_global: false,
-        })
-        .derive_default(true)
-        .derive_eq(true)
-        .derive_hash(true)
-        .use_core()
-        .ctypes_prefix("::core::ffi")
-        .generate_comments(true)
-        .merge_extern_blocks(true)
-        .layout_tests(true)
-        .formatter(bindgen::Formatter::None)
+    let bindings = styled(builder, true)
         .generate()
         .map_err(|e| format!("bindgen: {e}"))?;
     syn::parse_str(&bindings.to_string()).map_err(|e| format!("parsing bindgen output: {e}"))

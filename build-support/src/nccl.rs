@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use crate::Result;
+use crate::bindgen_run::styled;
 use crate::header::{NCCL_HEADER_SHA256, nccl_banner};
 use crate::library::{Library, emit, split};
 use crate::sha256::sha256_hex;
@@ -47,28 +48,18 @@ pub(crate) fn generate_nccl(include: &Path) -> Result<Vec<(String, String)>> {
     for (name, body) in STUBS {
         std::fs::write(stubs.join(name), body).map_err(|e| e.to_string())?;
     }
-    let bindings = bindgen::Builder::default()
-        .header(header.to_string_lossy())
-        .clang_arg(format!("-I{}", stubs.display()))
-        .allowlist_function("nccl.*")
-        .allowlist_type("nccl.*")
-        .allowlist_var("NCCL_.*")
-        .blocklist_type("cudaStream_t|CUstream_st")
-        .default_enum_style(bindgen::EnumVariation::NewType {
-            is_bitfield: false,
-            is_global: false,
-        })
-        .derive_default(true)
-        .derive_eq(true)
-        .derive_hash(true)
-        .use_core()
-        .ctypes_prefix("::core::ffi")
-        .generate_comments(false)
-        .merge_extern_blocks(true)
-        .layout_tests(true)
-        .formatter(bindgen::Formatter::None)
-        .generate()
-        .map_err(|e| format!("bindgen (nccl.h): {e}"));
+    let bindings = styled(
+        bindgen::Builder::default()
+            .header(header.to_string_lossy())
+            .clang_arg(format!("-I{}", stubs.display()))
+            .allowlist_function("nccl.*")
+            .allowlist_type("nccl.*")
+            .allowlist_var("NCCL_.*")
+            .blocklist_type("cudaStream_t|CUstream_st"),
+        false,
+    )
+    .generate()
+    .map_err(|e| format!("bindgen (nccl.h): {e}"));
     let _ = std::fs::remove_dir_all(&stubs);
     let file: syn::File = syn::parse_str(&bindings?.to_string())
         .map_err(|e| format!("parsing bindgen output: {e}"))?;

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::Result;
-use crate::bindgen_run::tokens;
+use crate::bindgen_run::{styled, tokens};
 use crate::header::{NVRTC_HEADER_SHA256, nvrtc_banner};
 use crate::library::{Library, emit, split};
 use crate::sha256::sha256_hex;
@@ -32,25 +32,15 @@ pub(crate) fn generate_nvrtc(include: &Path) -> Result<Vec<(String, String)>> {
             header.display()
         ));
     }
-    let bindings = bindgen::Builder::default()
-        .header(header.to_string_lossy())
-        .allowlist_function("nvrtc.*")
-        .allowlist_type("nvrtc.*")
-        .default_enum_style(bindgen::EnumVariation::NewType {
-            is_bitfield: false,
-            is_global: false,
-        })
-        .derive_default(true)
-        .derive_eq(true)
-        .derive_hash(true)
-        .use_core()
-        .ctypes_prefix("::core::ffi")
-        .generate_comments(false)
-        .merge_extern_blocks(true)
-        .layout_tests(true)
-        .formatter(bindgen::Formatter::None)
-        .generate()
-        .map_err(|e| format!("bindgen (nvrtc.h): {e}"))?;
+    let bindings = styled(
+        bindgen::Builder::default()
+            .header(header.to_string_lossy())
+            .allowlist_function("nvrtc.*")
+            .allowlist_type("nvrtc.*"),
+        false,
+    )
+    .generate()
+    .map_err(|e| format!("bindgen (nvrtc.h): {e}"))?;
     let file: syn::File = syn::parse_str(&bindings.to_string())
         .map_err(|e| format!("parsing bindgen output: {e}"))?;
     let results = result_names(&file)?;

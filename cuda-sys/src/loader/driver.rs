@@ -98,21 +98,12 @@ impl Driver {
                 value: v.to_string(),
             });
         }
-        let not_found = |reason: String| LoadError::NotFound {
-            tried: vec![Candidate {
-                path: path.to_os_string(),
-                reason,
-            }],
-        };
-        if let Some(reason) = unusable_file(path) {
-            return Err(not_found(reason));
-        }
         // SAFETY: the caller promises a CUDA driver library, whose initialisers are sound to run
         // at any time and in any thread; the library is never unloaded while a pointer from it
         // is live (pointers from `Driver` are only handed out under `&self`, the global one
         // never drops).
         let lib =
-            unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
+            unsafe { load_library(path) }.map_err(|c| LoadError::NotFound { tried: vec![c] })?;
 
         // SAFETY: the library is a CUDA driver (the caller's promise), so the symbol is the
         // driver's, with the C type of `PFN_cuDriverGetVersion_v2020`
@@ -237,6 +228,27 @@ impl Driver {
     pub fn abi_limit(&self) -> Option<u32> {
         self.abi_limit
     }
+}
+
+/// Loads the library at `path` (a file name the dynamic loader searches for, or a path), or the
+/// [`Candidate`] that says why not: a path that is missing, a directory or empty
+/// ([`unusable_file`]), or the loader's error. The one load of every loader here.
+///
+/// # Safety
+///
+/// As [`libloading::Library::new`]: loading runs the library's initialisers, which must be sound
+/// to run now, on this thread; the caller also keeps the library loaded while any pointer from it
+/// is live.
+pub(super) unsafe fn load_library(path: &OsStr) -> Result<libloading::Library, Candidate> {
+    let not_found = |reason: String| Candidate {
+        path: path.to_os_string(),
+        reason,
+    };
+    if let Some(reason) = unusable_file(path) {
+        return Err(not_found(reason));
+    }
+    // SAFETY: the caller's promise (above).
+    unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))
 }
 
 /// Why `path` cannot be a library, for a path (not a bare name the loader searches for) that is

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::by_name::ByName;
-use super::error::{error_chain, list};
-use super::{Candidate, driver::unusable_file};
+use super::error::list;
+use super::{Candidate, driver::load_library};
 use crate::generated::nccl::{NCCL_SYMBOL_COUNT, NCCL_SYMBOLS, ncclResult_t};
 
 /// The environment variable that names the NCCL library to load instead of the default search.
@@ -131,20 +131,11 @@ impl Nccl {
     /// The same holds for [`libloading::Library::new`], which is `unsafe` for this reason.
     pub unsafe fn open(path: impl AsRef<OsStr>) -> Result<Nccl, NcclLoadError> {
         let path = path.as_ref();
-        let not_found = |reason: String| NcclLoadError::NotFound {
-            tried: vec![Candidate {
-                path: path.to_os_string(),
-                reason,
-            }],
-        };
-        if let Some(reason) = unusable_file(path) {
-            return Err(not_found(reason));
-        }
         // SAFETY: the caller promises an NCCL library, whose initialisers are sound to run at
         // any time and in any thread; the library is never unloaded while a pointer from it is
         // live (pointers are handed out under `&self`, and the global one never drops).
-        let lib =
-            unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
+        let lib = unsafe { load_library(path) }
+            .map_err(|c| NcclLoadError::NotFound { tried: vec![c] })?;
         let not_nccl = |reason: &str| NcclLoadError::NotNccl {
             path: path.to_os_string(),
             reason: reason.to_string(),

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::by_name::ByName;
-use super::error::{error_chain, list};
-use super::{Candidate, driver::unusable_file};
+use super::error::list;
+use super::{Candidate, driver::load_library};
 use crate::generated::nvrtc::{NVRTC_RESULTS, NVRTC_SYMBOL_COUNT, NVRTC_SYMBOLS, nvrtcResult};
 
 /// The environment variable that names the NVRTC library to load instead of the default search.
@@ -132,20 +132,11 @@ impl Nvrtc {
     /// finds it loaded.
     pub unsafe fn open(path: impl AsRef<OsStr>) -> Result<Nvrtc, NvrtcLoadError> {
         let path = path.as_ref();
-        let not_found = |reason: String| NvrtcLoadError::NotFound {
-            tried: vec![Candidate {
-                path: path.to_os_string(),
-                reason,
-            }],
-        };
-        if let Some(reason) = unusable_file(path) {
-            return Err(not_found(reason));
-        }
         // SAFETY: the caller promises an NVRTC library, whose initialisers are sound to run at
         // any time and in any thread; the library is never unloaded while a pointer from it is
         // live (pointers are handed out under `&self`, and the global one never drops).
-        let lib =
-            unsafe { libloading::Library::new(path) }.map_err(|e| not_found(error_chain(&e)))?;
+        let lib = unsafe { load_library(path) }
+            .map_err(|c| NvrtcLoadError::NotFound { tried: vec![c] })?;
         let not_nvrtc = |reason: &str| NvrtcLoadError::NotNvrtc {
             path: path.to_os_string(),
             reason: reason.to_string(),

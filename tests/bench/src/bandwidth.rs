@@ -298,7 +298,8 @@ mod collectives {
             let raws: Vec<_> = comms.iter().map(Communicator::raw).collect();
             let sraw: Vec<_> = raw_streams.iter().map(OwnedStream::raw).collect();
             let count = bytes / 4;
-            let mut raw: Body<'_> = Box::new(|| {
+            // One raw group of all-reduces, for the raw column and the control row.
+            let raw_group = || -> Result<(), Error> {
                 // SAFETY: each buffer holds `count` f32 on its rank's device, alive for the
                 // batch (synchronised after it); each stream is of its rank's context.
                 unsafe {
@@ -318,7 +319,8 @@ mod collectives {
                     }
                     nccl_err("ncclGroupEnd", end())
                 }
-            });
+            };
+            let mut raw: Body<'_> = Box::new(raw_group);
             let bufs_ref = &mut bufs;
             let comms_ref = &comms;
             let streams_ref = &streams;
@@ -365,21 +367,7 @@ mod collectives {
                         }
                         let mut cur = std::ptr::null_mut();
                         let _ = get_current(&mut cur);
-                        nccl_err("ncclGroupStart", start())?;
-                        for i in 0..n {
-                            let p = ptrs[i] as *mut std::ffi::c_void;
-                            let rc = all_reduce(
-                                p,
-                                p,
-                                count,
-                                ncclDataType_t::ncclFloat32,
-                                ncclRedOp_t::ncclSum,
-                                raws[i],
-                                sraw[i],
-                            );
-                            nccl_err("ncclAllReduce", rc)?;
-                        }
-                        nccl_err("ncclGroupEnd", end())?;
+                        raw_group()?;
                         let _ = get_current(&mut cur);
                         Ok(())
                     }
