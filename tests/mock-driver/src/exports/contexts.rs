@@ -65,13 +65,26 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 fn primary_ctx_release(symbol: &'static str, dev: CUdevice) -> CUresult {
     api(symbol, false, |mut st| {
         tri!(valid_device(&st, dev));
+        // The last reference: the driver finishes the context's queued work before it destroys
+        // the context (and with it the memory that work may still free or touch). Not on the
+        // worker thread, whose own queue that would be.
+        while !state::threads::on_worker() {
+            let Some(handle) = st.device_ctx(dev).filter(|c| c.refs == 1).map(|c| c.handle) else {
+                break;
+            };
+            let target = st.ctx_last_job.get(&handle).copied().unwrap_or(0);
+            if st.completed >= target {
+                break;
+            }
+            st = state::wait_until_done(st, target);
+        }
         tri!(st.release_ctx(dev));
         SUCCESS
     })
 }
 
-/// `cuDevicePrimaryCtxRelease_v2`: at zero references the context is destroyed with every stream
-/// and event still in it (counted as orphans). Releasing an unretained context is counted as a
+/// `cuDevicePrimaryCtxRelease_v2`: at zero references the context's queued work is finished, then
+/// the context is destroyed with every stream and event still in it (counted as orphans). Releasing an unretained context is counted as a
 /// bad destroy.
 ///
 /// # Safety

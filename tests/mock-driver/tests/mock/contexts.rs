@@ -6,8 +6,8 @@ use std::ffi::{CStr, c_char};
 use cuda_stream_sys::*;
 
 use super::{
-    INVALID_HANDLE, LEGACY, NOT_READY, SUCCESS, destroy_event, destroy_stream, enter, event, leave,
-    mock, query, stream,
+    INVALID_HANDLE, LEGACY, Log, NOT_READY, SUCCESS, destroy_event, destroy_stream, enter, event,
+    launch, leave, mock, note, query, stream,
 };
 
 #[test]
@@ -47,6 +47,41 @@ fn releasing_the_primary_context_destroys_what_is_in_it() {
     let rc = unsafe { cuCtxPushCurrent(std::ptr::without_provenance_mut(0x1230)) };
     assert_eq!(rc, CUresult::CUDA_ERROR_INVALID_CONTEXT);
     assert_eq!(m.bad_uses(), 1);
+}
+
+/// The driver finishes a context's queued work before the release of its last reference destroys
+/// it: a free queued behind a held host function runs before the context's memory goes, and
+/// finds its allocation.
+#[test]
+fn the_last_release_finishes_the_contexts_work_first() {
+    let (_g, m) = mock();
+    enter(0);
+    let s = stream(0);
+    let mut p = 0;
+    // SAFETY: valid out-pointer; a context is current.
+    assert_eq!(unsafe { cuMemAllocAsync(&mut p, 256, s) }, SUCCESS);
+    let log = Log::leak();
+    launch(s, note(log, 0, true));
+    // SAFETY: `p` is live; its free is queued behind the held host function.
+    assert_eq!(unsafe { cuMemFreeAsync(p, s) }, SUCCESS);
+    assert_eq!(destroy_stream(s), SUCCESS);
+    log.wait_until_held();
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        log.open_gate();
+    });
+    leave(0);
+    assert_eq!(
+        log.entries().len(),
+        1,
+        "the release waited for the host function"
+    );
+    opener.join().unwrap();
+    assert_eq!(
+        (m.bad_uses(), m.live_allocations(), m.pending_host_fns()),
+        (0, 0, 0),
+        "the free ran before the context went, and found its memory"
+    );
 }
 
 #[test]
