@@ -72,6 +72,9 @@ cp target/release/examples/contexts "$out/bin/contexts"
 # plainly and under each compute-sanitizer tool: see tests/examples/host_fn_wake.rs).
 cargo build --release -p cuda-stream-tests --example host_fn_wake
 cp target/release/examples/host_fn_wake "$out/bin/host_fn_wake"
+# The same question through this crate's `completed()`, step by step (`bin/completion_probe`).
+cargo build --release -p cuda-stream-tests --example completion_probe
+cp target/release/examples/completion_probe "$out/bin/completion_probe"
 cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
     cargo build --release -p cuda-stream-interop --features nccl

@@ -221,6 +221,15 @@ fn completed_on_a_default_stream_from_a_thread_without_context() {
             block_on(s.completed()).0.unwrap();
             assert_eq!(buf.get(0), 3);
             assert!(current_context().is_null());
+            // The work is done (the value is there); this makes no difference without a tool.
+            // Under racecheck (H100, driver 580), when the thread exited straight away the
+            // helpers' `cuModuleUnload` after the scope never returned, 4 of 4 runs; with this
+            // synchronise, or 500 ms of sleep before the unload, it returned every time. Under
+            // each tool a thread's exit waits for its per-thread stream's work (raw calls:
+            // `host_fn_wake --exit-pending`), and the same sequence in raw calls
+            // (`host_fn_wake --unload`, ten variants) and through this crate in a plain program
+            // (`completion_probe --teardown`) never hung: a tool's doing, at thread exit.
+            s.synchronize().unwrap();
         });
     });
 }

@@ -41,7 +41,8 @@ fn watchdog() -> Duration {
     hang() * 2 + Duration::from_secs(60)
 }
 
-/// Whether each operation is printed to stderr as it starts (`CUDA_STREAM_RANDOM_TRACE` set):
+/// Whether each operation is printed to stderr as it starts and ends, and the teardown as well
+/// (`CUDA_STREAM_RANDOM_TRACE` set):
 /// where a run is killed from outside, its last lines name what was running.
 fn trace() -> bool {
     static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -522,9 +523,31 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                             error: Some((format!("panicked: {}", panic_text(p)), false)),
                             ..Outcome::default()
                         });
+                    if trace() {
+                        use std::io::Write as _;
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "random programs: {} thread {t} #{i} done",
+                            seed_for_trace
+                        );
+                    }
                     *outs[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
                     done.lock().unwrap_or_else(|e| e.into_inner())[i] = true;
                     cv.notify_all();
+                }
+                // Under compute-sanitizer (every tool; H100, driver 580) a thread's exit waits
+                // for the work it left on its per-thread default stream (raw calls,
+                // `host_fn_wake --exit-pending`: a `cuCtxSynchronize` made after such a thread
+                // exited found its 100 ms kernel done, against 100 ms without a tool), and a call
+                // that waits for the device made by another thread right then never returned
+                // (`cuMemAlloc` in `Borrow`, under each tool, with a replay left on a per-thread
+                // stream; `cuModuleUnload` in the completion test under racecheck). A thread
+                // that synchronises its per-thread streams before it exits hangs nothing. Without
+                // a tool the thread leaves its work running, as programs may.
+                if crate::sanitizer().is_some() {
+                    for c in &world.env.ctxs {
+                        let _ = c.per_thread_stream().synchronize();
+                    }
                 }
             });
         }
@@ -538,7 +561,21 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
         ));
     }
     let ran = world.host_fns.clone();
+    if trace() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "random programs: {seed_for_trace} teardown"
+        );
+    }
     problems.extend(world.teardown());
+    if trace() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "random programs: {seed_for_trace} torn down"
+        );
+    }
     let outs: Vec<Outcome> = outs
         .into_iter()
         .map(|o| {
