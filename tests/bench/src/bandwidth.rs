@@ -383,10 +383,99 @@ mod collectives {
                     ratio,
                     ALL_REDUCE_TARGET,
                 );
+                host_costs(
+                    &mut raw,
+                    &mut checked,
+                    &mut safe,
+                    &ctxs[0],
+                    iters,
+                    reps,
+                    &|| {
+                        sync_all(&refs)?;
+                        sync_all(&streams.iter().collect::<Vec<_>>())
+                    },
+                )?;
             }
         }
         Ok(())
     }
+}
+
+/// A probe of where the safe side's time goes at 1 MiB: the host's time to enqueue one group
+/// (the loop alone, the GPU's work excluded) for the raw group, the raw group with the safe
+/// side's checks, the raw group bound to the first rank's context as the crate binds it
+/// (`cuCtxGetCurrent`, push, group, pop, `cuCtxGetCurrent`), and the safe group; with the
+/// thread's current context before and after each.
+#[cfg(feature = "nccl")]
+fn host_costs(
+    raw: &mut Body<'_>,
+    checked: &mut Body<'_>,
+    safe: &mut Body<'_>,
+    first: &Context,
+    iters: u32,
+    reps: usize,
+    sync: &dyn Fn() -> Result<(), Error>,
+) -> Result<(), Error> {
+    let get_current = sys::fns::cuCtxGetCurrent().map_err(Error::Load)?;
+    let push = sys::fns::cuCtxPushCurrent().map_err(Error::Load)?;
+    let pop = sys::fns::cuCtxPopCurrent().map_err(Error::Load)?;
+    let current = || {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe { get_current(&mut c) };
+        c as usize
+    };
+    let ctx0 = first.raw();
+    let run = |f: &mut dyn FnMut() -> Result<(), Error>| -> Result<(f64, usize, usize), Error> {
+        sync()?;
+        let before = current();
+        let t = Instant::now();
+        for _ in 0..iters {
+            f()?;
+        }
+        let host = t.elapsed().as_secs_f64() / f64::from(iters);
+        let after = current();
+        sync()?;
+        Ok((host, before, after))
+    };
+    let measure = |name: &str, f: &mut dyn FnMut() -> Result<(), Error>| -> Result<(), Error> {
+        run(f)?;
+        let mut times = Vec::new();
+        let (mut b, mut a) = (0, 0);
+        for _ in 0..reps {
+            let (t, before, after) = run(f)?;
+            times.push(t);
+            (b, a) = (before, after);
+        }
+        println!("| {name} | {:.2} | {b:#x} / {a:#x} |", median(times) * 1e6);
+        Ok(())
+    };
+    println!();
+    println!(
+        "Probe: the host's time to enqueue one all-reduce group of 1 MiB per rank (the enqueue loop alone, median of {reps} batches of {iters}); the first rank's context is {:#x}",
+        ctx0 as usize
+    );
+    println!();
+    println!("| body | host us per group | current context before / after a batch |");
+    println!("| --- | --- | --- |");
+    measure("raw group", &mut **raw)?;
+    measure("raw + the safe side's checks", &mut **checked)?;
+    measure("raw, bound to the first context (push, pop)", &mut || {
+        // SAFETY: a live context, pushed and popped around the group as the crate's binding
+        // does; valid out-pointers.
+        unsafe {
+            let mut c = std::ptr::null_mut();
+            get_current(&mut c);
+            push(ctx0);
+            let r = raw();
+            let mut popped = std::ptr::null_mut();
+            pop(&mut popped);
+            get_current(&mut c);
+            r
+        }
+    })?;
+    measure("cuda-stream Group", &mut **safe)?;
+    Ok(())
 }
 
 /// `--multi-gpu`: the two-GPU rows; `Ok(false)` (with the reason printed) on fewer than two.
