@@ -69,7 +69,7 @@ cp target/release/examples/probe "$out/bin/probe"
 cargo build --release -p cuda-stream-tests --example contexts --features nccl
 cp target/release/examples/contexts "$out/bin/contexts"
 # Whether a host function that is to wake a parked thread runs, in raw calls (`bin/host_fn_wake`,
-# plainly and under each compute-sanitizer tool: see tests/examples/host_fn_wake.rs).
+# plainly and under each compute-sanitizer tool: see tests/examples/host_fn_wake/).
 cargo build --release -p cuda-stream-tests --example host_fn_wake
 cp target/release/examples/host_fn_wake "$out/bin/host_fn_wake"
 # The same question through this crate's `completed()`, step by step (`bin/completion_probe`).
