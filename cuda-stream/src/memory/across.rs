@@ -58,7 +58,7 @@ pub(crate) fn enqueue_across(
             stream,
         });
     }
-    around_streams(tracked, |enqueued| {
+    around_streams(&mut tracked, |enqueued| {
         // Each proxy has waited for its buffers' conflicting uses: so does `raw`.
         for &(remote, proxy) in &remotes {
             hand_over(proxy, remote.raw(), raw)?;

@@ -142,7 +142,7 @@ fn around_replay(
         }
     }
     let proxy_of = |c: ffi::CUcontext| remote.iter().find(|r| r.0 == c).map_or(stream, |r| r.1);
-    let list = allocs
+    let mut list: Vec<TrackedUse<'_>> = allocs
         .iter()
         .map(|a| TrackedUse {
             uses: &a.uses,
@@ -150,7 +150,7 @@ fn around_replay(
             stream: proxy_of(a.ctx().raw()),
         })
         .collect();
-    around_streams(list, |enqueued| {
+    around_streams(&mut list, |enqueued| {
         // Each proxy has waited for its buffers' other uses: so does the launch.
         for &(c, proxy) in &remote {
             hand_over(proxy, c, stream)?;

@@ -24,17 +24,24 @@ pub(crate) struct TrackedUse<'a> {
 /// after that (a tracker could not mark its use), the work's streams are synchronised before
 /// the error is returned, so that no unrecorded use is still running.
 pub(crate) fn around_streams(
-    mut list: Vec<TrackedUse<'_>>,
+    list: &mut [TrackedUse<'_>],
     op: impl FnOnce(&mut bool) -> Result<()>,
 ) -> Result<()> {
-    list.sort_by_key(|u| (u.uses.key(), u.stream as usize));
-    list.dedup_by(|later, kept| {
-        let same = later.uses.key() == kept.uses.key() && later.stream == kept.stream;
-        if same && later.access == Access::Write {
-            kept.access = Access::Write;
+    list.sort_unstable_by_key(|u| (u.uses.key(), u.stream as usize));
+    // Dedup in place: entries of one tracker on one stream become one, a write if either is.
+    let mut len = 0;
+    for i in 0..list.len() {
+        let u = list[i];
+        if len > 0 && list[len - 1].uses.key() == u.uses.key() && list[len - 1].stream == u.stream {
+            if u.access == Access::Write {
+                list[len - 1].access = Access::Write;
+            }
+        } else {
+            list[len] = u;
+            len += 1;
         }
-        same
-    });
+    }
+    let list = &list[..len];
     if list.windows(2).any(|w| w[0].uses.key() == w[1].uses.key()) {
         return Err(Error::InvalidArgument {
             reason: "one buffer is used on two streams in one operation".into(),
@@ -43,7 +50,7 @@ pub(crate) fn around_streams(
     let mut enqueued = false;
     let mut op = Some(op);
     let out = nest(
-        &list,
+        list,
         &mut |flag: &mut bool| match op.take() {
             Some(f) => f(flag),
             None => Ok(()),

@@ -198,7 +198,7 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         issue(
-            vec![self.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?],
+            &[self.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?],
             false,
         )
     }
@@ -211,7 +211,7 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         issue(
-            vec![self.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?],
+            &[self.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?],
             false,
         )
     }
@@ -226,7 +226,7 @@ impl Communicator {
         root: usize,
     ) -> Result<()> {
         issue(
-            vec![self.plan_broadcast(stream.enqueue_handle(), Some(send), recv, root)?],
+            &[self.plan_broadcast(stream.enqueue_handle(), Some(send), recv, root)?],
             false,
         )
     }
@@ -239,7 +239,7 @@ impl Communicator {
         root: usize,
     ) -> Result<()> {
         issue(
-            vec![self.plan_broadcast(stream.enqueue_handle(), None, buf, root)?],
+            &[self.plan_broadcast(stream.enqueue_handle(), None, buf, root)?],
             false,
         )
     }
@@ -253,7 +253,7 @@ impl Communicator {
         recv: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         issue(
-            vec![self.plan_all_gather(stream.enqueue_handle(), send, recv)?],
+            &[self.plan_all_gather(stream.enqueue_handle(), send, recv)?],
             false,
         )
     }
@@ -268,7 +268,7 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         issue(
-            vec![self.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?],
+            &[self.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?],
             false,
         )
     }
@@ -283,7 +283,7 @@ impl Communicator {
         peer: usize,
     ) -> Result<()> {
         issue(
-            vec![self.plan_send(stream.enqueue_handle(), buf, peer)?],
+            &[self.plan_send(stream.enqueue_handle(), buf, peer)?],
             false,
         )
     }
@@ -296,7 +296,7 @@ impl Communicator {
         peer: usize,
     ) -> Result<()> {
         issue(
-            vec![self.plan_recv(stream.enqueue_handle(), buf, peer)?],
+            &[self.plan_recv(stream.enqueue_handle(), buf, peer)?],
             false,
         )
     }

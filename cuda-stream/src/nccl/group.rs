@@ -37,31 +37,45 @@ use crate::stream::view::Enqueue;
 /// ```
 #[derive(Default)]
 pub struct Group<'a> {
-    plans: Vec<Planned<'a>>,
+    /// The first [`INLINE`] calls, kept inline (a group of a few calls allocates nothing); the
+    /// rest in `more`.
+    inline: [Option<Planned<'a>>; INLINE],
+    more: Vec<Planned<'a>>,
 }
+
+/// How many calls a [`Group`] keeps without allocating.
+const INLINE: usize = 4;
 
 impl fmt::Debug for Group<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Group")
-            .field("calls", &self.plans.len())
-            .finish()
+        f.debug_struct("Group").field("calls", &self.len()).finish()
     }
 }
 
 impl<'a> Group<'a> {
     /// An empty group.
     pub fn new() -> Group<'a> {
-        Group { plans: Vec::new() }
+        Group {
+            inline: [None; INLINE],
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, p: Planned<'a>) {
+        match self.inline.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => *slot = Some(p),
+            None => self.more.push(p),
+        }
     }
 
     /// How many calls the group holds.
     pub fn len(&self) -> usize {
-        self.plans.len()
+        self.inline.iter().flatten().count() + self.more.len()
     }
 
     /// Whether the group holds no call.
     pub fn is_empty(&self) -> bool {
-        self.plans.is_empty()
+        self.inline[0].is_none()
     }
 
     /// Adds [`Communicator::all_reduce`].
@@ -75,7 +89,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let recv: &'a DeviceBuffer<T> = recv;
         let p = comm.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
@@ -89,7 +103,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let buf: &'a DeviceBuffer<T> = buf;
         let p = comm.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
@@ -103,7 +117,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let buf: &'a DeviceBuffer<T> = buf;
         let p = comm.plan_broadcast(stream.enqueue_handle(), None, buf, root)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
@@ -117,7 +131,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let recv: &'a DeviceBuffer<T> = recv;
         let p = comm.plan_all_gather(stream.enqueue_handle(), send, recv)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
@@ -132,7 +146,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let recv: &'a DeviceBuffer<T> = recv;
         let p = comm.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
@@ -145,7 +159,7 @@ impl<'a> Group<'a> {
         peer: usize,
     ) -> Result<()> {
         let p = comm.plan_send(stream.enqueue_handle(), buf, peer)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
@@ -159,16 +173,27 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let buf: &'a DeviceBuffer<T> = buf;
         let p = comm.plan_recv(stream.enqueue_handle(), buf, peer)?;
-        self.plans.push(p);
+        self.push(p);
         Ok(())
     }
 
     /// Issues the calls as one NCCL group (nothing for an empty group).
     pub fn run(self) -> Result<()> {
-        if self.plans.is_empty() {
+        let Some(first) = self.inline[0] else {
             return Ok(());
+        };
+        if self.more.is_empty() {
+            let mut plans = [first; INLINE];
+            let mut n = 0;
+            for (to, from) in plans.iter_mut().zip(self.inline.iter().flatten()) {
+                *to = *from;
+                n += 1;
+            }
+            return issue(&plans[..n], true);
         }
-        issue(self.plans, true)
+        let mut plans: Vec<Planned<'a>> = self.inline.iter().flatten().copied().collect();
+        plans.extend(self.more);
+        issue(&plans, true)
     }
 }
 

@@ -167,7 +167,9 @@ impl<'a> Buffers<'a> {
     }
 }
 
-/// One NCCL call, checked and waiting to be issued.
+/// One NCCL call, checked and waiting to be issued: plain values, copied into a group's inline
+/// storage.
+#[derive(Clone, Copy)]
 pub(crate) struct Planned<'a> {
     comm: &'a Communicator,
     stream: ffi::CUstream,
@@ -204,12 +206,23 @@ impl<'a> Planned<'a> {
 /// error first; ties the buffers of calls on capturing streams to the capture's graph; makes
 /// every other stream wait for the earlier uses its buffers conflict with, and records the uses
 /// after the calls are issued (after `ncclGroupEnd` for a group, when NCCL enqueues the work).
-pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
-    for p in &plans {
+pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
+    for p in plans {
         p.comm.check_async()?;
     }
-    let mut tracked = Vec::with_capacity(2 * plans.len());
-    for p in &plans {
+    // At most two tracked uses a call; up to four calls' on the stack (no allocation per call).
+    let mut inline: [Option<TrackedUse<'p>>; 8] = [None; 8];
+    let mut spilled: Vec<TrackedUse<'p>> = Vec::new();
+    let mut count = 0;
+    let mut track = |u: TrackedUse<'p>| {
+        if let Some(slot) = inline.get_mut(count) {
+            *slot = Some(u);
+        } else {
+            spilled.push(u);
+        }
+        count += 1;
+    };
+    for p in plans {
         let ctx = p.comm.context().raw();
         let _bound = bind_if_special(p.stream, ctx)?;
         if is_capturing(p.stream)? {
@@ -222,7 +235,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
                 match a.in_capture(p.stream, ctx, capture, access, false)? {
                     InCapture::Tie if a.ptr != 0 => held.push(a.clone()),
                     InCapture::Tie => {}
-                    InCapture::Track => tracked.push(TrackedUse {
+                    InCapture::Track => track(TrackedUse {
                         uses: &a.uses,
                         access,
                         stream: p.stream,
@@ -238,7 +251,7 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
                 a.check_outside_capture()?;
             }
             for (a, access) in p.buffers.iter() {
-                tracked.push(TrackedUse {
+                track(TrackedUse {
                     uses: &a.uses,
                     access,
                     stream: p.stream,
@@ -246,6 +259,24 @@ pub(crate) fn issue(plans: Vec<Planned<'_>>, grouped: bool) -> Result<()> {
             }
         }
     }
+    // One contiguous list: the inline uses (copied after the first), then any spilled.
+    let mut list: [TrackedUse<'p>; 8];
+    let mut all: Vec<TrackedUse<'p>>;
+    let tracked: &mut [TrackedUse<'p>] = match inline[0] {
+        None => &mut [],
+        Some(first) if spilled.is_empty() => {
+            list = [first; 8];
+            for (to, from) in list.iter_mut().zip(inline.iter().flatten()) {
+                *to = *from;
+            }
+            &mut list[..count]
+        }
+        Some(_) => {
+            all = inline.iter().flatten().copied().collect();
+            all.append(&mut spilled);
+            &mut all
+        }
+    };
     // NCCL works on the CUDA runtime's current device: it asks which device is current, makes
     // the communicator's current for the work and then makes the one it found current again.
     // With no context current the runtime answers device 0, so NCCL left device 0's primary

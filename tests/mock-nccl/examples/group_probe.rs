@@ -1,0 +1,89 @@
+//! `group_probe`: the host path of one NCCL group of two in-place all-reduces (devices 0 and 1
+//! of the test driver, the fake NCCL), raw or through `cuda_stream::nccl::Group`, ITERS times in
+//! `measured_loop`, for instruction counts under callgrind: the difference between the two is
+//! cuda-stream's own work per group (the fake's and the mock's costs are nothing like NCCL's and
+//! libcuda's, but the two sides make the same calls of theirs but for the safe side's checks).
+//!
+//! ```sh
+//! cargo build --release -p cuda-mock-nccl --example group_probe -p cuda-mock-driver
+//! valgrind --tool=callgrind --toggle-collect=group_probe::measured_loop \
+//!     target/release/examples/group_probe safe 2000
+//! ```
+
+use std::hint::black_box;
+
+use cuda_mock_driver::MockDriver;
+use cuda_mock_nccl::{MockNccl, mock_nccl_path};
+use cuda_stream::ffi::nccl::{Nccl, ncclDataType_t, ncclRedOp_t};
+use cuda_stream::nccl::{Communicator, Group, ReduceOp};
+use cuda_stream::{Context, DeviceBuffer, OwnedStream};
+
+#[inline(never)]
+fn measured_loop(n: usize, f: &mut dyn FnMut()) {
+    for _ in 0..n {
+        f();
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let case = args.get(1).map_or("safe", String::as_str);
+    let iters: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let m = MockDriver::global();
+    let path = mock_nccl_path();
+    // SAFETY: the fake NCCL, built with this workspace.
+    let nccl = unsafe { Nccl::open(&path) }.expect("the fake NCCL opens");
+    Nccl::install_global(nccl).expect("nothing loaded NCCL before");
+    // SAFETY: as above.
+    let fake = unsafe { MockNccl::open(&path) }.expect("its control functions resolve");
+    assert!(fake.use_driver(m.path()));
+    let ctxs = [Context::primary(0).unwrap(), Context::primary(1).unwrap()];
+    let comms = Communicator::init_all(&[ctxs[0].device(), ctxs[1].device()]).unwrap();
+    let streams: Vec<OwnedStream> = ctxs.iter().map(|c| c.new_stream().unwrap()).collect();
+    let raw_streams: Vec<OwnedStream> = ctxs.iter().map(|c| c.new_stream().unwrap()).collect();
+    let mut bufs: Vec<DeviceBuffer<f32>> = ctxs
+        .iter()
+        .zip(&streams)
+        .map(|(c, s)| DeviceBuffer::<f32>::zeroed(c, s, 1 << 18).unwrap())
+        .collect();
+    let nccl = Nccl::global().unwrap();
+    let all_reduce = nccl.ncclAllReduce().unwrap();
+    let start = nccl.ncclGroupStart().unwrap();
+    let end = nccl.ncclGroupEnd().unwrap();
+    let ptrs: Vec<u64> = bufs.iter().map(DeviceBuffer::device_ptr).collect();
+    let raws: Vec<_> = comms.iter().map(Communicator::raw).collect();
+    let sraw: Vec<_> = raw_streams.iter().map(OwnedStream::raw).collect();
+    let mut raw = || {
+        // SAFETY: each buffer holds 2^18 f32 on its rank's device, alive for the loop; each
+        // stream is of its rank's context.
+        unsafe {
+            start();
+            for i in 0..2 {
+                let p = ptrs[i] as *mut std::ffi::c_void;
+                all_reduce(
+                    p,
+                    p,
+                    1 << 18,
+                    ncclDataType_t::ncclFloat32,
+                    ncclRedOp_t::ncclSum,
+                    raws[i],
+                    sraw[i],
+                );
+            }
+            black_box(end());
+        }
+    };
+    let mut safe = || {
+        let mut g = Group::new();
+        for ((c, s), b) in comms.iter().zip(&streams).zip(bufs.iter_mut()) {
+            g.all_reduce_in_place(c, s, b, ReduceOp::Sum).unwrap();
+        }
+        g.run().unwrap();
+    };
+    let f: &mut dyn FnMut() = if case == "raw" { &mut raw } else { &mut safe };
+    f();
+    measured_loop(iters, f);
+    for s in streams.iter().chain(&raw_streams) {
+        s.synchronize().unwrap();
+    }
+}
