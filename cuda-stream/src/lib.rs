@@ -261,6 +261,7 @@ pub use memory::raw::{
     memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async, memset_d16_async,
     memset_d32_async,
 };
+pub use memory::slice::{AsDeviceSlice, DeviceSlice, DeviceSliceMut};
 pub use stream::completion::Completion;
 pub use stream::current::{CurrentStreamGuard, current_stream, current_stream_raw};
 pub use stream::owned::{OwnedStream, StreamOptions};

@@ -187,6 +187,17 @@ pub enum Error {
         /// The length given.
         actual: usize,
     },
+    /// A view of a buffer ([`DeviceBuffer::slice`](crate::DeviceBuffer::slice) and the like)
+    /// whose range does not lie inside it.
+    #[error("range {start}..{end} is out of bounds of {len} values")]
+    OutOfRange {
+        /// The range's first value.
+        start: usize,
+        /// One past the range's last value.
+        end: usize,
+        /// How many values the buffer (or view) holds.
+        len: usize,
+    },
     /// An argument refused before any driver call, such as PTX text with a NUL byte.
     #[error("invalid argument: {reason}")]
     InvalidArgument {

@@ -14,6 +14,7 @@ use crate::kernel::module::Function;
 use crate::memory::borrowed::BorrowedBuffer;
 use crate::memory::buffer::{BufferUse, DeviceBuffer};
 use crate::memory::graph_buffer::GraphBuffer;
+use crate::memory::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::view::Enqueue;
 
 /// One parameter type of a typed kernel's signature: its size and kind, which
@@ -56,7 +57,9 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
 
 /// A value a launch takes for a parameter declared as `P`: a [`DeviceCopy`] value for itself,
 /// `&DeviceBuffer<T>` for `&DeviceBuffer<T>` (recorded as a read) and `&mut DeviceBuffer<T>` for
-/// `&mut DeviceBuffer<T>` (recorded as a write), each with a lifetime of its own. Another buffer
+/// `&mut DeviceBuffer<T>` (recorded as a write), each with a lifetime of its own; a view of a
+/// buffer for either ([`DeviceSlice`], or `&DeviceSliceMut`, for a read; a [`DeviceSliceMut`] or
+/// `&mut` one for a write: the kernel receives the view's address). Another buffer
 /// type (one that borrows another library's memory, say) implements it for the same parameter
 /// types, so that a kernel declared once takes either.
 ///
@@ -69,7 +72,7 @@ unsafe impl<T: DeviceCopy> KernelParam for &mut DeviceBuffer<T> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be passed for a kernel parameter declared as `{P}`",
     label = "not an argument for `{P}`",
-    note = "a typed kernel takes a `DeviceCopy` value for itself, `&DeviceBuffer<T>` for a buffer it reads and `&mut DeviceBuffer<T>` for one it writes"
+    note = "a typed kernel takes a `DeviceCopy` value for itself, `&DeviceBuffer<T>` or a `DeviceSlice<T>` for a buffer it reads, and `&mut DeviceBuffer<T>` or a `DeviceSliceMut<T>` for one it writes"
 )]
 pub unsafe trait KernelArgFor<P: KernelParam> {
     /// What the launch holds while it is made: the value the kernel receives.
@@ -102,6 +105,44 @@ unsafe impl<'a, T: DeviceCopy> KernelArgFor<&mut DeviceBuffer<T>> for &'a mut De
     #[inline(always)]
     fn hold(self) -> BufferUse<'a> {
         self.write()
+    }
+}
+
+// SAFETY: the view's address, recorded as a read of its buffer.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&DeviceBuffer<T>> for DeviceSlice<'a, T> {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.read()
+    }
+}
+
+// SAFETY: as above, for an exclusive view lent for reading.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&DeviceBuffer<T>> for &'a DeviceSliceMut<'_, T> {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.read()
+    }
+}
+
+// SAFETY: the view's address, recorded as a write of its buffer.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&mut DeviceBuffer<T>>
+    for &'a mut DeviceSliceMut<'_, T>
+{
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.write()
+    }
+}
+
+// SAFETY: as above, for a view given up to the launch.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&mut DeviceBuffer<T>> for DeviceSliceMut<'a, T> {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.write_owned()
     }
 }
 

@@ -156,3 +156,11 @@ fn check_range(ctx: &Context, ptr: ffi::CUdeviceptr, bytes: usize) -> Result<()>
     }
     Ok(())
 }
+
+impl<T: DeviceCopy> crate::memory::slice::sealed::Sealed for BorrowedBuffer<'_, T> {}
+
+impl<T: DeviceCopy> crate::memory::slice::AsDeviceSlice<T> for BorrowedBuffer<'_, T> {
+    fn as_device_slice(&self) -> crate::memory::slice::DeviceSlice<'_, T> {
+        self.as_slice()
+    }
+}

@@ -113,6 +113,10 @@ impl fmt::Debug for BufferUse<'_> {
 }
 
 impl<'a> BufferUse<'a> {
+    pub(crate) fn new(ptr: ffi::CUdeviceptr, alloc: &'a Arc<Allocation>, access: Access) -> Self {
+        BufferUse { ptr, alloc, access }
+    }
+
     /// The address the kernel parameter holds (borrowed: the driver copies it at launch).
     pub(crate) fn ptr_ref(&self) -> &ffi::CUdeviceptr {
         &self.ptr

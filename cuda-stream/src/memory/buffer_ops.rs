@@ -16,6 +16,7 @@ use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer::DeviceBuffer;
 use crate::memory::fill_pattern::{bytes_of, memset_word, unfillable};
+use crate::memory::slice::{AsDeviceSlice, Span};
 use crate::memory::tracked::{TrackedUse, around_streams, hand_over};
 use crate::memory::use_tracking::{Access, Uses};
 use crate::stream::view::{AsStream, Enqueue, bind_for_copy, bind_if_special};
@@ -165,14 +166,14 @@ fn around_replay(
     })
 }
 
-impl<T: DeviceCopy> DeviceBuffer<T> {
+impl<'a, T: DeviceCopy> Span<'a, T> {
     /// Runs `op(raw stream)`, which enqueues work touching this buffer (`access`) and `other`
     /// buffers, on `stream`: checks the contexts, then [`enqueue_with_uses`].
     fn enqueue_use<U: DeviceCopy>(
         &self,
         stream: &impl Enqueue,
         access: Access,
-        other: Option<&DeviceBuffer<U>>,
+        other: Option<Span<'_, U>>,
         op: impl FnOnce(ffi::CUstream) -> Result<()>,
     ) -> Result<()> {
         let (raw, stream_ctx) = stream.enqueue_handle();
@@ -199,7 +200,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         &self,
         stream: &impl Enqueue,
         access: Access,
-        other: Option<&DeviceBuffer<U>>,
+        other: Option<Span<'_, U>>,
         op: impl FnOnce(ffi::CUstream) -> Result<()>,
     ) -> Result<()> {
         let (raw, ctx) = stream.enqueue_handle();
@@ -224,12 +225,17 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(());
         }
-        // A byte count that is no multiple of the word cannot come from `memset_word`; zeroing
-        // passes 4-byte words, which a length that is no multiple of 4 takes as bytes.
-        let width = if bytes % width == 0 { width } else { 1 };
-        let count = bytes / width;
         let ptr = self.device_ptr();
-        // The buffer holds `bytes` bytes at a 256-byte-aligned address and is freed only after
+        // A byte count or an address (of a view) that is no multiple of the word cannot come
+        // from `memset_word`, which `fill` asks for both; zeroing passes 4-byte words, which
+        // such a span takes as bytes.
+        let width = if bytes % width == 0 && ptr % width as u64 == 0 {
+            width
+        } else {
+            1
+        };
+        let count = bytes / width;
+        // The span holds `bytes` bytes at an address aligned to the word and is freed only after
         // this use (recorded by the caller), or in a capture held by the capture's graph.
         match width {
             4 => {
@@ -253,22 +259,18 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
     }
 
-    /// Enqueues setting every value to `value` on `stream` (a memset: `cuMemsetD32Async`,
-    /// `D16` or `D8`, the widest the value allows), after the buffer's earlier uses on other
-    /// streams. Any value of a 1-, 2- or 4-byte type works, and any value whose bytes repeat
-    /// every 1, 2 or 4 bytes (zero of any type); others are [`Error::InvalidArgument`] (copy
-    /// them from the host instead).
-    ///
-    /// On a stream that is being captured the memset becomes a graph node, and the graph keeps
-    /// the buffer's memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
-    pub fn fill(&self, stream: &impl Enqueue, value: T) -> Result<()> {
+    /// See `DeviceBuffer::fill`.
+    pub(crate) fn fill(&self, stream: &impl Enqueue, value: T) -> Result<()> {
         let pattern = bytes_of(&value);
-        // The widest word for this buffer (a length that is a multiple of 4 bytes takes 4-byte
-        // words); an empty buffer is checked as one of four values.
+        // The widest word for this span (a length that is a multiple of 4 bytes takes 4-byte
+        // words); an empty one is checked as one of four values. A view's address may be aligned
+        // to less than 4 bytes (a `u8` view at an odd offset): the word divides it too (the
+        // low bits of the address, or-ed in, allow only what both allow). A pattern never needs
+        // more alignment than its type's size, which every view's offset is a multiple of.
         let bytes = match self.byte_len() {
             0 => size_of::<T>() * 4,
             b => b,
-        };
+        } | (self.device_ptr() & 3) as usize;
         let Some(word) = memset_word(pattern, bytes) else {
             return Err(unfillable(pattern));
         };
@@ -284,13 +286,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         })
     }
 
-    /// Enqueues a copy of `src` (of the same length and context) into this buffer on `stream`
-    /// (`cuMemcpyDtoDAsync`), after the uses it conflicts with: the last write of `src`, and
-    /// every earlier use of this buffer.
-    ///
-    /// On a stream that is being captured the copy becomes a graph node, and the graph keeps
-    /// both buffers' memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
-    pub fn copy_from(&self, stream: &impl Enqueue, src: &DeviceBuffer<T>) -> Result<()> {
+    /// See `DeviceBuffer::copy_from`.
+    pub(crate) fn copy_from(&self, stream: &impl Enqueue, src: Span<'_, T>) -> Result<()> {
         if src.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -315,21 +312,25 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             }
             return Ok(());
         }
+        if self.overlaps(&src) {
+            // Two views of one buffer that share values: the driver's copy is undefined there.
+            return Err(Error::InvalidArgument {
+                reason: "the copy's source and destination overlap".into(),
+            });
+        }
         let bytes = self.byte_len();
         self.enqueue_copy(stream, Access::Write, Some(src), |raw| {
             let f = driver_fn!(cuMemcpyDtoDAsync);
-            // SAFETY: two distinct live allocations of `bytes` bytes each, freed only after this
-            // use (recorded) or held by the capture's graph; the stream is of their context.
+            // SAFETY: two disjoint live ranges of `bytes` bytes each (of two allocations, or of
+            // one), freed only after this use (recorded) or held by the capture's graph; the
+            // stream is of their context.
             let rc = unsafe { f(self.device_ptr(), src.device_ptr(), bytes, raw) };
             check(rc, "cuMemcpyDtoDAsync")
         })
     }
 
-    /// Copies `src` (of the buffer's length) into the buffer on `stream`, after the buffer's
-    /// earlier uses on other streams, and waits for the stream: returns once the copy (and
-    /// everything enqueued on `stream` before it) is done. Refused on a capturing stream
-    /// ([`Error::Capturing`]).
-    pub fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
+    /// See `DeviceBuffer::copy_from_host`.
+    pub(crate) fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
         if src.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -357,10 +358,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Ok(())
     }
 
-    /// Copies the buffer into `dst` (of the buffer's length) on `stream`, after the buffer's
-    /// last write on another stream, and waits for the stream: `dst` holds the values once this
-    /// returns. Refused on a capturing stream ([`Error::Capturing`]).
-    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+    /// See `DeviceBuffer::copy_to_host`.
+    pub(crate) fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
         if dst.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -371,9 +370,8 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         unsafe { self.copy_to_host_ptr(stream, dst.as_mut_ptr()) }
     }
 
-    /// The buffer's values, copied on `stream` after the work enqueued there so far and the
-    /// buffer's last write on any other stream.
-    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+    /// See `DeviceBuffer::to_vec`.
+    pub(crate) fn to_vec(self, stream: impl AsStream) -> Result<Vec<T>> {
         let mut out = Vec::with_capacity(self.len());
         // SAFETY: `out` has room for `len` values and is owned here until the copy has completed.
         unsafe { self.copy_to_host_ptr(stream, out.as_mut_ptr()) }?;
@@ -420,16 +418,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         Ok(())
     }
 
-    /// Enqueues a copy of `src` (of the buffer's length) into the buffer, without waiting
-    /// (`cuMemcpyHtoDAsync`), after the buffer's earlier uses on other streams; works inside a
-    /// graph capture. [`PinnedHostBuffer`](crate::PinnedHostBuffer) offers the same safely.
+    /// See `DeviceBuffer::copy_from_host_async`.
     ///
     /// # Safety
     ///
-    /// `src` must stay allocated and unmodified until the copy has completed (the stream's work
-    /// up to here), and, when recorded into a graph capture, for every launch of the graphs made
-    /// from it.
-    pub unsafe fn copy_from_host_async(&self, stream: &impl Enqueue, src: &[T]) -> Result<()> {
+    /// As for `DeviceBuffer::copy_from_host_async`.
+    pub(crate) unsafe fn copy_from_host_async(
+        &self,
+        stream: &impl Enqueue,
+        src: &[T],
+    ) -> Result<()> {
         if src.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -451,16 +449,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         })
     }
 
-    /// Enqueues a copy of the buffer into `dst` (of the buffer's length), without waiting
-    /// (`cuMemcpyDtoHAsync`), after the buffer's last write on another stream; works inside a
-    /// graph capture. [`PinnedHostBuffer`](crate::PinnedHostBuffer) offers the same safely.
+    /// See `DeviceBuffer::copy_to_host_async`.
     ///
     /// # Safety
     ///
-    /// `dst` must stay allocated, and must not be read or written, until the copy has completed
-    /// (synchronise the stream or an event recorded after it), and, when recorded into a graph
-    /// capture, for every launch of the graphs made from it.
-    pub unsafe fn copy_to_host_async(&self, stream: &impl Enqueue, dst: &mut [T]) -> Result<()> {
+    /// As for `DeviceBuffer::copy_to_host_async`.
+    pub(crate) unsafe fn copy_to_host_async(
+        &self,
+        stream: &impl Enqueue,
+        dst: &mut [T],
+    ) -> Result<()> {
         if dst.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -481,6 +479,107 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
             let rc = unsafe { f(dst.cast(), self.device_ptr(), bytes, raw) };
             check(rc, "cuMemcpyDtoHAsync")
         })
+    }
+
+    /// See `DeviceBuffer::keep_alive_in`.
+    pub(crate) fn keep_alive_in(&self, stream: &impl Enqueue) -> Result<()> {
+        let (raw, stream_ctx) = stream.enqueue_handle();
+        let ctx = self.context().raw();
+        if stream_ctx != ctx {
+            return Err(Error::ContextMismatch { what: "the buffer" });
+        }
+        let _bound = bind_if_special(raw, ctx)?;
+        if self.device_ptr() == 0 {
+            return Ok(());
+        }
+        // Outside a capture, a write with nothing enqueued: the stream waits for the earlier
+        // uses, and the free waits for the stream (see above for what that covers). In a
+        // capture begun elsewhere the buffer is tied too: ordering the raw work that uses it is
+        // that unsafe code's promise.
+        enqueue_with_uses_in(raw, ctx, &[(self.alloc_ref(), Access::Write)], true, || {
+            Ok(())
+        })
+    }
+}
+
+/// The buffer's operations: each works on the whole buffer's span (`slice_ops` gives its views
+/// the same).
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// Zeroes the buffer on `stream` (a recorded write).
+    pub(crate) fn zero(&self, stream: &impl Enqueue) -> Result<()> {
+        self.span().zero(stream)
+    }
+
+    /// Enqueues setting every value to `value` on `stream` (a memset: `cuMemsetD32Async`,
+    /// `D16` or `D8`, the widest the value allows), after the buffer's earlier uses on other
+    /// streams. Any value of a 1-, 2- or 4-byte type works, and any value whose bytes repeat
+    /// every 1, 2 or 4 bytes (zero of any type); others are [`Error::InvalidArgument`] (copy
+    /// them from the host instead).
+    ///
+    /// On a stream that is being captured the memset becomes a graph node, and the graph keeps
+    /// the buffer's memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
+    pub fn fill(&self, stream: &impl Enqueue, value: T) -> Result<()> {
+        self.span().fill(stream, value)
+    }
+
+    /// Enqueues a copy of `src` (of the same length and context: a buffer, or a view of one,
+    /// [`DeviceBuffer::slice`]) into this buffer on `stream` (`cuMemcpyDtoDAsync`), after the
+    /// uses it conflicts with: the last write of `src`, and every earlier use of this buffer. This
+    /// buffer (or its whole view) as the source is a copy with nothing to do.
+    ///
+    /// On a stream that is being captured the copy becomes a graph node, and the graph keeps
+    /// both buffers' memory allocated for its replays (see [`DeviceBuffer`], "Graphs").
+    pub fn copy_from(&self, stream: &impl Enqueue, src: &impl AsDeviceSlice<T>) -> Result<()> {
+        self.span().copy_from(stream, src.as_device_slice().span())
+    }
+
+    /// Copies `src` (of the buffer's length) into the buffer on `stream`, after the buffer's
+    /// earlier uses on other streams, and waits for the stream: returns once the copy (and
+    /// everything enqueued on `stream` before it) is done. Refused on a capturing stream
+    /// ([`Error::Capturing`]).
+    pub fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
+        self.span().copy_from_host(stream, src)
+    }
+
+    /// Copies the buffer into `dst` (of the buffer's length) on `stream`, after the buffer's
+    /// last write on another stream, and waits for the stream: `dst` holds the values once this
+    /// returns. Refused on a capturing stream ([`Error::Capturing`]).
+    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+        self.span().copy_to_host(stream, dst)
+    }
+
+    /// The buffer's values, copied on `stream` after the work enqueued there so far and the
+    /// buffer's last write on any other stream.
+    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+        self.span().to_vec(stream)
+    }
+
+    /// Enqueues a copy of `src` (of the buffer's length) into the buffer, without waiting
+    /// (`cuMemcpyHtoDAsync`), after the buffer's earlier uses on other streams; works inside a
+    /// graph capture. [`PinnedHostBuffer`](crate::PinnedHostBuffer) offers the same safely.
+    ///
+    /// # Safety
+    ///
+    /// `src` must stay allocated and unmodified until the copy has completed (the stream's work
+    /// up to here), and, when recorded into a graph capture, for every launch of the graphs made
+    /// from it.
+    pub unsafe fn copy_from_host_async(&self, stream: &impl Enqueue, src: &[T]) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.span().copy_from_host_async(stream, src) }
+    }
+
+    /// Enqueues a copy of the buffer into `dst` (of the buffer's length), without waiting
+    /// (`cuMemcpyDtoHAsync`), after the buffer's last write on another stream; works inside a
+    /// graph capture. [`PinnedHostBuffer`](crate::PinnedHostBuffer) offers the same safely.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must stay allocated, and must not be read or written, until the copy has completed
+    /// (synchronise the stream or an event recorded after it), and, when recorded into a graph
+    /// capture, for every launch of the graphs made from it.
+    pub unsafe fn copy_to_host_async(&self, stream: &impl Enqueue, dst: &mut [T]) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.span().copy_to_host_async(stream, dst) }
     }
 
     /// Makes the graph that `stream` is being captured into keep this buffer's memory allocated
@@ -504,21 +603,6 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// buffer ties nothing. [`CaptureStream::keep_alive`](crate::CaptureStream::keep_alive) keeps
     /// other values alive the same way (an `Arc<Module>`, say).
     pub fn keep_alive_in(&self, stream: &impl Enqueue) -> Result<()> {
-        let (raw, stream_ctx) = stream.enqueue_handle();
-        let ctx = self.context().raw();
-        if stream_ctx != ctx {
-            return Err(Error::ContextMismatch { what: "the buffer" });
-        }
-        let _bound = bind_if_special(raw, ctx)?;
-        if self.device_ptr() == 0 {
-            return Ok(());
-        }
-        // Outside a capture, a write with nothing enqueued: the stream waits for the earlier
-        // uses, and the free waits for the stream (see above for what that covers). In a
-        // capture begun elsewhere the buffer is tied too: ordering the raw work that uses it is
-        // that unsafe code's promise.
-        enqueue_with_uses_in(raw, ctx, &[(self.alloc_ref(), Access::Write)], true, || {
-            Ok(())
-        })
+        self.span().keep_alive_in(stream)
     }
 }

@@ -118,3 +118,11 @@ impl<T: DeviceCopy> Deref for GraphBuffer<'_, T> {
         &self.buf
     }
 }
+
+impl<T: DeviceCopy> crate::memory::slice::sealed::Sealed for GraphBuffer<'_, T> {}
+
+impl<T: DeviceCopy> crate::memory::slice::AsDeviceSlice<T> for GraphBuffer<'_, T> {
+    fn as_device_slice(&self) -> crate::memory::slice::DeviceSlice<'_, T> {
+        self.as_slice()
+    }
+}

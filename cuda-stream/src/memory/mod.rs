@@ -1,4 +1,5 @@
-//! Device memory on streams: `DeviceBuffer` and the raw memset/memcpy forms, all taking any
+//! Device memory on streams: `DeviceBuffer`, its views (`DeviceSlice`, `DeviceSliceMut`) and the
+//! raw memset/memcpy forms, all taking any
 //! `Enqueue` (a stream or a capture), and use tracking across streams and contexts (`across`).
 //! Imports `base`, `driver`, `stream` and `graph`.
 
@@ -17,7 +18,11 @@ pub(crate) mod allocation;
 
 pub(crate) mod buffer;
 
+pub(crate) mod slice;
+
 pub(crate) mod buffer_ops;
+
+pub(crate) mod slice_ops;
 
 pub(crate) mod across;
 

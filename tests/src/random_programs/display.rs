@@ -17,6 +17,14 @@ impl fmt::Display for Act {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Act::Fill { b, v } => write!(f, "{b}.fill({v:#x})"),
+            Act::FillHalves { b, v, high_first } => {
+                let order = if *high_first {
+                    "high, low"
+                } else {
+                    "low, high"
+                };
+                write!(f, "{b}.split_at_mut(half): fill({v:#x}) {order}")
+            }
             Act::Copy { dst, src } => write!(f, "{dst}.copy_from({src})"),
             Act::Peer { dst, src } => write!(f, "{dst}.copy_from_peer({src})"),
             Act::Kernel { k, dst, src } => match (k, src) {

@@ -176,6 +176,27 @@ impl<'e> World<'e> {
         let ns = self.env.cfg.delay_ns;
         match act {
             Act::Fill { b, v } => self.held(*b, graph).get().fill(st, *v),
+            Act::FillHalves { b, v, high_first } => match b {
+                Buf::Slot(i) => {
+                    let mut g = self.buf_mut(*i);
+                    match &mut *g {
+                        BufObj::Own(d) => {
+                            let half = d.len() / 2;
+                            let (mut lo, mut hi) = d.split_at_mut(half)?;
+                            if *high_first {
+                                hi.fill(st, *v)?;
+                                lo.fill(st, *v)
+                            } else {
+                                lo.fill(st, *v)?;
+                                hi.fill(st, *v)
+                            }
+                        }
+                        BufObj::Borrowed { buf, .. } => buf.fill(st, *v),
+                        BufObj::Empty => panic!("the generator used an empty buffer slot"),
+                    }
+                }
+                Buf::Graph(_) => self.held(*b, graph).get().fill(st, *v),
+            },
             Act::Copy { dst, src } => {
                 let s = self.held(*src, graph);
                 self.held(*dst, graph).get().copy_from(st, s.get())

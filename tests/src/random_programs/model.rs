@@ -136,6 +136,7 @@ impl Model {
         };
         let (dst, v) = match act {
             Act::Fill { b, v } => (*b, one(*v)),
+            Act::FillHalves { b, v, .. } => (*b, one(*v)),
             Act::Copy { dst, src } | Act::Peer { dst, src } => (*dst, get(self, *src, graph)),
             Act::Kernel { k, dst, src } => {
                 let d = get(self, *dst, graph);
@@ -393,7 +394,7 @@ fn rename(act: &mut Act, b: usize, g: usize) {
         }
     };
     match act {
-        Act::Fill { b, .. } | Act::KeepAlive { b } => r(b),
+        Act::Fill { b, .. } | Act::FillHalves { b, .. } | Act::KeepAlive { b } => r(b),
         Act::Copy { dst, src } | Act::Peer { dst, src } => {
             r(dst);
             r(src);

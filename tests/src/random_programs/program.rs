@@ -60,6 +60,14 @@ pub enum Act {
         b: Buf,
         v: u32,
     },
+    /// A fill of the buffer through the two views `split_at_mut` makes of it, one after the
+    /// other (the high half first, or the low one), so that every read sees one value. (A
+    /// borrowed or graph buffer, which lends no exclusive view, is filled whole.)
+    FillHalves {
+        b: Buf,
+        v: u32,
+        high_first: bool,
+    },
     Copy {
         dst: Buf,
         src: Buf,
@@ -322,7 +330,9 @@ impl Act {
         };
         let mut v = Vec::new();
         match self {
-            Act::Fill { b, .. } | Act::KeepAlive { b } => v.extend(slot(b).map(|i| (i, true))),
+            Act::Fill { b, .. } | Act::FillHalves { b, .. } | Act::KeepAlive { b } => {
+                v.extend(slot(b).map(|i| (i, true)))
+            }
             Act::Copy { dst, src } | Act::Peer { dst, src } => {
                 v.extend(slot(src).map(|i| (i, false)));
                 v.extend(slot(dst).map(|i| (i, true)));

@@ -80,7 +80,11 @@ pub fn valid(p: &Program) -> bool {
                 for st in pre.iter().chain(scoped).chain(post) {
                     let g_ok = |a: &Act, graph: &[bool]| {
                         let gs = match a {
-                            Act::Fill { b, .. } | Act::KeepAlive { b } => vec![*b],
+                            Act::Fill { b, .. }
+                            | Act::FillHalves { b, .. }
+                            | Act::KeepAlive { b } => {
+                                vec![*b]
+                            }
                             Act::Copy { dst, src } | Act::Peer { dst, src } => vec![*dst, *src],
                             Act::Kernel { dst, src, .. } => {
                                 std::iter::once(*dst).chain(*src).collect()

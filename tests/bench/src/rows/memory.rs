@@ -4,7 +4,7 @@
 use std::hint::black_box;
 use std::ptr;
 
-use cuda_stream::{DeviceBuffer, Error, PinnedHostBuffer};
+use cuda_stream::{DeviceBuffer, Error, LaunchConfig, Module, PinnedHostBuffer, kernel_args};
 use cuda_stream_sys as sys;
 
 use super::Fixture;
@@ -315,7 +315,8 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         Target::Ratio(1.05),
         d2h,
     );
-    pipeline(fx, &raw, rows)
+    pipeline(fx, &raw, rows)?;
+    halves(fx, rows)
 }
 
 /// A double-buffered pipeline over three streams: 64 chunks of 4 MiB go up (H2D from pinned
@@ -437,6 +438,123 @@ fn pipeline(fx: &Fixture<'_>, raw: &RawMem, rows: &mut Rows) -> Result<(), Error
         "double-buffered pipeline, 64 chunks of 4 MiB up, computed, down over 3 streams (raw: the same with 6 events)",
         Target::Ratio(1.05),
         measured,
+    );
+    Ok(())
+}
+
+/// `csb_touch<<<1, 1>>>(ns, p)`: busy-waits `ns` nanoseconds, then writes 1 at `p`.
+const TOUCH_PTX: &str = r#"
+.visible .entry csb_touch(
+	.param .u64 csb_touch_param_0,
+	.param .u64 csb_touch_param_1
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<2>;
+	.reg .b64 	%rd<7>;
+	ld.param.u64 	%rd1, [csb_touch_param_0];
+	ld.param.u64 	%rd5, [csb_touch_param_1];
+	cvta.to.global.u64 	%rd6, %rd5;
+	mov.u64 	%rd2, %globaltimer;
+$L_touch_loop:
+	mov.u64 	%rd3, %globaltimer;
+	sub.u64 	%rd4, %rd3, %rd2;
+	setp.lt.u64 	%p1, %rd4, %rd1;
+	@%p1 bra 	$L_touch_loop;
+	mov.u32 	%r1, 1;
+	st.global.u32 	[%rd6], %r1;
+	ret;
+}
+"#;
+
+/// Two halves of one buffer, each written by a 200 us kernel on a stream of its own, waited for:
+/// views are tracked at the allocation, so the second half's kernel waits for the first's
+/// (about twice the time), against the same on two buffers (which overlap, as tracking at the
+/// range would let two views) and raw launches on the halves with no ordering. No target: the
+/// price of the choice, measured.
+fn halves(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
+    const NS: u64 = 200_000;
+    const WORDS: usize = 1 << 20;
+    let (cfg, ctx) = (fx.cfg, fx.ctx);
+    let headers = [
+        ".version 7.0\n.target sm_50\n.address_size 64\n",
+        ".version 7.8\n.target sm_90\n.address_size 64\n",
+    ];
+    let Some(module) = headers
+        .iter()
+        .find_map(|h| Module::from_ptx(ctx, &format!("{h}{TOUCH_PTX}")).ok())
+    else {
+        println!("mem_halves skipped: the driver loads no module");
+        return Ok(());
+    };
+    let touch = module.function("csb_touch")?;
+    let (a, b) = (ctx.new_stream()?, ctx.new_stream()?);
+    let mut whole = DeviceBuffer::<u32>::zeroed(ctx, &a, 2 * WORDS)?;
+    let mut two = [
+        DeviceBuffer::<u32>::zeroed(ctx, &a, WORDS)?,
+        DeviceBuffer::<u32>::zeroed(ctx, &a, WORDS)?,
+    ];
+    let (p_lo, p_hi) = (whole.device_ptr(), whole.device_ptr() + 4 * WORDS as u64);
+    let one = LaunchConfig::new(1, 1);
+    let ns = NS;
+    let sync = |x: &cuda_stream::OwnedStream, y: &cuda_stream::OwnedStream| {
+        must(x.synchronize(), "synchronize");
+        must(y.synchronize(), "synchronize");
+    };
+    let raw_side = || {
+        // SAFETY: `csb_touch` takes (u64, pointer); each half holds 4 MiB, alive for the row.
+        unsafe {
+            must(touch.launch(&fx.s1, one, &kernel_args![ns, p_lo]), "launch");
+            must(touch.launch(&fx.s2, one, &kernel_args![ns, p_hi]), "launch");
+        }
+        sync(&fx.s1, &fx.s2);
+    };
+    a.synchronize()?;
+    let views = case(20, raw_side, || {
+        let (mut lo, mut hi) = must(whole.split_at_mut(WORDS), "split_at_mut");
+        // SAFETY: as above, each kernel writing its view.
+        unsafe {
+            must(
+                touch.launch(&a, one, &kernel_args![ns, lo.write()]),
+                "launch",
+            );
+            must(
+                touch.launch(&b, one, &kernel_args![ns, hi.write()]),
+                "launch",
+            );
+        }
+        sync(&a, &b);
+    })
+    .no_peer(NO_PEER)
+    .run(cfg);
+    rows.add(
+        "mem_halves_views",
+        "two halves of one buffer written by 200 us kernels on two streams, waited for: views (tracked at the allocation: in turn) vs raw",
+        Target::None,
+        views,
+    );
+    let buffers = case(20, raw_side, || {
+        let [x, y] = &mut two;
+        // SAFETY: as above.
+        unsafe {
+            must(
+                touch.launch(&a, one, &kernel_args![ns, x.write()]),
+                "launch",
+            );
+            must(
+                touch.launch(&b, one, &kernel_args![ns, y.write()]),
+                "launch",
+            );
+        }
+        sync(&a, &b);
+    })
+    .no_peer(NO_PEER)
+    .run(cfg);
+    rows.add(
+        "mem_halves_buffers",
+        "the same on two buffers (what tracking at the range would give two views: they overlap) vs raw",
+        Target::None,
+        buffers,
     );
     Ok(())
 }
