@@ -2,9 +2,9 @@
 //! two streams (views are tracked at the allocation, so the second half's launch waits for the
 //! first's; both results checked), a checked launch (`kernel_args!`) on a view, host copies of
 //! views, a fill of a `u8` view at an odd address, device copies between the halves of one
-//! buffer, and a view in a graph capture (replayed, checked).
+//! buffer, page-locked copies of views, and a view in a graph capture (replayed, checked).
 
-use cuda_stream::{CaptureMode, DeviceBuffer, LaunchConfig, kernel_args};
+use cuda_stream::{CaptureMode, DeviceBuffer, LaunchConfig, PinnedHostBuffer, kernel_args};
 use cuda_stream_tests::{alongside_others, error_chain, gpu, ramp, saxpy_module};
 
 #[test]
@@ -91,6 +91,23 @@ fn fills_copies_and_captures_of_views() {
     let got = w.to_vec(&a).unwrap();
     assert_eq!(got[..512], got[512..]);
     assert_eq!(got[..512], ramp(1024)[512..]);
+    // Page-locked copies of views, up and down.
+    let up = PinnedHostBuffer::from_slice(&ctx, &[5.0f32; 16]).unwrap();
+    w.slice_mut(300..316)
+        .unwrap()
+        .copy_from_pinned(&b, &up)
+        .unwrap();
+    let mut down = PinnedHostBuffer::<f32>::zeroed(&ctx, 18).unwrap();
+    w.slice(299..317)
+        .unwrap()
+        .copy_to_pinned(&a, &mut down)
+        .unwrap();
+    let d = down.as_slice().unwrap();
+    assert_eq!(d[1..17], [5.0; 16]);
+    assert_eq!(
+        (d[0], d[17]),
+        (ramp(1024)[512 + 299], ramp(1024)[512 + 316])
+    );
     // A fill of a view captured into a graph and replayed.
     let mut s = ctx.new_stream().unwrap();
     let graph = s

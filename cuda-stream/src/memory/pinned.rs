@@ -13,6 +13,7 @@ use crate::driver::context::{Context, bind};
 use crate::ffi;
 use crate::memory::allocation::{free_when_done, poll_pending_frees};
 use crate::memory::buffer::{DeviceBuffer, byte_size};
+use crate::memory::slice::{DeviceSlice, DeviceSliceMut, Span};
 use crate::memory::use_tracking::Access;
 use crate::stream::view::{Enqueue, bind_for_copy};
 
@@ -305,7 +306,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Refused on a capturing stream ([`Error::Capturing`]): a replay would read the host
     /// memory at a time nothing records.
     pub fn copy_from_pinned(&self, stream: &impl Enqueue, src: &PinnedHostBuffer<T>) -> Result<()> {
-        self.pinned_copy(stream, src, false)
+        self.span().pinned_copy(stream, src, false)
     }
 
     /// Enqueues a copy of this buffer into `dst` (of the buffer's length) on `stream`
@@ -318,11 +319,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         stream: &impl Enqueue,
         dst: &mut PinnedHostBuffer<T>,
     ) -> Result<()> {
-        self.pinned_copy(stream, dst, true)
+        self.span().pinned_copy(stream, dst, true)
     }
+}
 
-    fn pinned_copy(
-        &self,
+impl<T: DeviceCopy> Span<'_, T> {
+    /// The page-locked copy of `DeviceBuffer::copy_from_pinned` and `copy_to_pinned`, on this
+    /// span's values.
+    pub(crate) fn pinned_copy(
+        self,
         stream: &impl Enqueue,
         host: &PinnedHostBuffer<T>,
         to_host: bool,
@@ -370,5 +375,39 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
                 }
             })
         })
+    }
+}
+
+impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
+    /// Enqueues a copy of `src` (of the view's length) into the view on `stream` and returns at
+    /// once: see [`DeviceBuffer::copy_from_pinned`].
+    pub fn copy_from_pinned(
+        &mut self,
+        stream: &impl Enqueue,
+        src: &PinnedHostBuffer<T>,
+    ) -> Result<()> {
+        self.span().pinned_copy(stream, src, false)
+    }
+
+    /// Enqueues a copy of the view into `dst` (of the view's length) on `stream` and returns at
+    /// once: see [`DeviceBuffer::copy_to_pinned`].
+    pub fn copy_to_pinned(
+        &self,
+        stream: &impl Enqueue,
+        dst: &mut PinnedHostBuffer<T>,
+    ) -> Result<()> {
+        self.span().pinned_copy(stream, dst, true)
+    }
+}
+
+impl<T: DeviceCopy> DeviceSlice<'_, T> {
+    /// Enqueues a copy of the view into `dst` (of the view's length) on `stream` and returns at
+    /// once: see [`DeviceBuffer::copy_to_pinned`].
+    pub fn copy_to_pinned(
+        &self,
+        stream: &impl Enqueue,
+        dst: &mut PinnedHostBuffer<T>,
+    ) -> Result<()> {
+        self.span().pinned_copy(stream, dst, true)
     }
 }

@@ -11,6 +11,7 @@ use crate::memory::allocation::Allocation;
 use crate::memory::buffer::DeviceBuffer;
 use crate::memory::buffer_ops::capture_graph;
 use crate::memory::pool::ensure_read_write;
+use crate::memory::slice::{AsDeviceSlice, DeviceSliceMut, Span};
 use crate::memory::use_tracking::Access;
 use crate::stream::view::Enqueue;
 
@@ -52,7 +53,28 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// assert_eq!(y.to_vec(&s1)?, vec![1.0; 1024]);
     /// # Ok::<(), cuda_stream::Error>(())
     /// ```
-    pub fn copy_from_peer(&self, stream: &impl Enqueue, src: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy_from_peer(&self, stream: &impl Enqueue, src: &impl AsDeviceSlice<T>) -> Result<()> {
+        self.span()
+            .copy_from_peer(stream, src.as_device_slice().span())
+    }
+}
+
+impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
+    /// Enqueues a copy of `src` (a buffer or view of the view's length on another device) into
+    /// the view on `stream`: see [`DeviceBuffer::copy_from_peer`].
+    pub fn copy_from_peer(
+        &mut self,
+        stream: &impl Enqueue,
+        src: &impl AsDeviceSlice<T>,
+    ) -> Result<()> {
+        self.span()
+            .copy_from_peer(stream, src.as_device_slice().span())
+    }
+}
+
+impl<T: DeviceCopy> Span<'_, T> {
+    /// The peer copy of [`DeviceBuffer::copy_from_peer`], on this span's values.
+    fn copy_from_peer(self, stream: &impl Enqueue, src: Span<'_, T>) -> Result<()> {
         if src.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),

@@ -2,7 +2,7 @@
 //! ranges checked (out of range, reversed, past the end: `Error::OutOfRange`); fill, device
 //! copies and host copies touch the view's values only; a fill of a `u8` view at an odd
 //! address takes a word the address allows; copies between views of one buffer refuse an
-//! overlap; views are tracked at the allocation, so a view written on one stream and another
+//! overlap; pinned and peer copies of views; views are tracked at the allocation, so a view written on one stream and another
 //! view of the same buffer used on a second stream are ordered (the race detector would say
 //! otherwise), and the buffer's free waits for its views' uses.
 
@@ -191,5 +191,37 @@ fn views_are_tracked_at_the_allocation() {
     drop(hold);
     a.synchronize().unwrap();
     b.synchronize().unwrap();
+    assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
+}
+
+#[test]
+fn pinned_and_peer_copies_of_views() {
+    let (_lock, m) = mock();
+    let (c0, c1) = (Context::primary(0).unwrap(), Context::primary(1).unwrap());
+    let (s0, s1) = (c0.new_stream().unwrap(), c1.new_stream().unwrap());
+    let mut x = DeviceBuffer::<u32>::zeroed(&c0, &s0, 8).unwrap();
+    let up = cuda_stream::PinnedHostBuffer::from_slice(&c0, &[1, 2, 3, 4]).unwrap();
+    x.slice_mut(2..6)
+        .unwrap()
+        .copy_from_pinned(&s0, &up)
+        .unwrap();
+    let mut down = cuda_stream::PinnedHostBuffer::<u32>::zeroed(&c0, 3).unwrap();
+    x.slice(3..6)
+        .unwrap()
+        .copy_to_pinned(&s0, &mut down)
+        .unwrap();
+    assert_eq!(down.as_slice().unwrap(), [2, 3, 4]);
+    assert_eq!(x.to_vec(&s0).unwrap(), [0, 0, 1, 2, 3, 4, 0, 0]);
+    // A view of a buffer on device 1 from a view on device 0, on a stream of device 1.
+    let mut y = DeviceBuffer::<u32>::zeroed(&c1, &s1, 6).unwrap();
+    y.slice_mut(1..5)
+        .unwrap()
+        .copy_from_peer(&s1, &x.slice(2..6).unwrap())
+        .unwrap();
+    assert_eq!(y.to_vec(&s1).unwrap(), [0, 1, 2, 3, 4, 0]);
+    // And a whole buffer from a view.
+    let z = DeviceBuffer::<u32>::zeroed(&c1, &s1, 2).unwrap();
+    z.copy_from_peer(&s1, &x.slice(3..5).unwrap()).unwrap();
+    assert_eq!(z.to_vec(&s1).unwrap(), [2, 3]);
     assert_eq!((m.bad_uses(), m.bad_destroys()), (0, 0));
 }
