@@ -5,7 +5,7 @@ use std::fmt;
 use crate::base::error::Result;
 use crate::memory::buffer::DeviceBuffer;
 use crate::nccl::comm::Communicator;
-use crate::nccl::plan::{Planned, issue};
+use crate::nccl::plan::{InlineList, Planned, issue};
 use crate::nccl::types::{NcclType, ReduceOp};
 use crate::stream::view::Enqueue;
 
@@ -37,14 +37,9 @@ use crate::stream::view::Enqueue;
 /// ```
 #[derive(Default)]
 pub struct Group<'a> {
-    /// The first [`INLINE`] calls, kept inline (a group of a few calls allocates nothing); the
-    /// rest in `more`.
-    inline: [Option<Planned<'a>>; INLINE],
-    more: Vec<Planned<'a>>,
+    /// The calls: the first four kept inline (a group of a few calls allocates nothing).
+    plans: InlineList<Planned<'a>, 4>,
 }
-
-/// How many calls a [`Group`] keeps without allocating.
-const INLINE: usize = 4;
 
 impl fmt::Debug for Group<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -56,26 +51,18 @@ impl<'a> Group<'a> {
     /// An empty group.
     pub fn new() -> Group<'a> {
         Group {
-            inline: [None; INLINE],
-            more: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, p: Planned<'a>) {
-        match self.inline.iter_mut().find(|s| s.is_none()) {
-            Some(slot) => *slot = Some(p),
-            None => self.more.push(p),
+            plans: InlineList::new(),
         }
     }
 
     /// How many calls the group holds.
     pub fn len(&self) -> usize {
-        self.inline.iter().flatten().count() + self.more.len()
+        self.plans.len()
     }
 
     /// Whether the group holds no call.
     pub fn is_empty(&self) -> bool {
-        self.inline[0].is_none()
+        self.plans.is_empty()
     }
 
     /// Adds [`Communicator::all_reduce`].
@@ -89,7 +76,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let recv: &'a DeviceBuffer<T> = recv;
         let p = comm.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
@@ -103,7 +90,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let buf: &'a DeviceBuffer<T> = buf;
         let p = comm.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
@@ -117,7 +104,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let buf: &'a DeviceBuffer<T> = buf;
         let p = comm.plan_broadcast(stream.enqueue_handle(), None, buf, root)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
@@ -131,7 +118,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let recv: &'a DeviceBuffer<T> = recv;
         let p = comm.plan_all_gather(stream.enqueue_handle(), send, recv)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
@@ -146,7 +133,7 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let recv: &'a DeviceBuffer<T> = recv;
         let p = comm.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
@@ -159,7 +146,7 @@ impl<'a> Group<'a> {
         peer: usize,
     ) -> Result<()> {
         let p = comm.plan_send(stream.enqueue_handle(), buf, peer)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
@@ -173,27 +160,16 @@ impl<'a> Group<'a> {
     ) -> Result<()> {
         let buf: &'a DeviceBuffer<T> = buf;
         let p = comm.plan_recv(stream.enqueue_handle(), buf, peer)?;
-        self.push(p);
+        self.plans.push(p);
         Ok(())
     }
 
     /// Issues the calls as one NCCL group (nothing for an empty group).
     pub fn run(self) -> Result<()> {
-        let Some(first) = self.inline[0] else {
+        if self.plans.is_empty() {
             return Ok(());
-        };
-        if self.more.is_empty() {
-            let mut plans = [first; INLINE];
-            let mut n = 0;
-            for (to, from) in plans.iter_mut().zip(self.inline.iter().flatten()) {
-                *to = *from;
-                n += 1;
-            }
-            return issue(&plans[..n], true);
         }
-        let mut plans: Vec<Planned<'a>> = self.inline.iter().flatten().copied().collect();
-        plans.extend(self.more);
-        issue(&plans, true)
+        self.plans.with_slice(|plans| issue(plans, true))
     }
 }
 

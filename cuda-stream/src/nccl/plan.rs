@@ -211,17 +211,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
         p.comm.check_async()?;
     }
     // At most two tracked uses a call; up to four calls' on the stack (no allocation per call).
-    let mut inline: [Option<TrackedUse<'p>>; 8] = [None; 8];
-    let mut spilled: Vec<TrackedUse<'p>> = Vec::new();
-    let mut count = 0;
-    let mut track = |u: TrackedUse<'p>| {
-        if let Some(slot) = inline.get_mut(count) {
-            *slot = Some(u);
-        } else {
-            spilled.push(u);
-        }
-        count += 1;
-    };
+    let mut tracked: InlineList<TrackedUse<'p>, 8> = InlineList::new();
     for p in plans {
         let ctx = p.comm.context().raw();
         let _bound = bind_if_special(p.stream, ctx)?;
@@ -235,7 +225,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                 match a.in_capture(p.stream, ctx, capture, access, false)? {
                     InCapture::Tie if a.ptr != 0 => held.push(a.clone()),
                     InCapture::Tie => {}
-                    InCapture::Track => track(TrackedUse {
+                    InCapture::Track => tracked.push(TrackedUse {
                         uses: &a.uses,
                         access,
                         stream: p.stream,
@@ -251,7 +241,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                 a.check_outside_capture()?;
             }
             for (a, access) in p.buffers.iter() {
-                track(TrackedUse {
+                tracked.push(TrackedUse {
                     uses: &a.uses,
                     access,
                     stream: p.stream,
@@ -259,24 +249,6 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
             }
         }
     }
-    // One contiguous list: the inline uses (copied after the first), then any spilled.
-    let mut list: [TrackedUse<'p>; 8];
-    let mut all: Vec<TrackedUse<'p>>;
-    let tracked: &mut [TrackedUse<'p>] = match inline[0] {
-        None => &mut [],
-        Some(first) if spilled.is_empty() => {
-            list = [first; 8];
-            for (to, from) in list.iter_mut().zip(inline.iter().flatten()) {
-                *to = *from;
-            }
-            &mut list[..count]
-        }
-        Some(_) => {
-            all = inline.iter().flatten().copied().collect();
-            all.append(&mut spilled);
-            &mut all
-        }
-    };
     // NCCL works on the CUDA runtime's current device: it asks which device is current, makes
     // the communicator's current for the work and then makes the one it found current again.
     // With no context current the runtime answers device 0, so NCCL left device 0's primary
@@ -286,44 +258,105 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
     // bound, so NCCL finds the device it needs current, and the thread's current context is the
     // caller's afterwards.
     let first_ctx = plans.first().map(|p| p.comm.context().raw());
-    around_streams(tracked, |enqueued| {
-        if !grouped {
-            let mut out = Ok(());
+    tracked.with_slice(|tracked| {
+        around_streams(tracked, |enqueued| {
+            if !grouped {
+                let mut out = Ok(());
+                for p in plans {
+                    let _bound = bind_for_nccl(p.comm.context().raw())?;
+                    out = p.call.issue(p.comm.raw(), p.stream);
+                    *enqueued = out.is_ok();
+                }
+                return out;
+            }
+            let start = nccl_fn!(ncclGroupStart);
+            let end = nccl_fn!(ncclGroupEnd);
+            // Inside a group NCCL only records the calls; its end launches the work of every
+            // communicator, switching devices as it goes. The whole group runs bound to the first
+            // call's context, which NCCL finds current and leaves so. A call on a default stream is
+            // bound to its own context (NCCL resolves the handle through the current context).
+            let _bound = match first_ctx {
+                Some(ctx) => Some(bind_for_nccl(ctx)?),
+                None => None,
+            };
+            // SAFETY: no arguments; every start is matched by the end below.
+            nccl_check(unsafe { start() }, "ncclGroupStart")?;
+            let mut first_err = None;
             for p in plans {
-                let _bound = bind_for_nccl(p.comm.context().raw())?;
-                out = p.call.issue(p.comm.raw(), p.stream);
-                *enqueued = out.is_ok();
+                let r = bind_if_special(p.stream, p.comm.context().raw())
+                    .and_then(|_bound| p.call.issue(p.comm.raw(), p.stream));
+                if let Err(e) = r {
+                    first_err = Some(e);
+                    break;
+                }
             }
-            return out;
-        }
-        let start = nccl_fn!(ncclGroupStart);
-        let end = nccl_fn!(ncclGroupEnd);
-        // Inside a group NCCL only records the calls; its end launches the work of every
-        // communicator, switching devices as it goes. The whole group runs bound to the first
-        // call's context, which NCCL finds current and leaves so. A call on a default stream is
-        // bound to its own context (NCCL resolves the handle through the current context).
-        let _bound = match first_ctx {
-            Some(ctx) => Some(bind_for_nccl(ctx)?),
-            None => None,
-        };
-        // SAFETY: no arguments; every start is matched by the end below.
-        nccl_check(unsafe { start() }, "ncclGroupStart")?;
-        let mut first_err = None;
-        for p in plans {
-            let r = bind_if_special(p.stream, p.comm.context().raw())
-                .and_then(|_bound| p.call.issue(p.comm.raw(), p.stream));
-            if let Err(e) = r {
-                first_err = Some(e);
-                break;
+            // SAFETY: ends the group started above, whatever happened inside it.
+            let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
+            // NCCL may have enqueued part of the group before an error: treat it as enqueued.
+            *enqueued = true;
+            match first_err {
+                Some(e) => Err(e),
+                None => ended,
             }
-        }
-        // SAFETY: ends the group started above, whatever happened inside it.
-        let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
-        // NCCL may have enqueued part of the group before an error: treat it as enqueued.
-        *enqueued = true;
-        match first_err {
-            Some(e) => Err(e),
-            None => ended,
-        }
+        })
     })
+}
+
+/// A short list of `Copy` values that allocates nothing up to `N` of them (the rest go to the
+/// heap): a group's calls, and the uses they track.
+pub(crate) struct InlineList<T: Copy, const N: usize> {
+    /// The first `N` values, filled from the front.
+    inline: [Option<T>; N],
+    more: Vec<T>,
+    len: usize,
+}
+
+impl<T: Copy, const N: usize> InlineList<T, N> {
+    pub(crate) fn new() -> Self {
+        InlineList {
+            inline: [None; N],
+            more: Vec::new(),
+            len: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, value: T) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = Some(value),
+            None => self.more.push(value),
+        }
+        self.len += 1;
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Runs `f` on a copy of the values as one slice: an array on the stack, or (past `N`) a
+    /// vector.
+    pub(crate) fn with_slice<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
+        let Some(first) = self.inline[0] else {
+            return f(&mut []);
+        };
+        if self.more.is_empty() {
+            let mut values = [first; N];
+            for (to, from) in values.iter_mut().zip(self.inline.iter().flatten()) {
+                *to = *from;
+            }
+            return f(&mut values[..self.len]);
+        }
+        let mut all: Vec<T> = self.inline.iter().flatten().copied().collect();
+        all.extend_from_slice(&self.more);
+        f(&mut all)
+    }
+}
+
+impl<T: Copy, const N: usize> Default for InlineList<T, N> {
+    fn default() -> Self {
+        InlineList::new()
+    }
 }

@@ -32,7 +32,7 @@ $L_spin_loop:
 
 /// Tried in order until the driver accepts one: `sm_50` (JIT-compiled for any newer GPU), then
 /// newer targets for a driver that refuses old ones.
-const PTX_HEADERS: [&str; 3] = [
+pub(crate) const PTX_HEADERS: [&str; 3] = [
     ".version 7.0\n.target sm_50\n.address_size 64\n",
     ".version 7.0\n.target sm_75\n.address_size 64\n",
     ".version 7.8\n.target sm_90\n.address_size 64\n",

@@ -9,7 +9,7 @@ use cuda_stream_sys as sys;
 
 use super::Fixture;
 use crate::fail::{must, must_cudarc, ok};
-use crate::kernel::SpinKernel;
+use crate::kernel::{PTX_HEADERS, SpinKernel};
 use crate::method::case;
 use crate::report::{Rows, Target};
 
@@ -476,11 +476,7 @@ fn halves(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     const NS: u64 = 200_000;
     const WORDS: usize = 1 << 20;
     let (cfg, ctx) = (fx.cfg, fx.ctx);
-    let headers = [
-        ".version 7.0\n.target sm_50\n.address_size 64\n",
-        ".version 7.8\n.target sm_90\n.address_size 64\n",
-    ];
-    let Some(module) = headers
+    let Some(module) = PTX_HEADERS
         .iter()
         .find_map(|h| Module::from_ptx(ctx, &format!("{h}{TOUCH_PTX}")).ok())
     else {
