@@ -5,6 +5,9 @@
 #
 #   tests/bundle/build.sh            # here (no GPU needed)
 #   gpu-bundle/run.sh [--bench]      # on the GPU machine, from the repository root
+#
+# It also packs the bundle (gpu-pack/bundle.tgz, about a third of its size) for copies that must
+# stay small: `tar xzf gpu-pack/bundle.tgz && gpu-bundle/run.sh` there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -87,7 +90,14 @@ cp tests/bundle/run.sh tests/bundle/parallel.sh "$out/"
 chmod +x "$out/run.sh" "$out/parallel.sh"
 size=$(du -sm "$out" | cut -f1)
 echo "== gpu-bundle: ${size} MiB in $out"
-if [ "$size" -ge 64 ]; then
-    echo "bundle is over the 64 MiB carry limit" >&2
+# The same, compressed, for a copy that must stay small (the bundle and the working tree together
+# under 64 MiB): gpu-pack/bundle.tgz, unpacked there with `tar xzf gpu-pack/bundle.tgz`.
+rm -rf "$root/gpu-pack"
+mkdir -p "$root/gpu-pack"
+tar -C "$root" -czf "$root/gpu-pack/bundle.tgz" gpu-bundle
+packed=$(du -sm "$root/gpu-pack" | cut -f1)
+echo "== gpu-pack: ${packed} MiB in $root/gpu-pack (tar xzf gpu-pack/bundle.tgz && gpu-bundle/run.sh)"
+if [ "$packed" -ge 48 ]; then
+    echo "the packed bundle is over 48 MiB: with the working tree it would pass the 64 MiB carry limit" >&2
     exit 1
 fi

@@ -145,6 +145,13 @@ pub enum Error {
         /// The name asked for.
         name: String,
     },
+    /// A module has no global variable of this name (`cuModuleGetGlobal` answered
+    /// `CUDA_ERROR_NOT_FOUND`).
+    #[error("the module has no global variable named `{name}`")]
+    GlobalNotFound {
+        /// The name asked for.
+        name: String,
+    },
     /// A launch configuration the kernel cannot run with, refused before the driver is called.
     #[error("invalid launch configuration: {reason}")]
     InvalidLaunch {

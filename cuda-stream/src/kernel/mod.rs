@@ -10,6 +10,9 @@ pub(crate) mod config;
 
 pub(crate) mod module;
 
+// Global variables of a module, as buffers.
+pub(crate) mod global;
+
 pub(crate) mod launch;
 
 pub(crate) mod occupancy;

@@ -3,8 +3,8 @@
 
 use std::ffi::{CString, c_void};
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::ptr;
+use std::sync::{Arc, Mutex};
 
 use crate::base::error::{Error, JitLog, Result, check, driver_fn};
 use crate::base::params::ParamInfo;
@@ -12,6 +12,7 @@ use crate::driver::context::{Context, bind, destroy_after_work};
 use crate::ffi;
 use crate::kernel::kernel_info::{KernelInfo, KernelInfos, driver_params};
 use crate::kernel::ptx_params;
+use crate::memory::allocation::Allocation;
 
 /// How big each JIT log buffer is: the driver truncates longer logs.
 const LOG_BYTES: usize = 16 * 1024;
@@ -112,6 +113,12 @@ impl JitOptions {
 pub struct Module {
     raw: ffi::CUmodule,
     ctx: Context,
+    /// Its global variables handed out ([`Module::global`]): name, an allocation that holds
+    /// `loaded`, size in bytes.
+    pub(crate) globals: Mutex<Vec<(String, Arc<Allocation>, usize)>>,
+    /// The loaded module, unloaded when the last holder goes: this value, and the graphs that
+    /// hold an allocation of `globals`.
+    pub(crate) loaded: Arc<Loaded>,
     info_log: String,
     /// The `.entry` parameter lists of the PTX it was loaded from (empty for a cubin).
     ptx_entries: Vec<(String, Vec<ParamInfo>)>,
@@ -334,6 +341,12 @@ impl Module {
         Ok(Module {
             raw,
             ctx: ctx.clone(),
+            globals: Mutex::new(Vec::new()),
+            loaded: Arc::new(Loaded {
+                raw,
+                ctx: ctx.clone(),
+                unloaded: false,
+            }),
             info_log: log_text(&info),
             ptx_entries: ptx.map(ptx_params::entries).unwrap_or_default(),
             kernels: KernelInfos::default(),
@@ -419,23 +432,51 @@ impl Module {
     /// (`cuCtxSynchronize`), so no kernel of the module is still running, then `cuModuleUnload`.
     /// If the wait fails, the module is left loaded (a launch might still be running).
     ///
+    /// A graph that holds one of its [global variables](Module::global) (work on it was
+    /// captured) keeps the module loaded: then this unloads nothing and answers `Ok`, and the
+    /// last such graph's end unloads it (as a drop, after the context's work).
+    ///
     /// Inside a host function no CUDA call is made: the wait and the unload are queued for an
     /// ordinary thread, as for a drop, and the answer is [`Error::InHostFunction`](crate::Error::InHostFunction).
     pub fn close(self) -> Result<()> {
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again; the fields are read once each.
-        let (ctx, info, entries, kernels) = unsafe {
-            (
-                ptr::read(&this.ctx),
-                ptr::read(&this.info_log),
-                ptr::read(&this.ptx_entries),
-                ptr::read(&this.kernels),
-            )
+        let Module {
+            globals, loaded, ..
+        } = self;
+        // Each global's end waits for its uses (a graph may hold some still); the first error
+        // is the answer, after the unload.
+        let mut waited = Ok(());
+        let globals = globals.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (_, alloc, _) in globals {
+            if let Some(alloc) = Arc::into_inner(alloc) {
+                let r = alloc.free();
+                waited = waited.and(r);
+            }
+        }
+        let unloaded = match Arc::into_inner(loaded) {
+            Some(mut loaded) => {
+                loaded.unloaded = true;
+                unload(loaded.raw, &loaded.ctx)
+            }
+            None => Ok(()),
         };
-        drop((info, entries, kernels));
-        unload(this.raw, &ctx)
+        waited.and(unloaded)
     }
 }
+
+/// A loaded module's handle, shared by its [`Module`] and the allocations of its global
+/// variables (which graphs can hold): unloaded by the last holder's drop, after its context's
+/// work.
+pub(crate) struct Loaded {
+    raw: ffi::CUmodule,
+    ctx: Context,
+    /// Unloaded already (by [`Module::close`]).
+    unloaded: bool,
+}
+
+// SAFETY: a module handle is a driver object that any thread may use; it is unloaded once.
+unsafe impl Send for Loaded {}
+// SAFETY: nothing is done through `&Loaded`.
+unsafe impl Sync for Loaded {}
 
 /// Unloads `raw` after the work of `ctx` (queued inside a host function).
 fn unload(raw: ffi::CUmodule, ctx: &Context) -> Result<()> {
@@ -449,11 +490,13 @@ fn unload_now(raw: usize) -> Result<()> {
     check(unsafe { f(raw as ffi::CUmodule) }, "cuModuleUnload")
 }
 
-impl Drop for Module {
+impl Drop for Loaded {
     /// Unloads the module after its context's work; inside a host function, later, on an
     /// ordinary thread.
     fn drop(&mut self) {
-        let _ = unload(self.raw, &self.ctx);
+        if !self.unloaded {
+            let _ = unload(self.raw, &self.ctx);
+        }
     }
 }
 

@@ -14,8 +14,8 @@
 //! (a use's stream joined a capture begun elsewhere: see the ordering model in
 //! `memory::use_tracking`) is queued too, and made at a later allocation or free.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::base::capture_mode::CaptureMode;
 use crate::base::error::{Error, Result, check, driver_fn, lookup};
@@ -42,6 +42,14 @@ pub(crate) enum Origin {
     /// Another library's memory, borrowed ([`BorrowedBuffer`](crate::BorrowedBuffer)): never
     /// freed here; at the end of the borrow `owner` (the owner's stream) waits for every use.
     Borrowed { owner: usize },
+    /// Memory that another object owns for as long as `owner` lives (a module's global
+    /// variable, owned by the loaded module): never freed here. The allocation holds `owner`,
+    /// so a graph that holds the allocation keeps the owner (the module loaded) for its replays;
+    /// the last drop waits on the host for every recorded use before letting go of it.
+    Static {
+        /// What keeps the memory (held, never read).
+        _owner: Arc<dyn std::any::Any + Send + Sync>,
+    },
     /// A graph memory node (`cuMemAllocAsync` in capture `capture` on `stream`): used only
     /// inside that capture, and freed by a free node on `stream` after every use.
     Graph { stream: usize, capture: u64 },
@@ -157,12 +165,27 @@ impl Allocation {
         }
     }
 
+    /// Memory of `ctx` at `ptr` that `owner` keeps (see [`Origin::Static`]), with no use yet.
+    pub(crate) fn owned_by(
+        ctx: &Context,
+        ptr: ffi::CUdeviceptr,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Allocation {
+        Allocation {
+            ptr,
+            uses: Uses::new(ctx),
+            origin: Origin::Static { _owner: owner },
+        }
+    }
+
     /// The pool the memory came from, if any (the default pool opened on demand).
     pub(crate) fn pool(&self) -> Result<Option<MemPool>> {
         match &self.origin {
             Origin::Pool(Some(p)) => Ok(Some(p.clone())),
             Origin::Pool(None) => MemPool::default_for(self.ctx()).map(Some),
-            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } => Ok(None),
+            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } | Origin::Static { .. } => {
+                Ok(None)
+            }
             Origin::Graph { .. } => MemPool::default_for(self.ctx()).map(Some),
         }
     }
@@ -175,7 +198,9 @@ impl Allocation {
             Origin::Pool(None) | Origin::Graph { .. } => {
                 default_pool_raw(self.ctx().device()).map(Some)
             }
-            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } => Ok(None),
+            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } | Origin::Static { .. } => {
+                Ok(None)
+            }
         }
     }
 
@@ -299,6 +324,14 @@ impl Allocation {
     /// it is (free it with `cuMemFreeAsync`). On an error the allocation comes back with every
     /// use still recorded.
     pub(crate) fn into_raw(mut self) -> Result<ffi::CUdeviceptr, Box<(Allocation, Error)>> {
+        if let Origin::Static { .. } = self.origin {
+            let refused = Error::Refused {
+                call: "cuModuleGetGlobal",
+                reason: "a module's global variable is the module's memory: it cannot be handed \
+                         over",
+            };
+            return Err(Box::new((self, refused)));
+        }
         match self.uses.wait_on_host(synchronize_events) {
             Ok(()) => Ok(std::mem::replace(&mut self.ptr, 0)),
             Err(e) => Err(Box::new((self, e))),
@@ -311,6 +344,7 @@ impl Allocation {
             Origin::Pool(_) | Origin::Graph { .. } => "cuMemFreeAsync",
             Origin::Plain | Origin::Adopted => "cuMemFree",
             Origin::Borrowed { .. } => "cuStreamWaitEvent",
+            Origin::Static { .. } => "cuEventSynchronize",
         }
     }
 
@@ -354,6 +388,9 @@ impl Allocation {
             ),
             // The owner's stream waits for every use; the memory stays the owner's.
             Origin::Borrowed { owner } => self.uses.hand_back(owner as ffi::CUstream),
+            // Every use done before the owner may go (a module unloads after its own context's
+            // work only; a use on another context's stream, a peer copy, is waited for here).
+            Origin::Static { .. } => self.uses.wait_on_host(synchronize_events),
             Origin::Plain | Origin::Adopted => {
                 let events = match self.uses.take_events() {
                     Ok(events) => events,

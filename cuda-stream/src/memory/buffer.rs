@@ -172,6 +172,17 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         }
     }
 
+    /// A buffer of `len` values over an allocation others share (a module's global variable,
+    /// whose module keeps it too).
+    pub(crate) fn from_shared(alloc: Arc<Allocation>, len: usize) -> DeviceBuffer<T> {
+        DeviceBuffer {
+            ptr: alloc.ptr,
+            len,
+            alloc,
+            _values: PhantomData,
+        }
+    }
+
     fn empty(ctx: &Context) -> DeviceBuffer<T> {
         DeviceBuffer::from_alloc(Allocation::adopt(ctx, 0), 0)
     }

@@ -133,8 +133,21 @@ impl Program {
 
     /// Compiles the program for `device`: for the architecture of its compute capability
     /// ([`Arch::of`]), then as [`compile_for`](Program::compile_for).
+    ///
+    /// Where the output is left open and the driver cannot tell a cubin's kernel parameters
+    /// (`cuFuncGetParamInfo`, CUDA 12.4), the program is compiled to PTX (for the same
+    /// architecture as [`compile_for`](Program::compile_for) would choose), whose parameter
+    /// lists are read when it is loaded: so its kernels can be declared with
+    /// [`Function::typed`](crate::Function::typed) on every driver.
     pub fn compile(&self, device: Device) -> Result<CompiledProgram> {
-        self.compile_for(Arch::of(device)?)
+        let arch = Arch::of(device)?;
+        if self.output.is_none() && crate::ffi::fns::cuFuncGetParamInfo().is_err() {
+            let (_, arch) = choose(arch, supported_archs());
+            let mut ptx = self.clone();
+            ptx.output = Some(CodeKind::Ptx);
+            return ptx.compile_for(arch);
+        }
+        self.compile_for(arch)
     }
 
     /// Compiles the program for `arch`, without a GPU or driver. The code is the kind

@@ -85,6 +85,7 @@ macro_rules! driver_function_list {
             cuModuleLoadDataEx,
             cuModuleUnload,
             cuModuleGetFunction,
+            cuModuleGetGlobal_v2,
             cuFuncGetAttribute,
             cuFuncSetAttribute,
             cuLaunchKernel,

@@ -1,5 +1,5 @@
 //! Modules, kernels and launches: `cuModuleLoadDataEx` (PTX text), `cuModuleGetFunction`,
-//! `cuModuleUnload`, `cuFuncGetAttribute`, `cuFuncSetAttribute`, `cuLaunchKernel`, and the
+//! `cuModuleGetGlobal_v2`, `cuModuleUnload`, `cuFuncGetAttribute`, `cuFuncSetAttribute`, `cuLaunchKernel`, and the
 //! control functions that report on them and on device memory. The model is `model/device.rs`.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -13,7 +13,7 @@ use crate::model::device::{
     DEFAULT_DYNAMIC_SHARED, DeviceWork, FunctionRec, LaunchRec, MAX_DYNAMIC_SHARED, ModuleRec,
 };
 use crate::model::jobs::Work;
-use crate::model::ptx::parse_ptx;
+use crate::model::ptx::{parse_globals, parse_ptx};
 use crate::state::{self, State};
 
 /// A fresh, never-freed heap address to serve as a module or function handle.
@@ -139,6 +139,19 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
             info.write(&log);
             error.write("");
         }
+        let globals = parse_globals(&text)
+            .into_iter()
+            .map(|(name, size)| {
+                let at = st.device.allocate(ctx, size);
+                // Module variables start zeroed (the mock ignores initialisers); they are the
+                // module's, not counted as live allocations.
+                st.device.live_allocations -= 1;
+                if let Some(bytes) = st.device.slice_mut(at, size) {
+                    bytes.fill(0);
+                }
+                (name, at, size)
+            })
+            .collect();
         let h = fresh_handle();
         st.device.modules.insert(
             h,
@@ -147,6 +160,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
                 entries,
                 ptx_version,
                 alive: true,
+                globals,
             },
         );
         st.device.live_modules += 1;
@@ -168,7 +182,11 @@ pub unsafe extern "C" fn cuModuleUnload(hmod: CUmodule) -> CUresult {
         match st.device.modules.get_mut(&(hmod as usize)) {
             Some(m) if m.alive => {
                 m.alive = false;
+                let globals: Vec<u64> = m.globals.iter().map(|g| g.1).collect();
                 st.device.live_modules -= 1;
+                for p in globals {
+                    st.device.free_global(p);
+                }
                 SUCCESS
             }
             _ => {
@@ -188,6 +206,48 @@ fn live_module(st: &mut State, hmod: usize) -> Result<(), CUresult> {
         crate::base::trace_bad_use(file!(), line!());
         Err(INVALID_HANDLE)
     }
+}
+
+/// `cuModuleGetGlobal_v2`: the address and size of a module-scope `.global` or `.const`
+/// variable of the module's PTX (either out-pointer may be null); `CUDA_ERROR_NOT_FOUND` for a
+/// name it does not declare.
+///
+/// # Safety
+///
+/// Each out-pointer is null or valid for a write; `name` is null or a `NUL`-terminated string.
+#[cfg_attr(exported = "cuModuleGetGlobal_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    dptr: *mut cuda_stream_sys::CUdeviceptr,
+    bytes: *mut usize,
+    hmod: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    api("cuModuleGetGlobal_v2", false, |mut st| {
+        if name.is_null() {
+            return INVALID_VALUE;
+        }
+        let hmod = hmod as usize;
+        tri!(live_module(&mut st, hmod));
+        // SAFETY: the caller passes a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let Some(&(_, at, size)) = st.device.modules[&hmod]
+            .globals
+            .iter()
+            .find(|g| g.0 == name)
+        else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: each is null or writable (the caller's contract).
+        unsafe {
+            if !dptr.is_null() {
+                put(dptr, at);
+            }
+            if !bytes.is_null() {
+                put(bytes, size);
+            }
+        }
+        SUCCESS
+    })
 }
 
 /// `cuModuleGetFunction`: `CUDA_ERROR_NOT_FOUND` for a name the PTX has no `.entry` for; the

@@ -41,6 +41,9 @@ pub(crate) struct ModuleRec {
     /// `.target sm_50` as 50 (`CU_FUNC_ATTRIBUTE_PTX_VERSION`).
     pub(crate) ptx_version: i32,
     pub(crate) alive: bool,
+    /// Its module-scope `.global` and `.const` variables: name, address, size (allocated, zeroed,
+    /// with the module; freed when it is unloaded).
+    pub(crate) globals: Vec<(String, u64, usize)>,
 }
 
 #[derive(Debug)]
@@ -261,6 +264,14 @@ impl DeviceState {
         true
     }
 
+    /// Frees a module's global variable at `ptr` (not counted as a live allocation).
+    pub(crate) fn free_global(&mut self, ptr: u64) {
+        self.live_allocations += 1;
+        if !self.free(ptr) {
+            self.live_allocations -= 1;
+        }
+    }
+
     /// The live allocation holding `[ptr, ptr + len)`, as (base, offset).
     pub(crate) fn find(&self, ptr: u64, len: usize) -> Option<(u64, usize)> {
         let (&base, rec) = self.allocs.range(..=ptr).next_back()?;
@@ -467,6 +478,16 @@ pub(crate) fn release_ctx(dev: &mut DeviceState, ctx: usize) -> u64 {
         m.alive = false;
         dev.live_modules -= 1;
         orphans += 1;
+    }
+    // A module's globals are freed with it, not counted apart.
+    let globals: Vec<u64> = dev
+        .modules
+        .values()
+        .filter(|m| m.ctx == ctx)
+        .flat_map(|m| m.globals.iter().map(|g| g.1))
+        .collect();
+    for p in globals {
+        dev.free_global(p);
     }
     let freed: Vec<u64> = dev
         .allocs

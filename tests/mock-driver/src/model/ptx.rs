@@ -72,10 +72,8 @@ fn param_size(decl: &str) -> Result<usize, String> {
     Ok(size * lanes * count)
 }
 
-/// The kernels of PTX text and its `.target` architecture (`sm_50` as 50), or a `ptxas`-style
-/// error message.
-pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
-    // Comments out: `/* */`, then `//`.
+/// The text without its `/* */` and `//` comments.
+fn strip_comments(text: &str) -> String {
     let mut unblocked = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find("/*") {
@@ -91,6 +89,91 @@ pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
         clean.push_str(line.split("//").next().unwrap_or(""));
         clean.push('\n');
     }
+    clean
+}
+
+/// The module-scope variables of PTX text, in `.global` or `.const` memory (what
+/// `cuModuleGetGlobal` finds): each name with its size in bytes (`.global .u32 n;` 4,
+/// `.const .align 4 .b8 table[64];` 64, `.global .f32 v[2][8] = {...};` 64). Declarations inside
+/// a kernel's body are not module-scope and are skipped, as are externs (`.extern`) and
+/// declarations whose size cannot be read.
+pub(crate) fn parse_globals(text: &str) -> Vec<(String, usize)> {
+    let clean = strip_comments(text);
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut statement = String::new();
+    for c in clean.chars() {
+        match c {
+            '{' => {
+                // An initialiser's braces belong to its statement (after `=`).
+                if depth == 0 && statement.contains('=') {
+                    statement.push(c);
+                    continue;
+                }
+                depth += 1;
+                statement.clear();
+            }
+            '}' => {
+                if depth == 0 {
+                    statement.push(c);
+                } else {
+                    depth -= 1;
+                    statement.clear();
+                }
+            }
+            ';' if depth == 0 => {
+                // The module's directives (`.version`, `.target`, `.address_size`) end at their
+                // line, not at a `;`.
+                let decl: String = statement
+                    .split('=')
+                    .next()
+                    .unwrap_or("")
+                    .lines()
+                    .filter(|l| {
+                        let l = l.trim_start();
+                        !(l.starts_with(".version")
+                            || l.starts_with(".target")
+                            || l.starts_with(".address_size"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                statement.clear();
+                let spaced = decl.replace('.', " .");
+                let tokens: Vec<&str> = spaced.split_whitespace().collect();
+                let space = tokens.iter().any(|t| *t == ".global" || *t == ".const");
+                if !space || tokens.contains(&".extern") || tokens.contains(&".entry") {
+                    continue;
+                }
+                // Linkage (`.visible`, `.weak`, `.common`) is no part of the size (and `.visible`
+                // would read as a vector).
+                let decl: String = decl
+                    .split_whitespace()
+                    .filter(|t| ![".visible", ".weak", ".common"].contains(t))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let Ok(size) = param_size(&decl) else {
+                    continue;
+                };
+                let head = decl.split('[').next().unwrap_or("");
+                let name = head
+                    .rsplit(|c: char| c.is_whitespace())
+                    .next()
+                    .unwrap_or("");
+                if !name.is_empty() && !name.starts_with('.') {
+                    out.push((name.to_string(), size));
+                }
+            }
+            _ if depth == 0 => statement.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The kernels of PTX text and its `.target` architecture (`sm_50` as 50), or a `ptxas`-style
+/// error message.
+pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
+    let clean = strip_comments(text);
     let version = clean
         .split_whitespace()
         .skip_while(|t| *t != ".version")
@@ -167,6 +250,24 @@ pub(crate) fn parse_ptx(text: &str) -> Result<(Vec<Entry>, i32), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_module_scope_globals_and_constants() {
+        let text = ".version 7.8\n.target sm_90\n.address_size 64\n\
+             .visible .const .align 4 .b8 coeffs[64];\n\
+             .visible .global .align 4 .u32 counter; // one word\n\
+             .global .f32 table[2][8] = {1.0, 2.0};\n\
+             .extern .global .u32 elsewhere;\n\
+             .visible .entry k(.param .u64 p)\n{ .reg .b32 %r<2>; .shared .u32 s; ret; }\n";
+        assert_eq!(
+            parse_globals(text),
+            vec![
+                ("coeffs".to_string(), 64),
+                ("counter".to_string(), 4),
+                ("table".to_string(), 64)
+            ]
+        );
+    }
 
     #[test]
     fn parses_entries_params_and_maxntid() {

@@ -34,6 +34,22 @@ pub(crate) fn ops() -> Vec<Op> {
             let module = unsafe { Module::from_image(&fx.ctx, image.as_bytes()) }?;
             module.function("scale").map(drop)
         }),
+        op_frees(
+            "Module::from_ptx + global + copy_from_host + to_vec + close",
+            SWALLOW_FREE_DROP,
+            |fx| {
+                let ptx = PTX.replace(
+                    ".visible .entry",
+                    ".visible .global .align 4 .b8 table[16];\n.visible .entry",
+                );
+                let module = Module::from_ptx(&fx.ctx, &ptx)?;
+                let table = module.global::<u32>("table")?;
+                table.copy_from_host(&fx.owned, &[1, 2, 3, 4])?;
+                assert_eq!(table.to_vec(&fx.owned)?, [1, 2, 3, 4]);
+                drop(table);
+                module.close()
+            },
+        ),
         op("Module::function (fixture's module)", SWALLOW_DROP, |fx| {
             fx.module.function("scale").map(drop)
         }),

@@ -55,6 +55,7 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "cuModuleLoadDataEx",
     "cuModuleUnload",
     "cuModuleGetFunction",
+    "cuModuleGetGlobal",
     "cuFuncGetAttribute",
     "cuFuncSetAttribute",
     "cuLaunchKernel",
