@@ -255,12 +255,13 @@ pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, 
 pub use memory::borrowed::BorrowedBuffer;
 pub use memory::buffer::{BufferUse, DeviceBuffer, IntoRawError};
 pub use memory::graph_buffer::GraphBuffer;
-pub use memory::pinned::PinnedHostBuffer;
+pub use memory::pinned::{PageLocked, PinnedHostBuffer};
 pub use memory::pool::{MemPool, PoolAccess, PoolUsage};
 pub use memory::raw::{
     memcpy_dtod_async, memcpy_dtoh_async, memcpy_htod_async, memset_d8_async, memset_d16_async,
     memset_d32_async,
 };
+pub use memory::registered::RegisteredHost;
 pub use memory::slice::{AsDeviceSlice, DeviceSlice, DeviceSliceMut};
 pub use stream::completion::Completion;
 pub use stream::current::{CurrentStreamGuard, current_stream, current_stream_raw};

@@ -28,6 +28,8 @@ pub(crate) mod across;
 
 pub(crate) mod pinned;
 
+pub(crate) mod registered;
+
 pub(crate) mod borrowed;
 
 pub(crate) mod graph_buffer;

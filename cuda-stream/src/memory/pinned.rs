@@ -49,6 +49,13 @@ pub struct PinnedHostBuffer<T: DeviceCopy> {
     ptr: *mut T,
     len: usize,
     ctx: Context,
+    copies: HostCopies,
+}
+
+/// The copies in flight on page-locked host memory (a [`PinnedHostBuffer`] or a
+/// [`RegisteredHost`](crate::RegisteredHost)): host access and the end of the memory wait for
+/// them. (Public only inside a private module: named by the sealed [`PageLocked`] trait.)
+pub struct HostCopies {
     in_flight: Mutex<Vec<InFlight>>,
 }
 
@@ -72,7 +79,7 @@ impl<T: DeviceCopy> fmt::Debug for PinnedHostBuffer<T> {
         f.debug_struct("PinnedHostBuffer")
             .field("ptr", &self.ptr)
             .field("len", &self.len)
-            .field("copies_in_flight", &self.lock().len())
+            .field("copies_in_flight", &self.copies.lock().len())
             .finish()
     }
 }
@@ -110,7 +117,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
             },
             len,
             ctx: ctx.clone(),
-            in_flight: Mutex::new(Vec::new()),
+            copies: HostCopies::new(),
         })
     }
 
@@ -144,18 +151,12 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// How many copies are recorded as in flight (completed ones are forgotten as the buffer
     /// notices them).
     pub fn copies_in_flight(&self) -> usize {
-        let mut list = self.lock();
-        forget_completed(&mut list, |_| true);
-        list.len()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<InFlight>> {
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+        self.copies.in_flight()
     }
 
     /// The values, once every copy that writes them has completed (waits on the host).
     pub fn as_slice(&self) -> Result<&[T]> {
-        self.wait_host(|c| c.writes_host)?;
+        self.copies.wait_host(|c| c.writes_host)?;
         // SAFETY: `len` initialised values (zeroed at allocation); no copy writes them now, and
         // none can start while the slice borrows `self` (a copy into it takes `&mut self`).
         Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
@@ -164,7 +165,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// The values for writing, once every copy in flight on them has completed (waits on the
     /// host).
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.wait_host(|_| true)?;
+        self.copies.wait_host(|_| true)?;
         // SAFETY: as in `as_slice`, and no copy reads them now either; `&mut self` is exclusive.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
     }
@@ -172,7 +173,7 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// [`as_slice`](PinnedHostBuffer::as_slice) without waiting: [`Error::Busy`] while a copy
     /// writes the buffer.
     pub fn try_as_slice(&self) -> Result<&[T]> {
-        self.check_done(|c| c.writes_host)?;
+        self.copies.check_done(|c| c.writes_host)?;
         // SAFETY: as in `as_slice`.
         Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.len) })
     }
@@ -180,36 +181,74 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     /// [`as_mut_slice`](PinnedHostBuffer::as_mut_slice) without waiting: [`Error::Busy`] while
     /// any copy uses the buffer.
     pub fn try_as_mut_slice(&mut self) -> Result<&mut [T]> {
-        self.check_done(|_| true)?;
+        self.copies.check_done(|_| true)?;
         // SAFETY: as in `as_mut_slice`.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
     }
+}
+
+/// A copy enqueued on page-locked memory, as [`HostCopies`] sees it.
+pub(crate) struct CopyKind {
+    writes_host: bool,
+}
+
+impl fmt::Debug for HostCopies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostCopies")
+            .field("in_flight", &self.lock().len())
+            .finish()
+    }
+}
+
+impl HostCopies {
+    pub(crate) fn new() -> HostCopies {
+        HostCopies {
+            in_flight: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<InFlight>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many copies are in flight (completed ones forgotten first).
+    pub(crate) fn in_flight(&self) -> usize {
+        let mut list = self.lock();
+        forget_completed(&mut list, |_| true);
+        list.len()
+    }
 
     /// Waits (`cuEventSynchronize`) for the copies `which` selects, and forgets them.
-    fn wait_host(&self, which: impl Fn(&InFlight) -> bool) -> Result<()> {
+    pub(crate) fn wait_host(&self, which: impl Fn(&CopyKind) -> bool) -> Result<()> {
         let mut list = self.lock();
         if list.is_empty() {
             return Ok(());
         }
         let f = driver_fn!(cuEventSynchronize);
-        for c in list.iter().filter(|c| which(c)) {
+        for c in list.iter().filter(|c| which(&c.kind())) {
             // SAFETY: the event is live (owned by the list).
             check(unsafe { f(c.event) }, "cuEventSynchronize")?;
         }
-        forget_completed(&mut list, which);
+        forget_completed(&mut list, |c| which(&c.kind()));
         Ok(())
     }
 
     /// [`Error::Busy`] unless the copies `which` selects have completed (`cuEventQuery`).
-    fn check_done(&self, which: impl Fn(&InFlight) -> bool + Copy) -> Result<()> {
+    pub(crate) fn check_done(&self, which: impl Fn(&CopyKind) -> bool + Copy) -> Result<()> {
         let mut list = self.lock();
-        forget_completed(&mut list, which);
-        if list.iter().any(which) {
+        forget_completed(&mut list, |c| which(&c.kind()));
+        if list.iter().any(|c| which(&c.kind())) {
             return Err(Error::Busy {
-                what: "a copy in flight on the pinned buffer",
+                what: "a copy in flight on page-locked host memory",
             });
         }
         Ok(())
+    }
+
+    /// Every copy's context and event, taken out (for a free or an end made after them).
+    pub(crate) fn take(&mut self) -> Vec<(Context, ffi::CUevent)> {
+        let list = std::mem::take(self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner()));
+        list.into_iter().map(|c| (c.ctx, c.event)).collect()
     }
 
     /// Makes `stream` wait for the copies this one conflicts with (a copy that writes the host
@@ -254,6 +293,43 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     }
 }
 
+impl InFlight {
+    fn kind(&self) -> CopyKind {
+        CopyKind {
+            writes_host: self.writes_host,
+        }
+    }
+}
+
+impl CopyKind {
+    /// Whether the copy writes the host memory.
+    pub(crate) fn writes_host(&self) -> bool {
+        self.writes_host
+    }
+}
+
+/// Page-locked host memory that the asynchronous copies take ([`DeviceBuffer::copy_from_pinned`],
+/// [`DeviceBuffer::copy_to_pinned`] and the views' forms): a [`PinnedHostBuffer`], or a
+/// [`RegisteredHost`](crate::RegisteredHost) (host memory of the caller's, page-locked for a
+/// scope). Sealed.
+pub trait PageLocked<T: DeviceCopy>: page_locked::Sealed<T> {}
+
+pub(crate) mod page_locked {
+    /// The parts a copy needs: the address, the length, and the copies in flight.
+    pub trait Sealed<T> {
+        /// The memory's address, its number of values, and its copies in flight.
+        fn parts(&self) -> (*mut T, usize, &super::HostCopies);
+    }
+}
+
+impl<T: DeviceCopy> page_locked::Sealed<T> for PinnedHostBuffer<T> {
+    fn parts(&self) -> (*mut T, usize, &HostCopies) {
+        (self.ptr, self.len, &self.copies)
+    }
+}
+
+impl<T: DeviceCopy> PageLocked<T> for PinnedHostBuffer<T> {}
+
 /// Forgets the completed copies among those `which` selects, giving their events back. A copy
 /// whose query fails is kept (waited for again later), never taken as done.
 fn forget_completed(list: &mut Vec<InFlight>, which: impl Fn(&InFlight) -> bool) {
@@ -292,8 +368,7 @@ impl<T: DeviceCopy> Drop for PinnedHostBuffer<T> {
         if self.byte_len() == 0 {
             return;
         }
-        let list = std::mem::take(self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner()));
-        let events = list.into_iter().map(|c| (c.ctx, c.event)).collect();
+        let events = self.copies.take();
         let _ = free_when_done(&self.ctx, self.ptr as usize, events, free_host);
     }
 }
@@ -305,7 +380,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// ([`as_mut_slice`](PinnedHostBuffer::as_mut_slice)) or freeing it waits for the copy.
     /// Refused on a capturing stream ([`Error::Capturing`]): a replay would read the host
     /// memory at a time nothing records.
-    pub fn copy_from_pinned(&self, stream: &impl Enqueue, src: &PinnedHostBuffer<T>) -> Result<()> {
+    pub fn copy_from_pinned(&self, stream: &impl Enqueue, src: &impl PageLocked<T>) -> Result<()> {
         self.span().pinned_copy(stream, src, false)
     }
 
@@ -317,7 +392,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub fn copy_to_pinned(
         &self,
         stream: &impl Enqueue,
-        dst: &mut PinnedHostBuffer<T>,
+        dst: &mut impl PageLocked<T>,
     ) -> Result<()> {
         self.span().pinned_copy(stream, dst, true)
     }
@@ -329,13 +404,14 @@ impl<T: DeviceCopy> Span<'_, T> {
     pub(crate) fn pinned_copy(
         self,
         stream: &impl Enqueue,
-        host: &PinnedHostBuffer<T>,
+        host: &impl PageLocked<T>,
         to_host: bool,
     ) -> Result<()> {
-        if host.len() != self.len() {
+        let (h, host_len, copies) = host.parts();
+        if host_len != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
-                actual: host.len(),
+                actual: host_len,
             });
         }
         let (raw, stream_ctx) = stream.enqueue_handle();
@@ -357,10 +433,10 @@ impl<T: DeviceCopy> Span<'_, T> {
         if bytes == 0 {
             return Ok(());
         }
-        let (dev, h) = (self.device_ptr(), host.ptr);
+        let dev = self.device_ptr();
         let access = if to_host { Access::Read } else { Access::Write };
         self.alloc_ref().uses.around(raw, access, || {
-            host.copy_on(self.context(), raw, to_host, || {
+            copies.copy_on(self.context(), raw, to_host, || {
                 if to_host {
                     let f = driver_fn!(cuMemcpyDtoHAsync);
                     // SAFETY: `h` holds `bytes` bytes of page-locked memory that is freed, read
@@ -384,7 +460,7 @@ impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
     pub fn copy_from_pinned(
         &mut self,
         stream: &impl Enqueue,
-        src: &PinnedHostBuffer<T>,
+        src: &impl PageLocked<T>,
     ) -> Result<()> {
         self.span().pinned_copy(stream, src, false)
     }
@@ -394,7 +470,7 @@ impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
     pub fn copy_to_pinned(
         &self,
         stream: &impl Enqueue,
-        dst: &mut PinnedHostBuffer<T>,
+        dst: &mut impl PageLocked<T>,
     ) -> Result<()> {
         self.span().pinned_copy(stream, dst, true)
     }
@@ -406,7 +482,7 @@ impl<T: DeviceCopy> DeviceSlice<'_, T> {
     pub fn copy_to_pinned(
         &self,
         stream: &impl Enqueue,
-        dst: &mut PinnedHostBuffer<T>,
+        dst: &mut impl PageLocked<T>,
     ) -> Result<()> {
         self.span().pinned_copy(stream, dst, true)
     }

@@ -118,14 +118,14 @@ impl World<'_> {
             OpKind::FromPinned { b, p: h, s } => {
                 let r = self.with_stream(*s, |st| {
                     let host = self.pinned(*h);
-                    self.with_buf(*b, |buf| buf.copy_from_pinned(&st, &host))
+                    self.with_buf(*b, |buf| buf.copy_from_pinned(&st, &*host))
                 });
                 Outcome::of(&r)
             }
             OpKind::ToPinned { b, p: h, s } => {
                 let r = self.with_stream(*s, |st| {
                     let mut host = self.pinned_mut(*h);
-                    self.with_buf(*b, |buf| buf.copy_to_pinned(&st, &mut host))
+                    self.with_buf(*b, |buf| buf.copy_to_pinned(&st, &mut *host))
                 });
                 Outcome::of(&r)
             }

@@ -120,6 +120,8 @@ macro_rules! driver_function_list {
             cuMemFreeAsync,
             cuMemHostAlloc,
             cuMemFreeHost,
+            cuMemHostRegister_v2,
+            cuMemHostUnregister,
             // Capture (`exports/capture.rs`).
             cuStreamBeginCapture,
             cuStreamBeginCapture_ptsz,

@@ -394,6 +394,75 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     })
 }
 
+/// `cuMemHostRegister_v2`: page-locks the caller's `[p, p + bytesize)` (flags `PORTABLE`,
+/// `DEVICEMAP`, `IOMEMORY`, `READ_ONLY` accepted), with a current context; 0 bytes or a null
+/// address is `CUDA_ERROR_INVALID_VALUE`, a range that overlaps one registered (or page-locked
+/// memory of `cuMemHostAlloc`) `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`. Asynchronous copies
+/// then treat the range as page-locked memory (checked and raced as such); a copy that reaches it
+/// after `cuMemHostUnregister` is a bad use.
+///
+/// # Safety
+///
+/// None beyond the C contract; the memory is only recorded, never touched at the call.
+#[cfg_attr(exported = "cuMemHostRegister_v2", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemHostRegister_v2(
+    p: *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    const KNOWN: u32 = 0x1 | 0x2 | 0x4 | 0x8;
+    api("cuMemHostRegister_v2", false, |mut st| {
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
+        if p.is_null() || bytesize == 0 || flags & !KNOWN != 0 {
+            return INVALID_VALUE;
+        }
+        tri!(st.current_ctx());
+        if st.device.host.register(p as usize, bytesize) {
+            SUCCESS
+        } else {
+            CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        }
+    })
+}
+
+/// `cuMemHostUnregister`: with a current context; anything but the start of a registered range
+/// is `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED`, a bad destroy. Queued copies that reach the range
+/// afterwards are bad uses.
+///
+/// # Safety
+///
+/// None beyond the C contract; the address is only looked up.
+#[cfg_attr(exported = "cuMemHostUnregister", unsafe(no_mangle))]
+pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    api("cuMemHostUnregister", false, |mut st| {
+        if let Some(rc) = crate::state::capture::on_unsafe_call(&mut st) {
+            return rc;
+        }
+        tri!(st.current_ctx());
+        let base = p as usize;
+        match st.device.host.unregister(base) {
+            Some(size) => {
+                st.race_host_op("cuMemHostUnregister", &[Acc::host(base, size, Kind::Free)]);
+                st.races
+                    .forget(crate::model::races::Space::Host, base as u64);
+                SUCCESS
+            }
+            None => {
+                st.counters.bad_destroys += 1;
+                CUresult::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+            }
+        }
+    })
+}
+
+/// How many host ranges are registered (`cuMemHostRegister`) now.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuda_mock_registered_host_ranges() -> u64 {
+    read(|st| st.device.host.registered())
+}
+
 /// Switches device `device`'s memory pools on (`supported` != 0) or off, for good: a property of
 /// the device, which `cuda_mock_reset` keeps (`cuda-stream` asks once per device and process, so
 /// switch before its first allocation there). Returns 0, or -1 for a device out of range.

@@ -173,10 +173,12 @@ impl Pools {
     }
 }
 
-/// Page-locked host memory: start address to size.
+/// Page-locked host memory: start address to size, of `cuMemHostAlloc` allocations and of
+/// ranges the caller registered (`cuMemHostRegister`).
 #[derive(Debug, Default)]
 pub(crate) struct HostMemory {
     allocs: BTreeMap<usize, usize>,
+    registered: BTreeMap<usize, usize>,
 }
 
 impl HostMemory {
@@ -205,12 +207,39 @@ impl HostMemory {
         true
     }
 
-    /// Whether `[p, p + len)` lies inside one live allocation.
+    /// Whether `[p, p + len)` lies inside one live allocation or registered range.
     pub(crate) fn contains(&self, p: usize, len: usize) -> bool {
-        self.allocs
-            .range(..=p)
-            .next_back()
-            .is_some_and(|(&base, &size)| (p - base).checked_add(len).is_some_and(|e| e <= size))
+        [&self.allocs, &self.registered].into_iter().any(|map| {
+            map.range(..=p).next_back().is_some_and(|(&base, &size)| {
+                (p - base).checked_add(len).is_some_and(|e| e <= size)
+            })
+        })
+    }
+
+    /// Registers the caller's `[p, p + size)`; false if it overlaps a registered range or a
+    /// page-locked allocation.
+    pub(crate) fn register(&mut self, p: usize, size: usize) -> bool {
+        let end = p.saturating_add(size);
+        let overlaps = [&self.allocs, &self.registered].into_iter().any(|map| {
+            map.range(..end)
+                .next_back()
+                .is_some_and(|(&base, &len)| base + len > p)
+        });
+        if overlaps {
+            return false;
+        }
+        self.registered.insert(p, size);
+        true
+    }
+
+    /// Unregisters the range registered at `p`, giving its size; `None` if none starts there.
+    pub(crate) fn unregister(&mut self, p: usize) -> Option<usize> {
+        self.registered.remove(&p)
+    }
+
+    /// How many ranges are registered now.
+    pub(crate) fn registered(&self) -> u64 {
+        self.registered.len() as u64
     }
 
     /// The size of the live allocation that starts at `p`.
@@ -220,8 +249,12 @@ impl HostMemory {
 
     /// The start of the live allocation holding `p`.
     pub(crate) fn base_of(&self, p: usize) -> Option<usize> {
-        let (&base, &size) = self.allocs.range(..=p).next_back()?;
-        (p - base < size).then_some(base)
+        [&self.allocs, &self.registered]
+            .into_iter()
+            .find_map(|map| {
+                let (&base, &size) = map.range(..=p).next_back()?;
+                (p - base < size).then_some(base)
+            })
     }
 
     pub(crate) fn live(&self) -> u64 {

@@ -7,7 +7,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use cuda_stream::{
-    DeviceBuffer, Error, LaunchConfig, MemPool, PinnedHostBuffer, Result, kernel_args,
+    DeviceBuffer, Error, LaunchConfig, MemPool, PinnedHostBuffer, RegisteredHost, Result,
+    kernel_args,
 };
 
 use crate::harness::fixture::{Op, op, op_frees};
@@ -103,6 +104,25 @@ pub(crate) fn ops() -> Vec<Op> {
                 assert_eq!(back.try_as_slice()?[0], 3);
                 back.try_as_mut_slice()?[0] = 5;
                 assert_eq!(back.copies_in_flight(), 0);
+                dev.free()
+            },
+        )
+        .varying(VARYING_POLL),
+        op_frees(
+            "RegisteredHost::scope + copy_from_pinned + copy_to_pinned + as_slice + as_mut_slice",
+            SWALLOW_PINNED_DROP,
+            |fx| {
+                let dev = DeviceBuffer::<u32>::alloc_on(&fx.ctx, &fx.owned, 8)?;
+                let mut data = vec![3u32; 8];
+                RegisteredHost::scope(&fx.ctx, &mut data, |host| {
+                    dev.copy_from_pinned(&fx.owned, host)?;
+                    dev.fill(&fx.owned, 4)?;
+                    dev.copy_to_pinned(&fx.owned, host)?;
+                    assert_eq!(host.as_slice()?, [4; 8]);
+                    host.as_mut_slice()?[0] = 5;
+                    Ok::<(), Error>(())
+                })??;
+                assert_eq!(data[0], 5);
                 dev.free()
             },
         )

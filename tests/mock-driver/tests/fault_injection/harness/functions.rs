@@ -88,6 +88,8 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "cuMemFreeAsync",
     "cuMemHostAlloc",
     "cuMemFreeHost",
+    "cuMemHostRegister",
+    "cuMemHostUnregister",
     "cuStreamBeginCapture",
     "cuStreamEndCapture",
     "cuStreamIsCapturing",
