@@ -255,6 +255,7 @@ pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, 
 pub use memory::borrowed::BorrowedBuffer;
 pub use memory::buffer::{BufferUse, DeviceBuffer, IntoRawError};
 pub use memory::graph_buffer::GraphBuffer;
+pub use memory::managed::{ManagedBuffer, MemAdvice, MemLocation};
 pub use memory::pinned::{PageLocked, PinnedHostBuffer};
 pub use memory::pool::{MemPool, PoolAccess, PoolUsage};
 pub use memory::raw::{

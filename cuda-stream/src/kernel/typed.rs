@@ -14,6 +14,7 @@ use crate::kernel::module::Function;
 use crate::memory::borrowed::BorrowedBuffer;
 use crate::memory::buffer::{BufferUse, DeviceBuffer};
 use crate::memory::graph_buffer::GraphBuffer;
+use crate::memory::managed::ManagedBuffer;
 use crate::memory::slice::{DeviceSlice, DeviceSliceMut};
 use crate::stream::view::Enqueue;
 
@@ -159,6 +160,24 @@ unsafe impl<'a, T: DeviceCopy> KernelArgFor<&DeviceBuffer<T>> for &'a BorrowedBu
 unsafe impl<'a, T: DeviceCopy> KernelArgFor<&mut DeviceBuffer<T>>
     for &'a mut BorrowedBuffer<'_, T>
 {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.write()
+    }
+}
+
+// SAFETY: the managed memory's address, recorded as a read.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&DeviceBuffer<T>> for &'a ManagedBuffer<T> {
+    type Held = BufferUse<'a>;
+    #[inline(always)]
+    fn hold(self) -> BufferUse<'a> {
+        self.read()
+    }
+}
+
+// SAFETY: the managed memory's address, recorded as a write.
+unsafe impl<'a, T: DeviceCopy> KernelArgFor<&mut DeviceBuffer<T>> for &'a mut ManagedBuffer<T> {
     type Held = BufferUse<'a>;
     #[inline(always)]
     fn hold(self) -> BufferUse<'a> {

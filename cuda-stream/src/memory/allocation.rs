@@ -39,6 +39,9 @@ pub(crate) enum Origin {
     Plain,
     /// Handed over by the caller (`from_raw`): `cuMemAlloc` memory, freed like plain memory.
     Adopted,
+    /// Managed memory (`cuMemAllocManaged`), freed like plain memory; never in a graph (the host
+    /// reads it while no recorded use is pending, which a replay would break).
+    Managed,
     /// Another library's memory, borrowed ([`BorrowedBuffer`](crate::BorrowedBuffer)): never
     /// freed here; at the end of the borrow `owner` (the owner's stream) waits for every use.
     Borrowed { owner: usize },
@@ -178,14 +181,25 @@ impl Allocation {
         }
     }
 
+    /// Managed memory of `ctx` (`cuMemAllocManaged` at `ptr`), with no use yet.
+    pub(crate) fn managed(ctx: &Context, ptr: ffi::CUdeviceptr) -> Allocation {
+        Allocation {
+            ptr,
+            uses: Uses::new(ctx),
+            origin: Origin::Managed,
+        }
+    }
+
     /// The pool the memory came from, if any (the default pool opened on demand).
     pub(crate) fn pool(&self) -> Result<Option<MemPool>> {
         match &self.origin {
             Origin::Pool(Some(p)) => Ok(Some(p.clone())),
             Origin::Pool(None) => MemPool::default_for(self.ctx()).map(Some),
-            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } | Origin::Static { .. } => {
-                Ok(None)
-            }
+            Origin::Plain
+            | Origin::Adopted
+            | Origin::Managed
+            | Origin::Borrowed { .. }
+            | Origin::Static { .. } => Ok(None),
             Origin::Graph { .. } => MemPool::default_for(self.ctx()).map(Some),
         }
     }
@@ -198,9 +212,11 @@ impl Allocation {
             Origin::Pool(None) | Origin::Graph { .. } => {
                 default_pool_raw(self.ctx().device()).map(Some)
             }
-            Origin::Plain | Origin::Adopted | Origin::Borrowed { .. } | Origin::Static { .. } => {
-                Ok(None)
-            }
+            Origin::Plain
+            | Origin::Adopted
+            | Origin::Managed
+            | Origin::Borrowed { .. }
+            | Origin::Static { .. } => Ok(None),
         }
     }
 
@@ -291,6 +307,11 @@ impl Allocation {
                 reason: "a borrowed buffer cannot be held by a graph, which could outlive the \
                          borrow: capture work on it through device_ptr in unsafe code",
             }),
+            Origin::Managed => Err(Error::Refused {
+                call: "cuStreamGetCaptureInfo",
+                reason: "managed memory is not used in graphs: the host reads it once its \
+                         recorded uses are done, which a replay would break",
+            }),
             Origin::Graph { capture: c, .. } if c == capture => Ok(InCapture::Track),
             Origin::Graph { .. } => Err(graph_memory_elsewhere()),
             _ if !keep_only && !begun_here(capture) => Err(Error::Refused {
@@ -338,11 +359,17 @@ impl Allocation {
         }
     }
 
+    /// Waits on the host for every recorded use, which are then forgotten (nothing else holds
+    /// the allocation: `&mut`). On an error every use stays recorded.
+    pub(crate) fn wait_for_uses(&mut self) -> Result<()> {
+        self.uses.wait_on_host(synchronize_events)
+    }
+
     /// The driver call that frees this memory.
     pub(crate) fn free_call(&self) -> &'static str {
         match self.origin {
             Origin::Pool(_) | Origin::Graph { .. } => "cuMemFreeAsync",
-            Origin::Plain | Origin::Adopted => "cuMemFree",
+            Origin::Plain | Origin::Adopted | Origin::Managed => "cuMemFree",
             Origin::Borrowed { .. } => "cuStreamWaitEvent",
             Origin::Static { .. } => "cuEventSynchronize",
         }
@@ -391,7 +418,7 @@ impl Allocation {
             // Every use done before the owner may go (a module unloads after its own context's
             // work only; a use on another context's stream, a peer copy, is waited for here).
             Origin::Static { .. } => self.uses.wait_on_host(synchronize_events),
-            Origin::Plain | Origin::Adopted => {
+            Origin::Plain | Origin::Adopted | Origin::Managed => {
                 let events = match self.uses.take_events() {
                     Ok(events) => events,
                     // A use's stream joined a capture begun elsewhere: later (the uses stay).

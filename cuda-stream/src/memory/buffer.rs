@@ -385,6 +385,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         &self.alloc
     }
 
+    /// The allocation, where nothing else (no graph) holds it.
+    pub(crate) fn alloc_mut(&mut self) -> Option<&mut Allocation> {
+        Arc::get_mut(&mut self.alloc)
+    }
+
     /// Frees the memory, returning the driver's answer: in stream order after every recorded use
     /// (see [`DeviceBuffer`]); without pools, queued until the uses have completed. The host
     /// never waits. If the free cannot be enqueued the memory is left allocated (leaked). A

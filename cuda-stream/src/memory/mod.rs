@@ -32,4 +32,6 @@ pub(crate) mod registered;
 
 pub(crate) mod borrowed;
 
+pub(crate) mod managed;
+
 pub(crate) mod graph_buffer;

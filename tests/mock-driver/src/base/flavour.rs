@@ -122,6 +122,12 @@ macro_rules! driver_function_list {
             cuMemFreeHost,
             cuMemHostRegister_v2,
             cuMemHostUnregister,
+            // Managed memory (`exports/managed.rs`).
+            cuMemAllocManaged,
+            cuMemPrefetchAsync,
+            cuMemPrefetchAsync_v2,
+            cuMemAdvise,
+            cuMemAdvise_v2,
             // Capture (`exports/capture.rs`).
             cuStreamBeginCapture,
             cuStreamBeginCapture_ptsz,

@@ -58,6 +58,8 @@ mod peers;
 
 mod pools;
 
+mod managed;
+
 mod kernels;
 
 mod launch_ex;

@@ -18,6 +18,7 @@ use super::graphs::*;
 use super::init::*;
 use super::kernels::*;
 use super::launch_ex::*;
+use super::managed::*;
 use super::memory::*;
 use super::peers::*;
 use super::pools::*;

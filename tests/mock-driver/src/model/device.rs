@@ -67,6 +67,10 @@ pub(crate) struct AllocRec {
     /// Reserved by an allocation node of a captured graph: allocated (alive) while a launch runs
     /// between the node and its free node.
     pub(crate) graph: bool,
+    /// Managed memory (`cuMemAllocManaged`): its address is that of `bytes` itself, so the host
+    /// reads and writes the same bytes as the queued work; kept (never dropped) once freed, so
+    /// the address is never reused.
+    pub(crate) managed: bool,
 }
 
 /// What the last successful `cuLaunchKernel` was asked to run.
@@ -202,6 +206,7 @@ impl DeviceState {
                 pool,
                 freeing: false,
                 graph: false,
+                managed: false,
             },
         );
         self.live_allocations += 1;
@@ -209,6 +214,34 @@ impl DeviceState {
             self.pools.allocated(p, size as u64);
         }
         at
+    }
+
+    /// `size` (> 0) bytes of managed memory, filled with 0xa5: host memory whose address is the
+    /// device address.
+    pub(crate) fn allocate_managed(&mut self, ctx: usize, size: usize) -> u64 {
+        let bytes = vec![0xa5u8; size];
+        let at = bytes.as_ptr() as u64;
+        self.allocs.insert(
+            at,
+            AllocRec {
+                ctx,
+                size,
+                bytes,
+                alive: true,
+                pool: None,
+                freeing: false,
+                graph: false,
+                managed: true,
+            },
+        );
+        self.live_allocations += 1;
+        at
+    }
+
+    /// Whether `[ptr, ptr + len)` lies in one live managed allocation.
+    pub(crate) fn is_managed(&self, ptr: u64, len: usize) -> bool {
+        self.find(ptr, len)
+            .is_some_and(|(base, _)| self.allocs[&base].managed)
     }
 
     /// A fresh range of `size` bytes for a graph's allocation node, not allocated until a launch
@@ -226,6 +259,7 @@ impl DeviceState {
                 pool: Some(pool),
                 freeing: false,
                 graph: true,
+                managed: false,
             },
         );
         at
@@ -255,7 +289,9 @@ impl DeviceState {
         };
         a.alive = false;
         a.freeing = false;
-        a.bytes = Vec::new();
+        if !a.managed {
+            a.bytes = Vec::new();
+        }
         let (pool, size) = (a.pool, a.size as u64);
         self.live_allocations -= 1;
         if let Some(p) = pool {

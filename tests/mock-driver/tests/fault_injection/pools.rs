@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use cuda_stream::{
-    DeviceBuffer, Error, LaunchConfig, MemPool, PinnedHostBuffer, RegisteredHost, Result,
-    kernel_args,
+    DeviceBuffer, Error, LaunchConfig, ManagedBuffer, MemAdvice, MemPool, PinnedHostBuffer,
+    RegisteredHost, Result, kernel_args,
 };
 
 use crate::harness::fixture::{Op, op, op_frees};
@@ -124,6 +124,21 @@ pub(crate) fn ops() -> Vec<Op> {
                 })??;
                 assert_eq!(data[0], 5);
                 dev.free()
+            },
+        )
+        .varying(VARYING_POLL),
+        op_frees(
+            "ManagedBuffer::from_slice + prefetch_to_device + fill + prefetch_to_host + advise + \
+             as_slice",
+            SWALLOW_PLAIN_FREE,
+            |fx| {
+                let mut m = ManagedBuffer::<u32>::from_slice(&fx.ctx, &[1; 8])?;
+                m.prefetch_to_device(&fx.owned)?;
+                m.fill(&fx.owned, 2)?;
+                m.prefetch_to_host(&fx.owned)?;
+                m.advise(MemAdvice::ReadMostly(true))?;
+                assert_eq!(m.as_slice()?, [2; 8]);
+                Ok(())
             },
         )
         .varying(VARYING_POLL),
