@@ -263,7 +263,7 @@ pub use memory::raw::{
     memset_d32_async,
 };
 pub use memory::registered::RegisteredHost;
-pub use memory::slice::{AsDeviceSlice, DeviceSlice, DeviceSliceMut};
+pub use memory::slice::{AsDeviceSlice, AsDeviceSliceMut, DeviceSlice, DeviceSliceMut};
 pub use stream::completion::Completion;
 pub use stream::current::{CurrentStreamGuard, current_stream, current_stream_raw};
 pub use stream::owned::{OwnedStream, StreamOptions};

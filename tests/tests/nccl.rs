@@ -124,6 +124,20 @@ fn one_rank_collectives_follow_the_kernel_that_wrote_their_input() {
     comm.all_reduce_in_place(&b, &mut r, ReduceOp::Sum).unwrap();
     comm.broadcast_in_place(&b, &mut r, 0).unwrap();
     assert_eq!(r.to_vec(&a).unwrap(), src);
+    // Views: the low half of `p` reduced into the high half of `q`, after a fill of `q` on a.
+    q.fill(&a, -1.0).unwrap();
+    {
+        let (_, mut q_hi) = q.split_at_mut(2048).unwrap();
+        comm.all_reduce(&b, &p.slice(..2048).unwrap(), &mut q_hi, ReduceOp::Sum)
+            .unwrap();
+    }
+    let got = q.to_vec(&a).unwrap();
+    assert_eq!(got[..2048], [-1.0; 2048], "the low half untouched");
+    assert_eq!(
+        got[2048..],
+        src[..2048],
+        "the high half reduced from p's low half"
+    );
     comm.close().unwrap();
 }
 

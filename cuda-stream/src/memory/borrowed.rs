@@ -164,3 +164,9 @@ impl<T: DeviceCopy> crate::memory::slice::AsDeviceSlice<T> for BorrowedBuffer<'_
         self.as_slice()
     }
 }
+
+impl<T: DeviceCopy> crate::memory::slice::AsDeviceSliceMut<T> for BorrowedBuffer<'_, T> {
+    fn as_device_slice_mut(&mut self) -> crate::memory::slice::DeviceSliceMut<'_, T> {
+        self.buf.as_mut_slice()
+    }
+}

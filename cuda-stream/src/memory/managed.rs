@@ -341,3 +341,9 @@ impl<T: DeviceCopy> ManagedBuffer<T> {
         self.buf.as_slice()
     }
 }
+
+impl<T: DeviceCopy> crate::memory::slice::AsDeviceSliceMut<T> for ManagedBuffer<T> {
+    fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        self.as_device_mut()
+    }
+}

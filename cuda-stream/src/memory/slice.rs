@@ -199,6 +199,26 @@ impl<T: DeviceCopy> AsDeviceSlice<T> for DeviceBuffer<T> {
     }
 }
 
+/// Device memory that a collective can write: a [`DeviceBuffer`], an exclusive view of one, a
+/// [`ManagedBuffer`](crate::ManagedBuffer) or a [`BorrowedBuffer`](crate::BorrowedBuffer)
+/// (sealed).
+pub trait AsDeviceSliceMut<T: DeviceCopy>: sealed::Sealed {
+    /// All of it, as an exclusive view.
+    fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T>;
+}
+
+impl<T: DeviceCopy> AsDeviceSliceMut<T> for DeviceBuffer<T> {
+    fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        self.as_mut_slice()
+    }
+}
+
+impl<T: DeviceCopy> AsDeviceSliceMut<T> for DeviceSliceMut<'_, T> {
+    fn as_device_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        DeviceSliceMut::new(self.span)
+    }
+}
+
 impl<T: DeviceCopy> AsDeviceSlice<T> for DeviceSlice<'_, T> {
     fn as_device_slice(&self) -> DeviceSlice<'_, T> {
         *self

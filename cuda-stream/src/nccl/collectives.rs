@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 
 use crate::base::error::{Error, Result};
 use crate::ffi;
-use crate::memory::buffer::DeviceBuffer;
+use crate::memory::slice::{AsDeviceSlice, AsDeviceSliceMut, Span};
 use crate::memory::use_tracking::Access;
 use crate::nccl::comm::Communicator;
 use crate::nccl::plan::{Buffers, NcclCall, Planned, issue};
@@ -24,15 +24,25 @@ fn same_len(expected: usize, actual: usize) -> Result<()> {
 }
 
 /// A rank number as NCCL takes it (NCCL checks that it is one of the communicator's).
+/// The span of memory a collective reads.
+pub(crate) fn span<T: NcclType>(b: &impl AsDeviceSlice<T>) -> Span<'_, T> {
+    b.as_device_slice().span()
+}
+
+/// The span of memory a collective writes.
+pub(crate) fn span_mut<T: NcclType>(b: &mut impl AsDeviceSliceMut<T>) -> Span<'_, T> {
+    b.as_device_slice_mut().span()
+}
+
 fn rank_arg(rank: usize) -> c_int {
     c_int::try_from(rank).unwrap_or(c_int::MAX)
 }
 
-fn send_ptr<T: NcclType>(b: &DeviceBuffer<T>) -> *const c_void {
+fn send_ptr<T: NcclType>(b: Span<'_, T>) -> *const c_void {
     b.device_ptr() as *const c_void
 }
 
-fn recv_ptr<T: NcclType>(b: &DeviceBuffer<T>) -> *mut c_void {
+fn recv_ptr<T: NcclType>(b: Span<'_, T>) -> *mut c_void {
     b.device_ptr() as *mut c_void
 }
 
@@ -40,8 +50,8 @@ impl Communicator {
     pub(crate) fn plan_all_reduce<'a, T: NcclType>(
         &'a self,
         stream: Handle,
-        send: Option<&'a DeviceBuffer<T>>,
-        recv: &'a DeviceBuffer<T>,
+        send: Option<Span<'a, T>>,
+        recv: Span<'a, T>,
         op: ReduceOp,
     ) -> Result<Planned<'a>> {
         let src = send.unwrap_or(recv);
@@ -69,8 +79,8 @@ impl Communicator {
     pub(crate) fn plan_broadcast<'a, T: NcclType>(
         &'a self,
         stream: Handle,
-        send: Option<&'a DeviceBuffer<T>>,
-        recv: &'a DeviceBuffer<T>,
+        send: Option<Span<'a, T>>,
+        recv: Span<'a, T>,
         root: usize,
     ) -> Result<Planned<'a>> {
         let src = send.unwrap_or(recv);
@@ -98,8 +108,8 @@ impl Communicator {
     pub(crate) fn plan_all_gather<'a, T: NcclType>(
         &'a self,
         stream: Handle,
-        send: &'a DeviceBuffer<T>,
-        recv: &'a DeviceBuffer<T>,
+        send: Span<'a, T>,
+        recv: Span<'a, T>,
     ) -> Result<Planned<'a>> {
         same_len(send.len().saturating_mul(self.size()), recv.len())?;
         let count = send.len();
@@ -123,8 +133,8 @@ impl Communicator {
     pub(crate) fn plan_reduce_scatter<'a, T: NcclType>(
         &'a self,
         stream: Handle,
-        send: &'a DeviceBuffer<T>,
-        recv: &'a DeviceBuffer<T>,
+        send: Span<'a, T>,
+        recv: Span<'a, T>,
         op: ReduceOp,
     ) -> Result<Planned<'a>> {
         same_len(recv.len().saturating_mul(self.size()), send.len())?;
@@ -150,7 +160,7 @@ impl Communicator {
     pub(crate) fn plan_send<'a, T: NcclType>(
         &'a self,
         stream: Handle,
-        buf: &'a DeviceBuffer<T>,
+        buf: Span<'a, T>,
         peer: usize,
     ) -> Result<Planned<'a>> {
         let (count, peer, s) = (buf.len(), rank_arg(peer), send_ptr(buf));
@@ -170,7 +180,7 @@ impl Communicator {
     pub(crate) fn plan_recv<'a, T: NcclType>(
         &'a self,
         stream: Handle,
-        buf: &'a DeviceBuffer<T>,
+        buf: Span<'a, T>,
         peer: usize,
     ) -> Result<Planned<'a>> {
         let (count, peer, r) = (buf.len(), rank_arg(peer), recv_ptr(buf));
@@ -193,12 +203,17 @@ impl Communicator {
     pub fn all_reduce<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        send: &DeviceBuffer<T>,
-        recv: &mut DeviceBuffer<T>,
+        send: &impl AsDeviceSlice<T>,
+        recv: &mut impl AsDeviceSliceMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
         issue(
-            &[self.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?],
+            &[self.plan_all_reduce(
+                stream.enqueue_handle(),
+                Some(span(send)),
+                span_mut(recv),
+                op,
+            )?],
             false,
         )
     }
@@ -207,11 +222,11 @@ impl Communicator {
     pub fn all_reduce_in_place<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        buf: &mut DeviceBuffer<T>,
+        buf: &mut impl AsDeviceSliceMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
         issue(
-            &[self.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?],
+            &[self.plan_all_reduce(stream.enqueue_handle(), None, span_mut(buf), op)?],
             false,
         )
     }
@@ -221,12 +236,17 @@ impl Communicator {
     pub fn broadcast<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        send: &DeviceBuffer<T>,
-        recv: &mut DeviceBuffer<T>,
+        send: &impl AsDeviceSlice<T>,
+        recv: &mut impl AsDeviceSliceMut<T>,
         root: usize,
     ) -> Result<()> {
         issue(
-            &[self.plan_broadcast(stream.enqueue_handle(), Some(send), recv, root)?],
+            &[self.plan_broadcast(
+                stream.enqueue_handle(),
+                Some(span(send)),
+                span_mut(recv),
+                root,
+            )?],
             false,
         )
     }
@@ -235,11 +255,11 @@ impl Communicator {
     pub fn broadcast_in_place<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        buf: &mut DeviceBuffer<T>,
+        buf: &mut impl AsDeviceSliceMut<T>,
         root: usize,
     ) -> Result<()> {
         issue(
-            &[self.plan_broadcast(stream.enqueue_handle(), None, buf, root)?],
+            &[self.plan_broadcast(stream.enqueue_handle(), None, span_mut(buf), root)?],
             false,
         )
     }
@@ -249,11 +269,11 @@ impl Communicator {
     pub fn all_gather<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        send: &DeviceBuffer<T>,
-        recv: &mut DeviceBuffer<T>,
+        send: &impl AsDeviceSlice<T>,
+        recv: &mut impl AsDeviceSliceMut<T>,
     ) -> Result<()> {
         issue(
-            &[self.plan_all_gather(stream.enqueue_handle(), send, recv)?],
+            &[self.plan_all_gather(stream.enqueue_handle(), span(send), span_mut(recv))?],
             false,
         )
     }
@@ -263,12 +283,12 @@ impl Communicator {
     pub fn reduce_scatter<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        send: &DeviceBuffer<T>,
-        recv: &mut DeviceBuffer<T>,
+        send: &impl AsDeviceSlice<T>,
+        recv: &mut impl AsDeviceSliceMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
         issue(
-            &[self.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?],
+            &[self.plan_reduce_scatter(stream.enqueue_handle(), span(send), span_mut(recv), op)?],
             false,
         )
     }
@@ -279,11 +299,11 @@ impl Communicator {
     pub fn send<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        buf: &DeviceBuffer<T>,
+        buf: &impl AsDeviceSlice<T>,
         peer: usize,
     ) -> Result<()> {
         issue(
-            &[self.plan_send(stream.enqueue_handle(), buf, peer)?],
+            &[self.plan_send(stream.enqueue_handle(), span(buf), peer)?],
             false,
         )
     }
@@ -292,11 +312,11 @@ impl Communicator {
     pub fn recv<T: NcclType>(
         &self,
         stream: &impl Enqueue,
-        buf: &mut DeviceBuffer<T>,
+        buf: &mut impl AsDeviceSliceMut<T>,
         peer: usize,
     ) -> Result<()> {
         issue(
-            &[self.plan_recv(stream.enqueue_handle(), buf, peer)?],
+            &[self.plan_recv(stream.enqueue_handle(), span_mut(buf), peer)?],
             false,
         )
     }

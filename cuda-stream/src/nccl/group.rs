@@ -3,7 +3,8 @@
 use std::fmt;
 
 use crate::base::error::Result;
-use crate::memory::buffer::DeviceBuffer;
+use crate::memory::slice::{AsDeviceSlice, AsDeviceSliceMut};
+use crate::nccl::collectives::{span, span_mut};
 use crate::nccl::comm::Communicator;
 use crate::nccl::plan::{InlineList, Planned, issue};
 use crate::nccl::types::{NcclType, ReduceOp};
@@ -70,12 +71,16 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        send: &'a DeviceBuffer<T>,
-        recv: &'a mut DeviceBuffer<T>,
+        send: &'a impl AsDeviceSlice<T>,
+        recv: &'a mut impl AsDeviceSliceMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let recv: &'a DeviceBuffer<T> = recv;
-        let p = comm.plan_all_reduce(stream.enqueue_handle(), Some(send), recv, op)?;
+        let p = comm.plan_all_reduce(
+            stream.enqueue_handle(),
+            Some(span(send)),
+            span_mut(recv),
+            op,
+        )?;
         self.plans.push(p);
         Ok(())
     }
@@ -85,11 +90,10 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        buf: &'a mut DeviceBuffer<T>,
+        buf: &'a mut impl AsDeviceSliceMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let buf: &'a DeviceBuffer<T> = buf;
-        let p = comm.plan_all_reduce(stream.enqueue_handle(), None, buf, op)?;
+        let p = comm.plan_all_reduce(stream.enqueue_handle(), None, span_mut(buf), op)?;
         self.plans.push(p);
         Ok(())
     }
@@ -99,11 +103,10 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        buf: &'a mut DeviceBuffer<T>,
+        buf: &'a mut impl AsDeviceSliceMut<T>,
         root: usize,
     ) -> Result<()> {
-        let buf: &'a DeviceBuffer<T> = buf;
-        let p = comm.plan_broadcast(stream.enqueue_handle(), None, buf, root)?;
+        let p = comm.plan_broadcast(stream.enqueue_handle(), None, span_mut(buf), root)?;
         self.plans.push(p);
         Ok(())
     }
@@ -113,11 +116,10 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        send: &'a DeviceBuffer<T>,
-        recv: &'a mut DeviceBuffer<T>,
+        send: &'a impl AsDeviceSlice<T>,
+        recv: &'a mut impl AsDeviceSliceMut<T>,
     ) -> Result<()> {
-        let recv: &'a DeviceBuffer<T> = recv;
-        let p = comm.plan_all_gather(stream.enqueue_handle(), send, recv)?;
+        let p = comm.plan_all_gather(stream.enqueue_handle(), span(send), span_mut(recv))?;
         self.plans.push(p);
         Ok(())
     }
@@ -127,12 +129,12 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        send: &'a DeviceBuffer<T>,
-        recv: &'a mut DeviceBuffer<T>,
+        send: &'a impl AsDeviceSlice<T>,
+        recv: &'a mut impl AsDeviceSliceMut<T>,
         op: ReduceOp,
     ) -> Result<()> {
-        let recv: &'a DeviceBuffer<T> = recv;
-        let p = comm.plan_reduce_scatter(stream.enqueue_handle(), send, recv, op)?;
+        let p =
+            comm.plan_reduce_scatter(stream.enqueue_handle(), span(send), span_mut(recv), op)?;
         self.plans.push(p);
         Ok(())
     }
@@ -142,10 +144,10 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        buf: &'a DeviceBuffer<T>,
+        buf: &'a impl AsDeviceSlice<T>,
         peer: usize,
     ) -> Result<()> {
-        let p = comm.plan_send(stream.enqueue_handle(), buf, peer)?;
+        let p = comm.plan_send(stream.enqueue_handle(), span(buf), peer)?;
         self.plans.push(p);
         Ok(())
     }
@@ -155,11 +157,10 @@ impl<'a> Group<'a> {
         &mut self,
         comm: &'a Communicator,
         stream: &'a impl Enqueue,
-        buf: &'a mut DeviceBuffer<T>,
+        buf: &'a mut impl AsDeviceSliceMut<T>,
         peer: usize,
     ) -> Result<()> {
-        let buf: &'a DeviceBuffer<T> = buf;
-        let p = comm.plan_recv(stream.enqueue_handle(), buf, peer)?;
+        let p = comm.plan_recv(stream.enqueue_handle(), span_mut(buf), peer)?;
         self.plans.push(p);
         Ok(())
     }
