@@ -248,7 +248,7 @@ pub use graph::capture_mode_guard::{CaptureModeGuard, exchange_capture_mode};
 pub use graph::capture_view::{CaptureScope, CaptureStream, CapturedEvent};
 pub use graph::replay::{Graph, GraphExec, InstantiateOptions};
 pub use kernel::config::{Dim3, LaunchAttributes, LaunchConfig};
-pub use kernel::launch::{AsKernelArg, KernelArg};
+pub use kernel::launch::{AsKernelArg, KernelArg, LaunchArgs};
 pub use kernel::module::{Function, JitOptions, Module};
 pub use kernel::occupancy::BlockSize;
 pub use kernel::typed::{KernelArgFor, KernelArgs, KernelParam, KernelSignature, TypedKernel};

@@ -536,7 +536,7 @@ pub fn objects_of_another_context(env: &Env) {
             let r = s.record(&event);
             println!("  record: {r:?}");
             assert!(matches!(r, Err(Error::ContextMismatch { .. })), "{r:?}");
-            for r in [exec.launch(s), exec.upload(s)] {
+            for r in [exec.launch(&s), exec.upload(&s)] {
                 println!("  {r:?}");
                 assert!(matches!(r, Err(Error::Refused { .. })), "{r:?}");
             }

@@ -101,7 +101,7 @@ fn exercise(ctx: &Context, k: &Kernels<'_>, s: Stream<'_>, name: &str, expected:
 
     // ... and an explicit stream after the default stream.
     k.store_after_spin(s, buf.at(0), 14, SPIN);
-    producer.wait_stream(s).unwrap();
+    producer.wait_stream(&s).unwrap();
     here();
     k.copy_u32(&producer, out.at(0), buf.at(0));
     producer.synchronize().unwrap();
@@ -307,7 +307,7 @@ fn two_contexts_on_one_gpu() {
             b.launch_host_func(move || b_flag.store(true, Ordering::SeqCst))
                 .unwrap();
         }
-        a.wait_stream(b).unwrap();
+        a.wait_stream(&b).unwrap();
         {
             let (b_flag, seen2) = (b_flag.clone(), seen2.clone());
             a.launch_host_func(move || {

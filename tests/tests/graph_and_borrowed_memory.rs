@@ -150,7 +150,7 @@ fn borrowed_memory_is_ordered_against_its_owners_stream() {
             stale_in += 1;
         }
         owner.synchronize().unwrap();
-        if seen_by_owner.to_vec(owner).unwrap() != [round + 1_000_000] {
+        if seen_by_owner.to_vec(&owner).unwrap() != [round + 1_000_000] {
             stale_out += 1;
         }
     }

@@ -493,7 +493,7 @@ fn bad_input_is_a_clear_error_and_the_stream_stays_usable() {
     {
         // SAFETY: `raw` lives until its destroy below.
         let foreign = unsafe { Stream::borrow_raw(raw, &other) }.unwrap();
-        let err = exec.launch(foreign).unwrap_err();
+        let err = exec.launch(&foreign).unwrap_err();
         println!("launch on another context: {err}");
         assert!(
             matches!(

@@ -146,11 +146,11 @@ fn a_kernel_runs_on_each_default_stream_from_a_thread_without_a_context() {
                     ("per-thread", ctx.per_thread_stream()),
                     ("null", ctx.null_stream()),
                 ] {
-                    let x = DeviceBuffer::from_host(&ctx, s, &host_x).unwrap();
+                    let x = DeviceBuffer::from_host(&ctx, &s, &host_x).unwrap();
                     let y = DeviceBuffer::<f32>::zeroed(&ctx, &s, N).unwrap();
                     // SAFETY: `x` and `y` hold N floats and outlive the work.
                     unsafe { saxpy(s, &f, N, 3.0, x.device_ptr(), y.device_ptr()) };
-                    let got = y.to_vec(s).unwrap();
+                    let got = y.to_vec(&s).unwrap();
                     assert!(
                         (0..N).all(|i| got[i] == 3.0 * host_x[i]),
                         "{name}: wrong results"

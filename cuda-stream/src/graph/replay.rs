@@ -430,7 +430,7 @@ impl GraphExec {
     /// the graph's context ([`Error::Refused`] otherwise). Reports an unreported panic of a host
     /// function on `stream` first, as `launch_host_func` does.
     #[inline]
-    pub fn launch(&self, stream: impl AsStream) -> Result<()> {
+    pub fn launch(&self, stream: &impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
         if stream.context_raw() != self.ctx {
             return Err(other_context("cuGraphLaunch"));
@@ -450,7 +450,7 @@ impl GraphExec {
 
     /// Uploads the graph's work to the device on `stream` (`cuGraphUpload`), so that the first
     /// launch does not pay for it. The stream must belong to the graph's context.
-    pub fn upload(&self, stream: impl AsStream) -> Result<()> {
+    pub fn upload(&self, stream: &impl AsStream) -> Result<()> {
         let stream = stream.as_stream();
         if stream.context_raw() != self.ctx {
             return Err(other_context("cuGraphUpload"));

@@ -163,6 +163,37 @@ macro_rules! kernel_args {
     };
 }
 
+/// The argument list of an untyped launch ([`Function::launch`]): a slice, an array or a `Vec`
+/// of [`KernelArg`]s, as [`kernel_args!`](crate::kernel_args) makes them. A tuple of values is
+/// what a [typed kernel](crate::TypedKernel) takes instead.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an argument list of an untyped launch",
+    label = "not `&kernel_args![..]`",
+    note = "`Function::launch` takes `&kernel_args![a, b.read(), c.write()]`; to pass a tuple of values and buffers, declare the kernel's signature once with `function.typed::<(A, B, C)>()?` and launch the `TypedKernel`"
+)]
+pub trait LaunchArgs<'a> {
+    /// The arguments, in order.
+    fn as_args(&self) -> &[KernelArg<'a>];
+}
+
+impl<'a> LaunchArgs<'a> for [KernelArg<'a>] {
+    fn as_args(&self) -> &[KernelArg<'a>] {
+        self
+    }
+}
+
+impl<'a, const N: usize> LaunchArgs<'a> for [KernelArg<'a>; N] {
+    fn as_args(&self) -> &[KernelArg<'a>] {
+        self
+    }
+}
+
+impl<'a> LaunchArgs<'a> for Vec<KernelArg<'a>> {
+    fn as_args(&self) -> &[KernelArg<'a>] {
+        self
+    }
+}
+
 /// The most parameters a launch passes from the stack; more go through a `Vec`.
 const STACK_PARAMS: usize = 24;
 
@@ -264,12 +295,13 @@ impl Function<'_> {
     ///
     /// The kernel's own memory safety (indexes within bounds, through every address it is
     /// given, as a buffer, an integer or a struct's field) is part of this promise.
-    pub unsafe fn launch(
+    pub unsafe fn launch<'a>(
         &self,
         stream: &impl Enqueue,
         config: LaunchConfig,
-        args: &[KernelArg<'_>],
+        args: &(impl LaunchArgs<'a> + ?Sized),
     ) -> Result<()> {
+        let args = args.as_args();
         self.check_args(args)?;
         // SAFETY: the caller's contract; the arguments were checked.
         unsafe { self.launch_checked(stream, config, args) }

@@ -252,10 +252,10 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// Allocates a buffer holding a copy of `data`: allocated and copied on `stream` (of `ctx`),
     /// then waits for the stream, so `data` is free again on return.
-    pub fn from_host(ctx: &Context, stream: impl AsStream, data: &[T]) -> Result<DeviceBuffer<T>> {
+    pub fn from_host(ctx: &Context, stream: &impl AsStream, data: &[T]) -> Result<DeviceBuffer<T>> {
         let view = stream.as_stream();
         let buf = DeviceBuffer::alloc_on(ctx, &view, data.len())?;
-        buf.copy_from_host(view, data)?;
+        buf.copy_from_host(&view, data)?;
         Ok(buf)
     }
 

@@ -330,7 +330,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
     }
 
     /// See `DeviceBuffer::copy_from_host`.
-    pub(crate) fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
+    pub(crate) fn copy_from_host(&self, stream: &impl AsStream, src: &[T]) -> Result<()> {
         if src.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -359,7 +359,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
     }
 
     /// See `DeviceBuffer::copy_to_host`.
-    pub(crate) fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+    pub(crate) fn copy_to_host(&self, stream: &impl AsStream, dst: &mut [T]) -> Result<()> {
         if dst.len() != self.len() {
             return Err(Error::LengthMismatch {
                 expected: self.len(),
@@ -371,7 +371,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
     }
 
     /// See `DeviceBuffer::to_vec`.
-    pub(crate) fn to_vec(self, stream: impl AsStream) -> Result<Vec<T>> {
+    pub(crate) fn to_vec(self, stream: &impl AsStream) -> Result<Vec<T>> {
         let mut out = Vec::with_capacity(self.len());
         // SAFETY: `out` has room for `len` values and is owned here until the copy has completed.
         unsafe { self.copy_to_host_ptr(stream, out.as_mut_ptr()) }?;
@@ -383,7 +383,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
     /// # Safety
     /// `dst` is valid for `len` values of writes until this returns, and nothing reads it
     /// meanwhile.
-    unsafe fn copy_to_host_ptr(&self, stream: impl AsStream, dst: *mut T) -> Result<()> {
+    unsafe fn copy_to_host_ptr(&self, stream: &impl AsStream, dst: *mut T) -> Result<()> {
         let stream = stream.as_stream();
         self.refuse_capture(&stream, "DeviceBuffer::copy_to_host")?;
         let bytes = self.byte_len();
@@ -537,20 +537,20 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// earlier uses on other streams, and waits for the stream: returns once the copy (and
     /// everything enqueued on `stream` before it) is done. Refused on a capturing stream
     /// ([`Error::Capturing`]).
-    pub fn copy_from_host(&self, stream: impl AsStream, src: &[T]) -> Result<()> {
+    pub fn copy_from_host(&self, stream: &impl AsStream, src: &[T]) -> Result<()> {
         self.span().copy_from_host(stream, src)
     }
 
     /// Copies the buffer into `dst` (of the buffer's length) on `stream`, after the buffer's
     /// last write on another stream, and waits for the stream: `dst` holds the values once this
     /// returns. Refused on a capturing stream ([`Error::Capturing`]).
-    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+    pub fn copy_to_host(&self, stream: &impl AsStream, dst: &mut [T]) -> Result<()> {
         self.span().copy_to_host(stream, dst)
     }
 
     /// The buffer's values, copied on `stream` after the work enqueued there so far and the
     /// buffer's last write on any other stream.
-    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+    pub fn to_vec(&self, stream: &impl AsStream) -> Result<Vec<T>> {
         self.span().to_vec(stream)
     }
 

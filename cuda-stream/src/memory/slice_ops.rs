@@ -10,13 +10,13 @@ use crate::stream::view::{AsStream, Enqueue};
 impl<T: DeviceCopy> DeviceSlice<'_, T> {
     /// Copies the view's values into `dst` (of the view's length) on `stream` and waits: see
     /// [`DeviceBuffer::copy_to_host`](crate::DeviceBuffer::copy_to_host).
-    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+    pub fn copy_to_host(&self, stream: &impl AsStream, dst: &mut [T]) -> Result<()> {
         self.span().copy_to_host(stream, dst)
     }
 
     /// The view's values, copied on `stream`: see
     /// [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec).
-    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+    pub fn to_vec(&self, stream: &impl AsStream) -> Result<Vec<T>> {
         self.span().to_vec(stream)
     }
 
@@ -54,7 +54,7 @@ impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
 
     /// Copies `src` (of the view's length) into the view on `stream` and waits: see
     /// [`DeviceBuffer::copy_from_host`](crate::DeviceBuffer::copy_from_host).
-    pub fn copy_from_host(&mut self, stream: impl AsStream, src: &[T]) -> Result<()> {
+    pub fn copy_from_host(&mut self, stream: &impl AsStream, src: &[T]) -> Result<()> {
         self.span().copy_from_host(stream, src)
     }
 
@@ -71,12 +71,12 @@ impl<T: DeviceCopy> DeviceSliceMut<'_, T> {
 
     /// Copies the view's values into `dst` on `stream` and waits: see
     /// [`DeviceSlice::copy_to_host`].
-    pub fn copy_to_host(&self, stream: impl AsStream, dst: &mut [T]) -> Result<()> {
+    pub fn copy_to_host(&self, stream: &impl AsStream, dst: &mut [T]) -> Result<()> {
         self.span().copy_to_host(stream, dst)
     }
 
     /// The view's values, copied on `stream`: see [`DeviceSlice::to_vec`].
-    pub fn to_vec(&self, stream: impl AsStream) -> Result<Vec<T>> {
+    pub fn to_vec(&self, stream: &impl AsStream) -> Result<Vec<T>> {
         self.span().to_vec(stream)
     }
 

@@ -129,6 +129,21 @@ impl AsStream for OwnedStream {
 }
 
 impl OwnedStream {
+    /// A new stream of this stream's context, with its blocking flag and priority, whose work
+    /// waits for the work enqueued here so far (cudarc's `fork`, outside a scope): join it back
+    /// with [`wait_stream`](OwnedStream::wait_stream). Inside a
+    /// [`scope`](crate::OwnedStream::scope), `fork` borrows streams from a pool instead.
+    pub fn fork(&self) -> Result<OwnedStream> {
+        let flags = self.as_stream().flags()?;
+        let priority = self.as_stream().priority()?;
+        let options = StreamOptions::new()
+            .blocking(flags & ffi::CUstream_flags::CU_STREAM_NON_BLOCKING.0 == 0)
+            .priority(priority);
+        let forked = OwnedStream::new(&self.ctx, options)?;
+        forked.wait_stream(self)?;
+        Ok(forked)
+    }
+
     /// Creates a stream in `ctx` (`cuStreamCreateWithPriority`), making `ctx` current for the
     /// call only.
     pub fn new(ctx: &Context, options: StreamOptions) -> Result<OwnedStream> {

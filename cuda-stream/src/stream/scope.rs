@@ -389,7 +389,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn link(&self, from: ffi::CUstream, to: ffi::CUstream) -> Result<()> {
         let ctx = self.parent.context_raw();
         let Some(links) = self.forks.links() else {
-            return Stream::from_parts(to, ctx).wait_stream(Stream::from_parts(from, ctx));
+            return Stream::from_parts(to, ctx).wait_stream(&Stream::from_parts(from, ctx));
         };
         {
             let _bound = bind_if_special(from, ctx)?;

@@ -367,11 +367,12 @@ impl<'a> Stream<'a> {
         check(unsafe { f(self.raw, event, 0) }, "cuStreamWaitEvent")
     }
 
-    /// Makes work enqueued here from now on wait for the work enqueued on `other` so far. Returns
-    /// at once. Costs one event record and one wait: the event comes from a per-thread cache
-    /// instead of being created and destroyed on every call.
+    /// Makes work enqueued here from now on wait for the work enqueued on `other` so far (what
+    /// cudarc calls `join`). Returns at once. Costs one event record and one wait: the event
+    /// comes from a per-thread cache instead of being created and destroyed on every call.
     #[inline]
-    pub fn wait_stream(self, other: impl AsStream) -> Result<()> {
+    #[doc(alias = "join")]
+    pub fn wait_stream(self, other: &impl AsStream) -> Result<()> {
         let other = other.as_stream();
         if other.key() == self.key() {
             return Ok(());
@@ -469,6 +470,12 @@ impl Context {
     pub fn null_stream(&self) -> Stream<'_> {
         Stream::special(0, self.raw())
     }
+
+    /// The context's default stream, as the CUDA runtime and cudarc's `default_stream` mean it:
+    /// the [legacy default stream](Context::legacy_stream).
+    pub fn default_stream(&self) -> Stream<'_> {
+        self.legacy_stream()
+    }
 }
 
 /// The context an owner of a stream already holds, so events it records need no lookup.
@@ -526,7 +533,8 @@ macro_rules! forward_stream_ops {
             }
             /// See [`Stream::wait_stream`].
             #[inline(always)]
-            pub fn wait_stream(&self, other: impl $crate::AsStream) -> $crate::Result<()> {
+            #[doc(alias = "join")]
+            pub fn wait_stream(&self, other: &impl $crate::AsStream) -> $crate::Result<()> {
                 $crate::AsStream::as_stream(self).wait_stream(other)
             }
             /// See [`Stream::device`].

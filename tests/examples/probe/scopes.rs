@@ -59,14 +59,14 @@ impl Fixture {
                             pool.acquire().expect("a lease"),
                             pool.acquire().expect("a lease"),
                         );
-                        a.wait_stream(parent).expect("wait_stream");
-                        b.wait_stream(parent).expect("wait_stream");
+                        a.wait_stream(&parent).expect("wait_stream");
+                        b.wait_stream(&parent).expect("wait_stream");
                         parent.wait_stream(&a).expect("wait_stream");
                         parent.wait_stream(&b).expect("wait_stream");
                         continue;
                     }
                     for f in &forks {
-                        f.wait_stream(parent).expect("wait_stream");
+                        f.wait_stream(&parent).expect("wait_stream");
                     }
                     for f in &forks {
                         parent.wait_stream(f).expect("wait_stream");

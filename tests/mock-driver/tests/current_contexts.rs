@@ -61,7 +61,7 @@ fn copies_of_pool_memory_work_whatever_context_is_current() {
     assert_eq!(y.to_vec(&s1).unwrap(), twice);
     // A default stream of device 1 too (bound for the call, as before).
     let legacy = c1.legacy_stream();
-    assert_eq!(y.to_vec(legacy).unwrap(), twice);
+    assert_eq!(y.to_vec(&legacy).unwrap(), twice);
     // The raw copies bind as the safe ones do.
     // SAFETY: `back` outlives the copy (the stream is synchronised before it is read); the
     // buffer holds `data.len()` values.

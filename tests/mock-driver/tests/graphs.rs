@@ -529,7 +529,7 @@ fn captures_refuse_what_they_cannot_do_before_the_driver_sees_it() {
             ),
             "{r:?}"
         );
-        let r = exec.upload(other.as_stream());
+        let r = exec.upload(&other.as_stream());
         assert!(
             matches!(
                 r,

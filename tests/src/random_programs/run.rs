@@ -82,7 +82,7 @@ impl World<'_> {
                     AllocHow::AllocIn => DeviceBuffer::alloc_in(pool.expect("a pool"), &st, len),
                     AllocHow::Zeroed => DeviceBuffer::zeroed(ctx, &st, len),
                     AllocHow::ZeroedIn => DeviceBuffer::zeroed_in(pool.expect("a pool"), &st, len),
-                    AllocHow::FromHost(v) => DeviceBuffer::from_host(ctx, st, &vec![*v; len]),
+                    AllocHow::FromHost(v) => DeviceBuffer::from_host(ctx, &st, &vec![*v; len]),
                 });
                 let out = Outcome::of(&r);
                 if let Ok(buf) = r {
@@ -96,7 +96,7 @@ impl World<'_> {
             }
             OpKind::CopyFromHost { b, s, v } => {
                 let r = self.with_stream(*s, |st| {
-                    self.with_buf(*b, |buf| buf.copy_from_host(st, &vec![*v; len]))
+                    self.with_buf(*b, |buf| buf.copy_from_host(&st, &vec![*v; len]))
                 });
                 Outcome::of(&r)
             }
@@ -105,9 +105,9 @@ impl World<'_> {
                     self.with_buf(*b, |buf| {
                         if *into_slice {
                             let mut v = vec![0; len];
-                            buf.copy_to_host(st, &mut v).map(|()| v)
+                            buf.copy_to_host(&st, &mut v).map(|()| v)
                         } else {
-                            buf.to_vec(st)
+                            buf.to_vec(&st)
                         }
                     })
                 });
@@ -219,7 +219,7 @@ impl World<'_> {
                 Outcome::of(&self.with_stream(*s, |st| block_on(st.completed())))
             }
             OpKind::WaitStream { s, other } => Outcome::of(
-                &self.with_stream(*s, |st| self.with_stream(*other, |o| st.wait_stream(o))),
+                &self.with_stream(*s, |st| self.with_stream(*other, |o| st.wait_stream(&o))),
             ),
             OpKind::DropStream { s } => {
                 let old = std::mem::replace(&mut *self.stream_mut(*s), StreamObj::Gone);
@@ -341,7 +341,7 @@ impl World<'_> {
             OpKind::Replay { exec, s, .. } => {
                 let g = self.execs[*exec].lock().unwrap_or_else(|e| e.into_inner());
                 match g.as_ref() {
-                    Some(e) => Outcome::of(&self.with_stream(*s, |st| e.launch(st))),
+                    Some(e) => Outcome::of(&self.with_stream(*s, |st| e.launch(&st))),
                     // Its capture was refused: nothing to replay (the model knows).
                     None => Outcome {
                         ran: true,

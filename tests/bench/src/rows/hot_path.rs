@@ -89,7 +89,7 @@ pub(super) fn bench_raw_wait_stream(
 
 #[inline(never)]
 fn bench_safe_wait_stream(waiter: Stream<'_>, other: Stream<'_>) -> cuda_stream::Result<()> {
-    waiter.wait_stream(other)
+    waiter.wait_stream(&other)
 }
 
 #[inline(never)]

@@ -25,7 +25,7 @@ fn a_borrowed_stream_is_never_destroyed() {
             view.launch_host_func(|| ()).unwrap();
             let ev = view.record_event().unwrap();
             view.wait_event(&ev).unwrap();
-            view.wait_stream(ctx.legacy_stream()).unwrap();
+            view.wait_stream(&ctx.legacy_stream()).unwrap();
             {
                 let _guard = view.make_current();
                 current_stream(&ctx, |cur| assert_eq!(cur, view));

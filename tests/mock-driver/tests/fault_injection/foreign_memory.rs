@@ -92,7 +92,7 @@ pub(crate) fn ops() -> Vec<Op> {
                     }?;
                     x.fill(&fx.owned, 3)?;
                     x.release()?;
-                    assert_eq!(owned.to_vec(owner)?, [3; 8]);
+                    assert_eq!(owned.to_vec(&owner)?, [3; 8]);
                     Ok(())
                 })
             },

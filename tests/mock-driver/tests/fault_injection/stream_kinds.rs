@@ -98,7 +98,7 @@ pub(crate) fn ops(kind: Kind) -> Vec<Op> {
             on_stream(fx, k, |s| s.wait_stream(&fx.other))
         }),
         op(name("waited on by wait_stream"), SWALLOW_DROP, move |fx| {
-            on_stream(fx, k, |s| fx.other.wait_stream(s))
+            on_stream(fx, k, |s| fx.other.wait_stream(&s))
         }),
         op(name("launch_host_func"), SWALLOW_DROP, move |fx| {
             on_stream(fx, k, |s| {
@@ -181,7 +181,7 @@ pub(crate) fn ops(kind: Kind) -> Vec<Op> {
                     let b = sc.fork()?;
                     assert_ne!(a, b);
                     a.launch_host_func(|| ())?;
-                    b.wait_stream(a)?;
+                    b.wait_stream(&a)?;
                     b.query()?;
                     Ok(())
                 })
@@ -232,12 +232,12 @@ pub(crate) fn ops(kind: Kind) -> Vec<Op> {
             SWALLOW_DROP,
             move |fx| {
                 on_stream(fx, k, |s| {
-                    let a = DeviceBuffer::from_host(&fx.ctx, s, &[1u16, 2, 3])?;
-                    a.copy_from_host(s, &[4, 5, 6])?;
+                    let a = DeviceBuffer::from_host(&fx.ctx, &s, &[1u16, 2, 3])?;
+                    a.copy_from_host(&s, &[4, 5, 6])?;
                     let mut out = [0u16; 3];
-                    a.copy_to_host(s, &mut out)?;
+                    a.copy_to_host(&s, &mut out)?;
                     assert_eq!(out, [4, 5, 6]);
-                    assert_eq!(a.to_vec(s)?, [4, 5, 6]);
+                    assert_eq!(a.to_vec(&s)?, [4, 5, 6]);
                     a.free()
                 })
             },

@@ -34,6 +34,14 @@ pub(crate) fn ops() -> Vec<Op> {
         op("OwnedStream::new(priority_clamped)", SWALLOW_DROP, |fx| {
             OwnedStream::new(&fx.ctx, StreamOptions::new().priority_clamped(-100)).map(drop)
         }),
+        op(
+            "OwnedStream::fork + wait_stream (join)",
+            SWALLOW_DROP,
+            |fx| {
+                let f = fx.owned.fork()?;
+                fx.owned.wait_stream(&f)
+            },
+        ),
         op("OwnedStream drop after use", SWALLOW_DROP, |fx| {
             let s = fx.ctx.new_stream()?;
             s.launch_host_func(|| ())?;

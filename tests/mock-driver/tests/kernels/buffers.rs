@@ -243,12 +243,12 @@ fn safe_buffer_operations_refuse_other_contexts_and_captures() {
                 // SAFETY: `s`'s handle, alive during its capture.
                 let view = unsafe { Stream::borrow_raw(raw, &token) }.unwrap();
                 capturing(
-                    a.copy_from_host(view, &[0; 4]),
+                    a.copy_from_host(&view, &[0; 4]),
                     "DeviceBuffer::copy_from_host",
                 );
-                capturing(a.to_vec(view).map(drop), "DeviceBuffer::copy_to_host");
+                capturing(a.to_vec(&view).map(drop), "DeviceBuffer::copy_to_host");
                 capturing(
-                    DeviceBuffer::<u32>::from_host(&ctx, view, &[1]).map(drop),
+                    DeviceBuffer::<u32>::from_host(&ctx, &view, &[1]).map(drop),
                     "DeviceBuffer::alloc_on",
                 );
                 let err = DeviceBuffer::<u32>::zeroed(&ctx, &cap, 4).unwrap_err();

@@ -12,7 +12,7 @@ fn run(ctx: Context) -> Result<()> {
     raw_view.synchronize()?;
 
     let legacy = ctx.legacy_stream();
-    legacy.wait_stream(view)?;
+    legacy.wait_stream(&view)?;
     legacy.synchronize()?;
 
     let pool = StreamPool::new(&ctx, StreamOptions::new());
@@ -26,7 +26,7 @@ fn run(ctx: Context) -> Result<()> {
         assert_ne!(a, b);
         std::thread::scope(|threads| -> Result<()> {
             let ha = threads.spawn(move || a.query().map(drop));
-            let hb = threads.spawn(move || b.wait_stream(a));
+            let hb = threads.spawn(move || b.wait_stream(&a));
             ha.join().expect("thread panicked")?;
             hb.join().expect("thread panicked")
         })?;

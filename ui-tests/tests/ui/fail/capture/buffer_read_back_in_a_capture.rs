@@ -7,6 +7,6 @@ fn main() -> cuda_stream::Result<()> {
     let ctx = Context::primary(0)?;
     let mut stream = ctx.new_stream()?;
     let buf = DeviceBuffer::<f32>::zeroed(&ctx, &stream, 16)?;
-    let _graph = stream.capture(CaptureMode::ThreadLocal, |cap| buf.to_vec(cap).map(drop))?;
+    let _graph = stream.capture(CaptureMode::ThreadLocal, |cap| buf.to_vec(&cap).map(drop))?;
     Ok(())
 }

@@ -6,6 +6,6 @@ fn main() -> cuda_stream::Result<()> {
     let ctx = Context::primary(0)?;
     let mut stream = ctx.new_stream()?;
     let other = ctx.new_stream()?;
-    let _graph = stream.capture(CaptureMode::ThreadLocal, |cap| other.wait_stream(cap))?;
+    let _graph = stream.capture(CaptureMode::ThreadLocal, |cap| other.wait_stream(&cap))?;
     Ok(())
 }
