@@ -30,6 +30,7 @@ Plain python3 (stdlib only) outside the frameworks themselves.
 
 import functools
 import importlib
+import itertools
 import json
 import os
 import platform
@@ -72,6 +73,7 @@ ROWS = [
     ("scope_2_forks", "scope with 2 forks"),
     ("mem_alloc_free", "stream-ordered alloc + free of 1 MiB"),
     ("mem_pipeline", "double-buffered pipeline, 64 chunks of 4 MiB up, computed, down over 3 streams"),
+    ("nvrtc_compile", "compile a 4-line CUDA C++ kernel to CUBIN for the device"),
 ]
 # Rows only the Rust benchmark has: each framework reports them as n/a with this reason.
 COMPLETED_ROWS = [
@@ -86,6 +88,23 @@ NO_POOL = "no stream pool"
 PYTHON_CALLBACKS = "every Python callback is an object: see the row above"
 TAG = "peers-row:"
 HOST_PROBE_S = 10.0
+
+
+# The kernel the nvrtc_compile row compiles (the Rust row's `rows/nvrtc.rs` SOURCE, the same text).
+NVRTC_SOURCE = (
+    'extern "C" __global__ void csb_scale(float *x, float a, unsigned n) {\n'
+    "    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) x[i] = a * x[i];\n"
+    "}\n"
+)
+COMPILES = 20  # compiles per batch (each takes milliseconds)
+
+
+def unique_sources():
+    """The row's source with a new trailing comment each call: frameworks that cache compiled
+    kernels by their source (CuPy, in memory and on disk) compile every time."""
+    n = itertools.count()
+    return lambda: NVRTC_SOURCE + f"// {next(n)} {os.getpid()}\n"
 
 
 class Config:
@@ -227,6 +246,7 @@ def run_torch(cfg):
     na("event_create", lazy)
     na("event_create_close", lazy)
     na_rust_only(host_why="PyTorch has no host-function API")
+    na("nvrtc_compile", "PyTorch compiles no user CUDA C++ at run time (load_inline runs nvcc and a C++ compiler)")
     run_row(cfg, "record_event", "s.record_event() + drop (a new torch.cuda.Event, made at the record)",
             lambda: (s1.record_event, cfg.medium, settle))
     run_row(cfg, "query", "s.query()", lambda: (s1.query, cfg.fast))
@@ -331,6 +351,14 @@ def run_cupy(cfg):
     run_row(cfg, "record_event", "s.record() + drop (a new Event per call)", lambda: (s1.record, cfg.medium, settle))
     na_rust_only()
     run_row(cfg, "query", "s.done", lambda: (lambda: s1.done, cfg.fast))
+    source = unique_sources()
+
+    def cupy_compile():
+        k = cp.RawKernel(source(), "csb_scale")
+        k.compile()  # NVRTC, then the module load (CuPy loads what it compiles)
+
+    run_row(cfg, "nvrtc_compile", "cupy.RawKernel(src, name).compile() (a new source each time: no cache hit; includes its module load)",
+            lambda: (cupy_compile, COMPILES))
     run_row(cfg, "record", "e.record(s)", lambda: (functools.partial(e.record, s1), cfg.fast, settle))
     e.record(s2)
     settle()
@@ -469,6 +497,14 @@ def run_cuda_core(cfg):
         dev.create_stream().close()
 
     run_row(cfg, "stream_create", "Device().create_stream() + close()", lambda: (stream_create_close, cfg.slow))
+    cc_source = unique_sources()
+
+    def cuda_core_compile():
+        arch = "sm_" + "".join(str(v) for v in dev.compute_capability)
+        cc.Program(cc_source(), "c++", cc.ProgramOptions(arch=arch)).compile("cubin")
+
+    run_row(cfg, "nvrtc_compile", "Program(src, 'c++', ProgramOptions(arch=sm_XY)).compile('cubin')",
+            lambda: (cuda_core_compile, COMPILES))
     if new_event is None:
         na("event_create", "this cuda.core has no Device.create_event")
         na("event_create_close", "this cuda.core has no Device.create_event")

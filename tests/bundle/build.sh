@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU bundle: every GPU test binary, the example, the benchmark and its Python peers
+# Builds the GPU bundle: every GPU test binary, the examples, the benchmark and its Python peers
 # and combiner, its experiments (probe, gpu-experiments.sh), the interop library and its Python
 # test, stripped, with run.sh, in one git-ignored folder (gpu-bundle/, < 64 MiB).
 #
@@ -41,13 +41,15 @@ for line in open(os.path.join(out, ".cargo-tests.json")):
     if kind == "bin":
         continue
     dest = f"{pkg}--{name}" if kind != "lib" else f"{pkg}--lib"
-    # Runs the example against the test driver: a CI test (the bundle runs the example itself).
+    # Runs the example (and the ports of cudarc's examples) against the test driver: CI tests (the
+    # bundle runs the examples themselves).
     # The others read the workspace's files or check layouts and tables, and the crates' unit
     # tests open no driver: CI's (the bundle then stays under the 64 MiB a device call carries
     # with the tracked tree). So are the crates' NVRTC tests, which need no GPU (the one that
     # loads NVRTC's output into the test driver could not run here either);
     # cuda-stream-tests--nvrtc is the GPU's.
-    if dest in ("cuda-stream--example", "cuda-stream--layers", "cuda-stream--driver_versions",
+    if dest in ("cuda-stream--example", "cuda-stream--cudarc_examples",
+                "cuda-stream--layers", "cuda-stream--driver_versions",
                 "cuda-stream-sys--layout", "cuda-stream--nvrtc", "cuda-stream--nvrtc_module",
                 "cuda-stream-sys--nvrtc") or dest.endswith("--lib"):
         continue
@@ -59,10 +61,15 @@ print(f"{len(seen)} test binaries")
 PY
 rm -f "$out/.cargo-tests.json"
 
-echo "== building the example, the benchmark and the interop library"
+echo "== building the examples, the benchmark and the interop library"
 cargo build --release -p cuda-stream --example streams
 cp target/release/examples/streams "$out/bin/streams"
-cargo build --release -p cuda-stream-bench --features nccl
+# The ports of cudarc's examples (cuda-stream/examples/cudarc_*.rs; kernels compiled by NVRTC).
+cudarc_examples=()
+for f in cuda-stream/examples/cudarc_*.rs; do cudarc_examples+=("$(basename "$f" .rs)"); done
+cargo build --release -p cuda-stream --features nvrtc "${cudarc_examples[@]/#/--example=}"
+for name in "${cudarc_examples[@]}"; do cp "target/release/examples/$name" "$out/bin/$name"; done
+cargo build --release -p cuda-stream-bench --features nccl,nvrtc
 cp target/release/cuda-stream-bench "$out/bin/"
 cp tests/bench/peers.py tests/bench/combine.py "$out/bench/"
 # The experiments behind the benchmark's analysis (tests/perf/gpu-experiments.sh).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole GPU bundle on a machine with an NVIDIA GPU: every test binary, the example, the
+# Runs the whole GPU bundle on a machine with an NVIDIA GPU: every test binary, the examples, the
 # Python interop test, then the GPU tests again under compute-sanitizer (memcheck, racecheck,
 # synccheck) where it is installed. Prints a pass/fail summary with the GPU and driver, and exits
 # non-zero on any failure. `--quick` skips the sanitizers; `--sanitize-only` runs only the
@@ -25,10 +25,10 @@
 # skips, saying why, where fewer than 2 GPUs are visible. NCCL is found through Python (the
 # nvidia-nccl-cu13 wheel: `import nvidia.nccl`) unless CUDA_SYS_LIBNCCL names it; NVLink
 # multicast stays off: NCCL_NVLS_ENABLE=0 is exported for every process this script starts.
-# NVRTC (for tests/nvrtc.rs) is found through Python too (the nvidia-cuda-nvrtc wheel) unless
-# CUDA_SYS_LIBNVRTC names it.
+# NVRTC (for tests/nvrtc.rs and the cudarc ports) is found through Python too (the
+# nvidia-cuda-nvrtc wheel) unless CUDA_SYS_LIBNVRTC names it.
 # Every plain run is bounded too, so a hang fails (exit 124, reported as a timeout) instead of
-# stalling: PER_BINARY_S for each test binary (default 300), the example and the Python interop
+# stalling: PER_BINARY_S for each test binary (default 300), each example and the Python interop
 # test (120 s each), each benchmark run (BENCH_S, default 300). The benchmark's measuring thread
 # is pinned to the last CPU (BENCH_PIN_CPU=N for another, BENCH_PIN_CPU=none for none).
 set -uo pipefail
@@ -221,6 +221,16 @@ if [ $tests -eq 1 ]; then
     st=$?
     cat "$log_dir/example.log"
     record "example streams" $st
+    # The ports of cudarc's examples (cuda-stream/doc/from-cudarc.md), each checking its results
+    # (cudarc_13_copy_multi_gpu skips, saying so, with fewer than 2 GPUs).
+    for e in "$here"/bin/cudarc_*; do
+        [ -x "$e" ] || continue
+        name=$(basename "$e")
+        timeout -k 10 120 "$e" >"$log_dir/$name.log" 2>&1
+        st=$?
+        cat "$log_dir/$name.log"
+        record "example $name" $st
+    done
 fi
 
 if [ $tests -eq 1 ] && [ -f "$here/lib/test_interop.py" ]; then

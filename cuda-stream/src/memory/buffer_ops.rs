@@ -533,6 +533,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         self.span().copy_from(stream, src.as_device_slice().span())
     }
 
+    /// A new buffer of the same context holding a copy of this one (cudarc's `clone`, which is
+    /// a device copy): allocated on `stream` ([`alloc_on`](DeviceBuffer::alloc_on)) and filled
+    /// by a [`copy_from`](DeviceBuffer::copy_from) there, after this buffer's last write. Not
+    /// `Clone`: the copy is device work on a stream, and can fail.
+    pub fn duplicate(&self, stream: &impl Enqueue) -> Result<DeviceBuffer<T>> {
+        let copy = DeviceBuffer::alloc_on(self.context(), stream, self.len())?;
+        copy.copy_from(stream, self)?;
+        Ok(copy)
+    }
+
     /// Copies `src` (of the buffer's length) into the buffer on `stream`, after the buffer's
     /// earlier uses on other streams, and waits for the stream: returns once the copy (and
     /// everything enqueued on `stream` before it) is done. Refused on a capturing stream

@@ -1,7 +1,8 @@
 //! The shapes a newcomer from cudarc reaches for, against the test driver: `OwnedStream::fork`
 //! outside a scope (a new stream of the same context, flags and priority, whose work waits for
 //! the parent's; joined back with `wait_stream`: raw work on both ordered, as the race detector
-//! checks), and `Context::default_stream` (the legacy default stream).
+//! checks), `Context::default_stream` (the legacy default stream) and `DeviceBuffer::duplicate`
+//! (cudarc's `clone`: a new buffer filled by a device copy, ordered after the last write).
 
 use std::sync::Mutex;
 
@@ -42,4 +43,22 @@ fn a_fork_outside_a_scope_waits_for_its_parent_and_joins_back() {
     }
     assert_eq!(m.races(), 0, "{:?}", m.race_reports());
     assert_eq!(ctx.default_stream().raw(), ctx.legacy_stream().raw());
+}
+
+#[test]
+fn a_buffer_is_duplicated_in_one_call_after_its_last_write() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let x = DeviceBuffer::from_host(&ctx, &s, &[1u32, 2, 3, 4]).unwrap();
+    x.fill(&s, 9).unwrap();
+    // On another stream: waits for the fill.
+    let y = x.duplicate(&t).unwrap();
+    assert_eq!(y.len(), 4);
+    assert_ne!(y.device_ptr(), x.device_ptr());
+    assert_eq!(y.to_vec(&t).unwrap(), [9; 4]);
+    // A write of the original afterwards leaves the copy alone.
+    x.fill(&s, 1).unwrap();
+    assert_eq!(y.to_vec(&s).unwrap(), [9; 4]);
+    assert_eq!(m.races(), 0, "{:?}", m.race_reports());
 }

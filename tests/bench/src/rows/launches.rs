@@ -5,6 +5,7 @@
 //! `<<<2, 32>>>`.
 
 use std::ffi::c_void;
+use std::hint::black_box;
 use std::ptr;
 
 use cuda_stream::{DeviceBuffer, Error, LaunchConfig, Module, kernel_args};
@@ -95,6 +96,53 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             )
         })
         .no_peer("no peer checks arguments against the kernel")
+        .settle(|| fx.settle())
+        .run(cfg),
+    );
+    // A view's typed launch and fill against the whole buffer's, the same work (64 values):
+    // what taking a view costs on top of the buffer's own path.
+    let buffered = f.typed::<(&mut DeviceBuffer<u32>, u32)>()?;
+    let mut whole = DeviceBuffer::<u32>::zeroed(fx.ctx, s1, 64)?;
+    let mut parent = DeviceBuffer::<u32>::zeroed(fx.ctx, s1, 128)?;
+    rows.add(
+        "view_typed_launch",
+        "TypedKernel::launch on a view of 64 values of a buffer (against the same launch on a whole buffer of 64)",
+        Target::Ratio(1.02),
+        case(
+            cfg.medium,
+            || {
+                // SAFETY: the kernel does nothing.
+                must(
+                    unsafe { buffered.launch(s1, config, (&mut whole, n)) },
+                    "TypedKernel::launch",
+                )
+            },
+            || {
+                let view = must(parent.slice_mut(..64), "DeviceBuffer::slice_mut");
+                // SAFETY: the kernel does nothing.
+                must(
+                    unsafe { buffered.launch(s1, config, (view, n)) },
+                    "TypedKernel::launch",
+                )
+            },
+        )
+        .no_peer("the baseline is this crate's own whole-buffer launch")
+        .settle(|| fx.settle())
+        .run(cfg),
+    );
+    rows.add(
+        "view_fill",
+        "fill of a view of 64 values of a buffer (against the fill of a whole buffer of 64)",
+        Target::Ratio(1.02),
+        case(
+            cfg.medium,
+            || must(whole.fill(s1, black_box(7)), "DeviceBuffer::fill"),
+            || {
+                let mut view = must(parent.slice_mut(..64), "DeviceBuffer::slice_mut");
+                must(view.fill(s1, black_box(7)), "DeviceSliceMut::fill")
+            },
+        )
+        .no_peer("the baseline is this crate's own whole-buffer fill")
         .settle(|| fx.settle())
         .run(cfg),
     );

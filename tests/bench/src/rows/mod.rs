@@ -24,6 +24,7 @@ mod host_fn;
 mod hot_path;
 mod launches;
 mod memory;
+mod nvrtc;
 mod pool_async_scope;
 
 use cuda_stream::{Context, Error, Event, EventOptions, OwnedStream};
@@ -109,7 +110,7 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
 type Group = fn(&Fixture<'_>, &mut Rows) -> Result<(), Error>;
 
 /// Every group of rows, in the order they run, by the name `--only` takes.
-pub(crate) const GROUPS: [(&str, Group); 7] = [
+pub(crate) const GROUPS: [(&str, Group); 8] = [
     ("create", create::rows),
     ("hot_path", hot_path::rows),
     ("host_fn", host_fn::rows),
@@ -117,6 +118,7 @@ pub(crate) const GROUPS: [(&str, Group); 7] = [
     ("graphs", graphs::rows),
     ("memory", memory::rows),
     ("launches", launches::rows),
+    ("nvrtc", nvrtc::rows),
 ];
 
 /// The position of group `name` in [`GROUPS`], if there is one.
