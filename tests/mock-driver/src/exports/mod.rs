@@ -95,6 +95,7 @@ mod tests {
             include_str!("memory.rs"),
             include_str!("peers.rs"),
             include_str!("pools.rs"),
+            include_str!("managed.rs"),
             include_str!("kernels.rs"),
             include_str!("launch_ex.rs"),
             include_str!("graphs.rs"),
