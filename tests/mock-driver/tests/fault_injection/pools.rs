@@ -115,9 +115,13 @@ pub(crate) fn ops() -> Vec<Op> {
                 let dev = DeviceBuffer::<u32>::alloc_on(&fx.ctx, &fx.owned, 8)?;
                 let mut data = vec![3u32; 8];
                 RegisteredHost::scope(&fx.ctx, &mut data, |host| {
+                    // Synchronised between the copies, so that no copy is in flight when the
+                    // next one comes (the calls a copy makes depend on that).
                     dev.copy_from_pinned(&fx.owned, host)?;
+                    fx.owned.synchronize()?;
                     dev.fill(&fx.owned, 4)?;
                     dev.copy_to_pinned(&fx.owned, host)?;
+                    fx.owned.synchronize()?;
                     assert_eq!(host.as_slice()?, [4; 8]);
                     host.as_mut_slice()?[0] = 5;
                     Ok::<(), Error>(())
