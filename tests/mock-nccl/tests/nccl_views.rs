@@ -1,0 +1,67 @@
+//! NCCL calls on views and other buffer kinds, against the fake NCCL and the mock driver: the
+//! lengths are the views', a collective on a view waits for the buffer's earlier write on another
+//! stream, and a later raw write not ordered after it is a race (the fake NCCL reports each
+//! collective's memory to the race detector); overlapping views in one group do not compile.
+
+use cuda_stream::nccl::{Communicator, ReduceOp, group};
+use cuda_stream::{Device, DeviceBuffer, Error};
+
+mod fixture;
+
+use fixture::{fake, in_child};
+
+#[test]
+fn collectives_take_views_of_buffers() {
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, n, m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &s, 64).unwrap();
+    // Written on t, then reduced on s in two views: each collective waits for the write.
+    x.fill(&t, 1.0).unwrap();
+    {
+        let (lo, mut hi) = x.split_at_mut(16).unwrap();
+        // Lengths are the views': 16 against 48 is refused before NCCL.
+        assert!(matches!(
+            comm.all_reduce(&s, &lo, &mut hi, ReduceOp::Sum),
+            Err(Error::LengthMismatch {
+                expected: 48,
+                actual: 16
+            })
+        ));
+        let mut part = hi.slice_mut(..16).unwrap();
+        comm.all_reduce(&s, &lo, &mut part, ReduceOp::Sum).unwrap();
+        assert_eq!(n.last("ncclAllReduce").map(|l| l.0), Some(16));
+        comm.all_reduce_in_place(&s, &mut hi, ReduceOp::Max)
+            .unwrap();
+        assert_eq!(n.last("ncclAllReduce").map(|l| l.0), Some(48));
+        // In a group too (overlapping views in one group do not compile: `hi` is lent once).
+        let mut y = DeviceBuffer::<f32>::zeroed(&ctx, &s, 16).unwrap();
+        let mut y_view = y.as_mut_slice();
+        group(|g| {
+            g.broadcast_in_place(&comm, &s, &mut hi, 0)?;
+            g.send(&comm, &s, &lo, 0)?;
+            g.recv(&comm, &s, &mut y_view, 0)
+        })
+        .unwrap();
+    }
+    assert_eq!(m.races(), 0, "{:?}", m.race_reports());
+    // A raw write of the buffer on t, not ordered after the view's collective, is a race.
+    // SAFETY: 64 values at the address; the race is the point.
+    unsafe { cuda_stream::memset_d32_async(&t, x.device_ptr(), 0, 64) }.unwrap();
+    let r = m.race_reports();
+    m.clear_races();
+    assert!(
+        r.iter()
+            .any(|r| r.contains("is not ordered after ncclBroadcast")
+                || r.contains("is not ordered after ncclRecv")),
+        "{r:?}"
+    );
+    s.synchronize().unwrap();
+    t.synchronize().unwrap();
+}
