@@ -51,6 +51,7 @@ for line in open(os.path.join(out, ".cargo-tests.json")):
     if dest in ("cuda-stream--example", "cuda-stream--cudarc_examples",
                 "cuda-stream--layers", "cuda-stream--driver_versions",
                 "cuda-stream-sys--layout", "cuda-stream--nvrtc", "cuda-stream--nvrtc_module",
+                "cuda-stream--nvrtc_old_driver",
                 "cuda-stream-sys--nvrtc") or dest.endswith("--lib"):
         continue
     if dest in seen:

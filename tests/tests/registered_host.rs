@@ -2,7 +2,7 @@
 //! uploaded, transformed by a typed kernel on another stream, downloaded into the same memory
 //! and checked, 200 rounds with new values each (no stale read); a copy still running when the
 //! closure returns is waited for before the scope gives the memory back; memory page-locked
-//! already is the driver's `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+//! already (a `PinnedHostBuffer`'s) is the driver's `CUDA_ERROR_INVALID_VALUE`.
 
 use std::time::Duration;
 
@@ -79,6 +79,6 @@ fn the_scope_waits_for_a_late_copy_and_refuses_pinned_memory() {
     let err = RegisteredHost::scope(&ctx, pinned.as_mut_slice().unwrap(), |_| ()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "cuMemHostRegister: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"
+        "cuMemHostRegister: CUDA_ERROR_INVALID_VALUE"
     );
 }

@@ -33,7 +33,9 @@ use crate::memory::pinned::{HostCopies, PageLocked, page_locked};
 /// Registering is slow (the driver pins every page; tens of microseconds per megabyte) and, like
 /// `cudaHostRegister`, may wait for the device's work: register memory that many copies will use.
 /// Memory on a page that is already registered (by another scope, or another library) is the
-/// driver's `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+/// driver's `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`; page-locked memory of `cuMemHostAlloc`
+/// (a [`PinnedHostBuffer`](crate::PinnedHostBuffer)'s) is `CUDA_ERROR_INVALID_VALUE` (H100,
+/// driver 580).
 ///
 /// ```no_run
 /// use cuda_stream::{Context, DeviceBuffer, RegisteredHost};

@@ -34,7 +34,7 @@ use super::call::{INVALID_VALUE, SUCCESS, api, guard, put, read};
 use super::devices::valid_device;
 use crate::model::device::{DeviceWork, MAX_ALLOCATION};
 use crate::model::jobs::Work;
-use crate::model::pools::PoolRec;
+use crate::model::pools::{Overlap, PoolRec};
 use crate::model::races::{Acc, Kind};
 use crate::state::capture::on_device_work;
 use crate::state::{self, State};
@@ -396,8 +396,8 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
 
 /// `cuMemHostRegister_v2`: page-locks the caller's `[p, p + bytesize)` (flags `PORTABLE`,
 /// `DEVICEMAP`, `IOMEMORY`, `READ_ONLY` accepted), with a current context; 0 bytes or a null
-/// address is `CUDA_ERROR_INVALID_VALUE`, a range that overlaps one registered (or page-locked
-/// memory of `cuMemHostAlloc`) `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`. Asynchronous copies
+/// address is `CUDA_ERROR_INVALID_VALUE`, and so is memory of `cuMemHostAlloc` (as on driver
+/// 580); a range that overlaps one registered is `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`. Asynchronous copies
 /// then treat the range as page-locked memory (checked and raced as such); a copy that reaches it
 /// after `cuMemHostUnregister` is a bad use.
 ///
@@ -419,10 +419,12 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(
             return INVALID_VALUE;
         }
         tri!(st.current_ctx());
-        if st.device.host.register(p as usize, bytesize) {
-            SUCCESS
-        } else {
-            CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        match st.device.host.register(p as usize, bytesize) {
+            Ok(()) => SUCCESS,
+            // Measured on an H100 (driver 580.159): page-locked memory of `cuMemHostAlloc` is
+            // `CUDA_ERROR_INVALID_VALUE`.
+            Err(Overlap::Allocation) => INVALID_VALUE,
+            Err(Overlap::Registered) => CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
         }
     })
 }

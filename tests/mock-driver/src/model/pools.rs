@@ -173,6 +173,15 @@ impl Pools {
     }
 }
 
+/// What a range to register overlaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Overlap {
+    /// Memory of `cuMemHostAlloc`.
+    Allocation,
+    /// A registered range.
+    Registered,
+}
+
 /// Page-locked host memory: start address to size, of `cuMemHostAlloc` allocations and of
 /// ranges the caller registered (`cuMemHostRegister`).
 #[derive(Debug, Default)]
@@ -216,20 +225,23 @@ impl HostMemory {
         })
     }
 
-    /// Registers the caller's `[p, p + size)`; false if it overlaps a registered range or a
-    /// page-locked allocation.
-    pub(crate) fn register(&mut self, p: usize, size: usize) -> bool {
+    /// Registers the caller's `[p, p + size)`; what it overlaps otherwise: a page-locked
+    /// allocation or a registered range.
+    pub(crate) fn register(&mut self, p: usize, size: usize) -> Result<(), Overlap> {
         let end = p.saturating_add(size);
-        let overlaps = [&self.allocs, &self.registered].into_iter().any(|map| {
+        let overlaps = |map: &BTreeMap<usize, usize>| {
             map.range(..end)
                 .next_back()
                 .is_some_and(|(&base, &len)| base + len > p)
-        });
-        if overlaps {
-            return false;
+        };
+        if overlaps(&self.allocs) {
+            return Err(Overlap::Allocation);
+        }
+        if overlaps(&self.registered) {
+            return Err(Overlap::Registered);
         }
         self.registered.insert(p, size);
-        true
+        Ok(())
     }
 
     /// Unregisters the range registered at `p`, giving its size; `None` if none starts there.
