@@ -9,7 +9,8 @@ use crate::report::Rows;
 use cuda_stream::Error;
 
 /// The kernel every side compiles (the same text as the peers').
-pub(crate) const SOURCE: &str = "extern \"C\" __global__ void csb_scale(float *x, float a, unsigned n) {\n    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) x[i] = a * x[i];\n}\n";
+#[cfg(feature = "nvrtc")]
+const SOURCE: &str = "extern \"C\" __global__ void csb_scale(float *x, float a, unsigned n) {\n    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) x[i] = a * x[i];\n}\n";
 
 #[cfg(not(feature = "nvrtc"))]
 pub(super) fn rows(_fx: &Fixture<'_>, _rows: &mut Rows) -> Result<(), Error> {
