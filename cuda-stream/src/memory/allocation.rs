@@ -360,9 +360,10 @@ impl Allocation {
     }
 
     /// Waits on the host for every recorded use, which are then forgotten (nothing else holds
-    /// the allocation: `&mut`). On an error every use stays recorded.
+    /// the allocation: `&mut`); a use nothing marks is covered by the context's completion. On
+    /// an error every use stays recorded.
     pub(crate) fn wait_for_uses(&mut self) -> Result<()> {
-        self.uses.wait_on_host(synchronize_events)
+        self.uses.wait_on_host_or_context(synchronize_events)
     }
 
     /// The driver call that frees this memory.

@@ -3,7 +3,8 @@
 //! device work recorded on the buffer (a late fill behind a gate is seen, 20 rounds), the host's
 //! writes reach later device work on any stream, prefetches both ways are recorded uses (host
 //! access waits for them) through the CUDA 12.2 form, advice reaches the driver, work on managed
-//! memory is refused in a capture, and the race detector sees nothing unordered.
+//! memory is refused in a capture, the race detector sees nothing unordered, and a use no event
+//! marks (a failed record) is covered by the context's completion at the next host access.
 
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -118,4 +119,34 @@ fn managed_memory_is_refused_in_captures_and_tracked_for_kernels() {
     let mut empty = ManagedBuffer::<u32>::zeroed(&ctx, 0).unwrap();
     assert!(empty.as_slice().unwrap().is_empty());
     assert_eq!(m.calls("cuMemAllocManaged"), calls);
+}
+
+#[test]
+fn host_access_after_a_use_nothing_marks_waits_for_the_context() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let t = ctx.new_stream().unwrap();
+    let mut x = ManagedBuffer::<u32>::zeroed(&ctx, 64).unwrap();
+    // A borrowed stream may be captured by other code: a use there is marked by an event at
+    // once. That record fails, so the use is one no event marks (found by the random programs:
+    // host access then failed for good).
+    // SAFETY: t outlives the view, and nothing else uses it.
+    let borrowed = unsafe { cuda_stream::Stream::borrow_raw(t.raw(), &t) }.unwrap();
+    m.fail(
+        "cuEventRecord",
+        1,
+        cuda_stream::ffi::CUresult::CUDA_ERROR_UNKNOWN,
+    );
+    assert!(x.fill(&borrowed, 2).is_err());
+    m.clear_failures();
+    let syncs = m.calls("cuCtxSynchronize");
+    let got = x.as_slice().unwrap().to_vec();
+    assert!(got == [0; 64] || got == [2; 64], "{got:?}");
+    assert!(
+        m.calls("cuCtxSynchronize") > syncs,
+        "covered by the context's completion"
+    );
+    // And the uses are forgotten: the next host access needs no wait.
+    x.as_mut_slice().unwrap().fill(3);
+    assert_eq!(x.to_vec(&t).unwrap(), [3; 64]);
 }

@@ -191,6 +191,18 @@ impl<'e> World<'e> {
                                 hi.fill(st, *v)
                             }
                         }
+                        BufObj::Managed(m) => {
+                            let all = m.as_device_mut();
+                            let half = all.len() / 2;
+                            let (mut lo, mut hi) = all.split_at_mut(half)?;
+                            if *high_first {
+                                hi.fill(st, *v)?;
+                                lo.fill(st, *v)
+                            } else {
+                                lo.fill(st, *v)?;
+                                hi.fill(st, *v)
+                            }
+                        }
                         BufObj::Borrowed { buf, .. } => buf.fill(st, *v),
                         BufObj::Empty => panic!("the generator used an empty buffer slot"),
                     }
@@ -221,6 +233,9 @@ impl<'e> World<'e> {
                         let mut g = self.buf_mut(*i);
                         match &mut *g {
                             BufObj::Own(d) => typed(module, st, cfg, *k, d, src, n, ns),
+                            BufObj::Managed(m) => {
+                                untyped(module, st, cfg, *k, m.write(), src, n, ns)
+                            }
                             BufObj::Borrowed { buf, .. } => {
                                 untyped(module, st, cfg, *k, buf.write(), src, n, ns)
                             }

@@ -43,6 +43,9 @@ impl Rng {
 struct BufState {
     alive: bool,
     borrowed: bool,
+    /// A `ManagedBuffer`: kept out of captures and peer copies, dropped (not freed or handed
+    /// over), and read and written by the host.
+    managed: bool,
     /// The streams of its recorded uses that a fork of a capture of that stream could not wait
     /// for (the last write's, and the reads' since), as far as the generator can tell.
     write_on: Option<usize>,
@@ -164,10 +167,16 @@ impl Gen<'_> {
             }
             8 if self.cfg.devices > 1 => {
                 let dst = pick(self, true)?;
+                // Managed memory is no pool memory a peer was granted: no peer copies of it.
+                if let Buf::Slot(d) = dst {
+                    if self.bufs[d].managed {
+                        return None;
+                    }
+                }
                 let other = 1 - ctx;
                 let src = self
                     .rng
-                    .pick(&self.bufs_where(|b, _| self.p.buffers[b] == other))?;
+                    .pick(&self.bufs_where(|b, st| self.p.buffers[b] == other && !st.managed))?;
                 if self.rng.chance(1, 2) {
                     Act::Peer {
                         dst,
@@ -257,18 +266,16 @@ impl Gen<'_> {
                             .rng
                             .pick(&self.streams_where(|t, sp| t != s && sp.ctx == ctx))?;
                         let act = self.slot_act(t)?;
-                        if act
-                            .buffers()
-                            .iter()
-                            .any(|(b, _)| dropped.contains(b) || self.bufs[*b].borrowed)
-                        {
+                        if act.buffers().iter().any(|(b, _)| {
+                            dropped.contains(b) || self.bufs[*b].borrowed || self.bufs[*b].managed
+                        }) {
                             continue;
                         }
                         CapAct::Outside { s: t, act }
                     } else {
-                        let b = self.rng.pick(
-                            &self.bufs_where(|b, st| !st.borrowed && !dropped.contains(&b)),
-                        )?;
+                        let b = self.rng.pick(&self.bufs_where(|b, st| {
+                            !st.borrowed && !st.managed && !dropped.contains(&b)
+                        }))?;
                         dropped.push(b);
                         CapAct::DropInside { b }
                     }
@@ -281,6 +288,7 @@ impl Gen<'_> {
                         let c = g.bufs_where(|b, st| {
                             g.p.buffers[b] == ctx
                                 && !st.borrowed
+                                && !st.managed
                                 && !dropped.contains(&b)
                                 && (lane == 0 || g.fork_may_use(b, s, write))
                         });
@@ -394,6 +402,24 @@ impl Gen<'_> {
                 }
                 let s = self.rng.pick(&self.streams_where(|_, sp| sp.ctx == ctx))?;
                 let pool = self.cfg.pools[ctx];
+                if self.rng.chance(1, 8) {
+                    self.bufs[b] = BufState {
+                        alive: true,
+                        managed: true,
+                        write_on: Some(NO_SLOT),
+                        streams: vec![s],
+                        generation: self.bufs[b].generation + 1,
+                        ..BufState::default()
+                    };
+                    return Some((
+                        OpKind::Alloc {
+                            b,
+                            how: AllocHow::Managed,
+                            s,
+                        },
+                        false,
+                    ));
+                }
                 let how = match self.rng.below(6) {
                     0 => AllocHow::Unordered,
                     1 => AllocHow::AllocOn,
@@ -470,6 +496,17 @@ impl Gen<'_> {
                     OpKind::FromPinned { b, p, s }
                 }
             }
+            22 | 23 if self.rng.chance(1, 2) => {
+                let b = self.rng.pick(&self.bufs_where(|_, st| st.managed))?;
+                // The host waits for every recorded use: whatever came before on any stream.
+                self.bufs[b].write_on = None;
+                self.bufs[b].reads_on.clear();
+                if self.rng.chance(1, 2) {
+                    OpKind::ManagedWrite { b, v: self.val() }
+                } else {
+                    OpKind::ManagedRead { b }
+                }
+            }
             22 if self.p.pinned > 0 => OpKind::PinnedWrite {
                 p: self.rng.below(self.p.pinned),
                 v: self.val(),
@@ -480,6 +517,9 @@ impl Gen<'_> {
             24 | 25 => {
                 let b = self.rng.pick(&self.bufs_where(|_, st| !st.borrowed))?;
                 self.bufs[b].alive = false;
+                if self.bufs[b].managed {
+                    return Some((OpKind::Drop { b }, false));
+                }
                 let lost = self.bufs[b].lost && self.excluded(Hole::IntoRawFailure);
                 match self.rng.below(6) {
                     0 => OpKind::Free { b },

@@ -238,7 +238,7 @@ impl Model {
                 m.last = Some((i, t));
                 m.before = None;
                 m.val = match how {
-                    AllocHow::Zeroed | AllocHow::ZeroedIn => one(0),
+                    AllocHow::Zeroed | AllocHow::ZeroedIn | AllocHow::Managed => one(0),
                     AllocHow::FromHost(v) => one(*v),
                     _ => None,
                 };
@@ -272,6 +272,19 @@ impl Model {
             OpKind::ToPinned { b, p, .. } if ok => {
                 self.pinned[*p] = self.view(*b, loose, t);
                 self.touch(*b, i, t);
+            }
+            OpKind::ManagedWrite { b, v } if ok => self.write(*b, one(*v), i, loose, t),
+            OpKind::ManagedRead { b } => {
+                let v = self.view(*b, loose, t);
+                self.touch(*b, i, t);
+                if ok {
+                    self.read(
+                        i,
+                        format!("managed b{b} read on the host"),
+                        v,
+                        out.read.clone(),
+                    );
+                }
             }
             OpKind::PinnedWrite { p, v } if ok => self.pinned[*p] = one(*v),
             OpKind::PinnedRead { p } if ok => {

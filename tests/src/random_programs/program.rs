@@ -131,6 +131,8 @@ pub enum AllocHow {
     Zeroed,
     ZeroedIn,
     FromHost(u32),
+    /// `ManagedBuffer::zeroed` (no stream: zeroed by the host).
+    Managed,
 }
 
 /// What an operation does.
@@ -165,6 +167,15 @@ pub enum OpKind {
         b: usize,
         p: usize,
         s: usize,
+    },
+    /// A managed buffer's `as_mut_slice` (host access, after its recorded uses) filled with `v`.
+    ManagedWrite {
+        b: usize,
+        v: u32,
+    },
+    /// A managed buffer's `as_slice` (host access): the values read are checked.
+    ManagedRead {
+        b: usize,
     },
     /// `as_mut_slice` filled with `v`.
     PinnedWrite {
@@ -376,6 +387,8 @@ impl OpKind {
             OpKind::ToPinned { b, p, s } => {
                 v.extend([(Buffer(*b), false), (Pinned(*p), true), (Stream(*s), false)])
             }
+            OpKind::ManagedWrite { b, .. } => v.push((Buffer(*b), true)),
+            OpKind::ManagedRead { b } => v.push((Buffer(*b), false)),
             OpKind::PinnedWrite { p, .. } => v.push((Pinned(*p), true)),
             OpKind::PinnedRead { p } => v.push((Pinned(*p), false)),
             OpKind::Drop { b }

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use cuda_stream::{DeviceBuffer, Result, Stream};
+use cuda_stream::{DeviceBuffer, ManagedBuffer, Result, Stream};
 
 use super::Harness;
 use super::execute::{Outcome, Target, block_on, mode};
@@ -73,6 +73,19 @@ impl World<'_> {
         let p = self.prog;
         let len = p.len;
         match op {
+            OpKind::Alloc {
+                b,
+                how: AllocHow::Managed,
+                ..
+            } => {
+                let ctx = self.ctx(p.buffers[*b]);
+                let r = ManagedBuffer::zeroed(ctx, len);
+                let out = Outcome::of(&r);
+                if let Ok(m) = r {
+                    *self.buf_mut(*b) = BufObj::Managed(m);
+                }
+                out
+            }
             OpKind::Alloc { b, how, s } => {
                 let ctx = self.ctx(p.buffers[*b]);
                 let pool = self.env.mem_pools[p.buffers[*b]].as_ref();
@@ -83,6 +96,7 @@ impl World<'_> {
                     AllocHow::Zeroed => DeviceBuffer::zeroed(ctx, &st, len),
                     AllocHow::ZeroedIn => DeviceBuffer::zeroed_in(pool.expect("a pool"), &st, len),
                     AllocHow::FromHost(v) => DeviceBuffer::from_host(ctx, &st, &vec![*v; len]),
+                    AllocHow::Managed => unreachable!("handled above"),
                 });
                 let out = Outcome::of(&r);
                 if let Ok(buf) = r {
@@ -145,6 +159,24 @@ impl World<'_> {
                         .host_access(slice.as_ptr() as u64, slice.len() * 4, false);
                     slice.to_vec()
                 });
+                let mut out = Outcome::of(&r);
+                out.read = r.ok();
+                out
+            }
+            OpKind::ManagedWrite { b, v } => {
+                let mut g = self.buf_mut(*b);
+                let BufObj::Managed(m) = &mut *g else {
+                    panic!("the generator wrote a slot that holds no managed buffer")
+                };
+                let r = m.as_mut_slice().map(|host| host.fill(*v));
+                Outcome::of(&r)
+            }
+            OpKind::ManagedRead { b } => {
+                let mut g = self.buf_mut(*b);
+                let BufObj::Managed(m) = &mut *g else {
+                    panic!("the generator read a slot that holds no managed buffer")
+                };
+                let r = m.as_slice().map(<[u32]>::to_vec);
                 let mut out = Outcome::of(&r);
                 out.read = r.ok();
                 out

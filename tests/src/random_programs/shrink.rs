@@ -12,41 +12,62 @@ use super::{Harness, Hole};
 /// Whether `p` uses only objects that exist where it uses them (as the generator made it).
 pub fn valid(p: &Program) -> bool {
     let mut streams = vec![true; p.streams.len()];
-    let mut bufs: Vec<Option<bool>> = vec![None; p.buffers.len()]; // Some(borrowed)
+    // What each slot holds: an owned buffer (OWN), a borrow (BORROWED), managed memory (MANAGED).
+    const OWN: u8 = 0;
+    const BORROWED: u8 = 1;
+    const MANAGED: u8 = 2;
+    let mut bufs: Vec<Option<u8>> = vec![None; p.buffers.len()];
     // Each executable graph's context, while it exists.
     let mut execs: Vec<Option<usize>> = vec![None; p.execs];
     let alive_bufs =
-        |a: &Act, bufs: &[Option<bool>]| a.buffers().iter().all(|(b, _)| bufs[*b].is_some());
+        |a: &Act, bufs: &[Option<u8>]| a.buffers().iter().all(|(b, _)| bufs[*b].is_some());
+    // Managed memory stays out of captures and peer copies (as the generator keeps it).
+    let managed =
+        |a: &Act, bufs: &[Option<u8>]| a.buffers().iter().any(|(b, _)| bufs[*b] == Some(MANAGED));
     for op in &p.ops {
         let ok = match &op.kind {
-            OpKind::Alloc { b, s, .. } => {
+            OpKind::Alloc { b, s, how } => {
                 let ok = bufs[*b].is_none() && streams[*s];
-                bufs[*b] = Some(false);
+                bufs[*b] = Some(if *how == AllocHow::Managed {
+                    MANAGED
+                } else {
+                    OWN
+                });
                 ok
             }
+            OpKind::ManagedWrite { b, .. } | OpKind::ManagedRead { b } => bufs[*b] == Some(MANAGED),
             OpKind::Borrow { b, .. } => {
                 let ok = bufs[*b].is_none();
-                bufs[*b] = Some(true);
+                bufs[*b] = Some(BORROWED);
                 ok
             }
-            OpKind::Act { s, act } => streams[*s] && alive_bufs(act, &bufs),
+            OpKind::Act { s, act } => {
+                streams[*s]
+                    && alive_bufs(act, &bufs)
+                    && !(matches!(act, Act::Peer { .. }) && managed(act, &bufs))
+            }
             OpKind::CopyFromHost { b, s, .. }
             | OpKind::ToVec { b, s, .. }
             | OpKind::FromPinned { b, s, .. }
             | OpKind::ToPinned { b, s, .. } => streams[*s] && bufs[*b].is_some(),
             OpKind::PinnedWrite { .. } | OpKind::PinnedRead { .. } | OpKind::CtxSync { .. } => true,
-            OpKind::Drop { b } | OpKind::Free { b } | OpKind::IntoRaw { b } => {
-                let ok = bufs[*b] == Some(false);
+            OpKind::Drop { b } => {
+                let ok = matches!(bufs[*b], Some(OWN | MANAGED));
+                bufs[*b] = None;
+                ok
+            }
+            OpKind::Free { b } | OpKind::IntoRaw { b } => {
+                let ok = bufs[*b] == Some(OWN);
                 bufs[*b] = None;
                 ok
             }
             OpKind::IntoRawFails { b } => {
-                let ok = bufs[*b] == Some(false);
+                let ok = bufs[*b] == Some(OWN);
                 bufs[*b] = None;
                 ok
             }
             OpKind::Release { b } => {
-                let ok = bufs[*b] == Some(true);
+                let ok = bufs[*b] == Some(BORROWED);
                 bufs[*b] = None;
                 ok
             }
@@ -97,17 +118,19 @@ pub fn valid(p: &Program) -> bool {
                         })
                     };
                     ok &= match &st.act {
-                        CapAct::Act(a) => alive_bufs(a, &bufs) && g_ok(a, &graph),
+                        CapAct::Act(a) => {
+                            alive_bufs(a, &bufs) && g_ok(a, &graph) && !managed(a, &bufs)
+                        }
                         CapAct::GraphAlloc { g, .. } => {
                             graph[*g] = true;
                             true
                         }
                         CapAct::GraphFree { g } => std::mem::replace(&mut graph[*g], false),
                         CapAct::Outside { s: t, act } => {
-                            streams[*t] && t != s && alive_bufs(act, &bufs)
+                            streams[*t] && t != s && alive_bufs(act, &bufs) && !managed(act, &bufs)
                         }
                         CapAct::DropInside { b } => {
-                            let ok = bufs[*b] == Some(false);
+                            let ok = bufs[*b] == Some(OWN);
                             bufs[*b] = None;
                             ok
                         }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
-    AsStream, BorrowedBuffer, Context, DeviceBuffer, Error, GraphExec, MemPool, Module,
-    OwnedStream, PinnedHostBuffer, PooledStream, Result, Stream, StreamOptions, StreamPool,
+    AsStream, BorrowedBuffer, Context, DeviceBuffer, Error, GraphExec, ManagedBuffer, MemPool,
+    Module, OwnedStream, PinnedHostBuffer, PooledStream, Result, Stream, StreamOptions, StreamPool,
 };
 
 use super::program::{Program, StreamKind};
@@ -91,6 +91,8 @@ pub enum StreamObj<'e> {
 pub enum BufObj {
     Empty,
     Own(DeviceBuffer<u32>),
+    /// Managed memory.
+    Managed(ManagedBuffer<u32>),
     /// Memory the test owns (`cuMemAlloc`, `ptr`) on its raw stream `owner`, borrowed.
     Borrowed {
         buf: BorrowedBuffer<'static, u32>,
@@ -103,6 +105,7 @@ impl BufObj {
     pub fn get(&self) -> &DeviceBuffer<u32> {
         match self {
             BufObj::Own(b) => b,
+            BufObj::Managed(m) => m,
             BufObj::Borrowed { buf, .. } => buf,
             BufObj::Empty => panic!("the generator used an empty buffer slot"),
         }
@@ -273,6 +276,7 @@ impl<'e> World<'e> {
             match slot.into_inner().unwrap_or_else(|e| e.into_inner()) {
                 BufObj::Empty => {}
                 BufObj::Own(buf) => drop(buf),
+                BufObj::Managed(buf) => drop(buf),
                 BufObj::Borrowed { buf, ptr, owner } => {
                     let ctx = &self.env.ctxs[self.prog.buffers[b]];
                     note("release", buf.release());
