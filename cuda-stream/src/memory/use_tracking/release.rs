@@ -193,16 +193,21 @@ impl Uses {
     }
 
     /// [`wait_on_host`](Uses::wait_on_host), where a use nothing marks (a failed record, a
-    /// stream that ended inside a host function) or a failed wait falls back to the context's
-    /// completion (`cuCtxSynchronize`; refused while a capture this crate began in the context is
+    /// stream that ended inside a host function) falls back to the context's completion (`cuCtxSynchronize`; refused while a capture this crate began in the context is
     /// under way): then the tracker keeps no use. For host access to memory whose uses are all
     /// on its own context's streams (managed memory).
     pub(crate) fn wait_on_host_or_context(
         &mut self,
         wait: impl FnOnce(&[ffi::CUevent]) -> Result<()>,
     ) -> Result<()> {
-        match self.wait_on_host(wait) {
-            Err(e) if !super::waits_for_a_capture(&e) => {
+        // Only a use that cannot be marked falls back; a wait that fails is the driver's answer.
+        let mut marked = false;
+        let r = self.wait_on_host(|events| {
+            marked = true;
+            wait(events)
+        });
+        match r {
+            Err(e) if !marked && !super::waits_for_a_capture(&e) => {
                 self.0.synchronize_context()?;
                 let state =
                     std::mem::take(self.0.state.get_mut().unwrap_or_else(|e| e.into_inner()));
