@@ -28,6 +28,7 @@ mod kernels;
 pub mod model;
 mod order;
 pub mod program;
+mod rng;
 mod run;
 pub mod shrink;
 mod world;
