@@ -156,6 +156,15 @@ if [ $multi -eq 1 ]; then
             if [ $st -ne 0 ]; then tail -n 40 "$log_dir/multi-$name.log"; fi
         done
         done
+        # The port of cudarc's multi-GPU copy example, with both GPUs visible (the plain part
+        # runs the examples on one GPU, where it says it is skipped).
+        if [ -x "$here/bin/cudarc_13_copy_multi_gpu" ]; then
+            timeout -k 10 120 "$here/bin/cudarc_13_copy_multi_gpu" >"$log_dir/multi-cudarc_13.log" 2>&1
+            st=$?
+            cat "$log_dir/multi-cudarc_13.log"
+            if [ $st -eq 0 ] && grep -q "skipped" "$log_dir/multi-cudarc_13.log"; then st=1; fi
+            record "multi-gpu example cudarc_13_copy_multi_gpu" $st
+        fi
         if [ -x "$here/bin/cuda-stream-bench" ]; then
             # Two full runs (two processes): a target counts as met only when both are within it.
             for run in 1 2; do
