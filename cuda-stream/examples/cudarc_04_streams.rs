@@ -4,9 +4,10 @@
 
 use std::process::ExitCode;
 
-use cuda_stream::ffi::CUresult;
 use cuda_stream::nvrtc::Program;
-use cuda_stream::{Context, Device, DeviceBuffer, Error, LaunchConfig};
+use cuda_stream::{Context, DeviceBuffer, Error, LaunchConfig};
+
+mod common;
 
 const NAME: &str = "cudarc_04_streams";
 
@@ -59,31 +60,5 @@ fn run() -> Result<String, Error> {
 }
 
 fn main() -> ExitCode {
-    let result = match Device::count() {
-        Ok(0) => return no_driver("the driver sees no device"),
-        Err(Error::Load(e)) => return no_driver(e),
-        Err(e) if e.driver_code() == Some(CUresult::CUDA_ERROR_NO_DEVICE) => return no_driver(e),
-        Ok(_) => run(),
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(checked) => {
-            println!("{NAME}: ok ({checked})");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{NAME}: error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                eprintln!("  caused by: {s}");
-                source = s.source();
-            }
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn no_driver(why: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{NAME}: no CUDA driver found: {why}");
-    ExitCode::from(2)
+    common::main(NAME, 1, run)
 }
