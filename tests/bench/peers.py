@@ -71,7 +71,8 @@ ROWS = [
     ("completed_after_host_fn", "completed().await after a 5 µs host function"),
     ("completed_after_host_fn_nospin", "completed().spin_limit(ZERO).await after a 5 µs host function"),
     ("scope_2_forks", "scope with 2 forks"),
-    ("mem_alloc_free", "stream-ordered alloc + free of 1 MiB"),
+    ("mem_alloc_free", "alloc + free of 1 MiB hitting the block cache"),
+    ("mem_temporaries", "temporaries, per step: 3 buffers of mixed sizes (4 KiB to 3 MiB), each allocated then filled, then all freed"),
     ("mem_pipeline", "double-buffered pipeline, 64 chunks of 4 MiB up, computed, down over 3 streams"),
     ("nvrtc_compile", "compile a 4-line CUDA C++ kernel to CUBIN for the device"),
 ]
@@ -204,6 +205,13 @@ def wait_for_host_fn(launch, query):
 
 PIPELINE_CHUNKS, PIPELINE_WORDS = 64, 1 << 20  # 64 chunks of 4 MiB of 32-bit words, as the Rust row
 
+# The mem_temporaries row (the Rust row's `rows/temporaries.rs` PLAN): sizes in 32-bit words,
+# 4 KiB, 96 KiB, 1 MiB, 3 MiB, 256 KiB; each step takes the next three, so five steps (one
+# iteration) go through every size three times. ns are per step.
+TEMP_SIZES = [1 << 10, 24 << 10, 1 << 18, 3 << 18, 1 << 16]
+TEMP_STEPS = [[TEMP_SIZES[(3 * k + j) % 5] for j in range(3)] for k in range(5)]
+TEMP_FILL = 7
+
 
 def pipeline_rows(cfg, make, run_once, check):
     """The double-buffered pipeline row: `make()` builds the pinned chunks, the two device slots
@@ -280,6 +288,19 @@ def run_torch(cfg):
     torch.cuda.set_stream(s1)  # the allocations are ordered on s1, as the Rust row's
     run_row(cfg, "mem_alloc_free", "torch.empty(1 MiB) + del on s (the caching allocator)",
             lambda: (alloc_free, cfg.medium, settle))
+
+    def temporaries():
+        for a, b, c in TEMP_STEPS:
+            x = torch.empty(a, dtype=torch.int32, device="cuda")
+            x.fill_(TEMP_FILL)
+            y = torch.empty(b, dtype=torch.int32, device="cuda")
+            y.fill_(TEMP_FILL)
+            z = torch.empty(c, dtype=torch.int32, device="cuda")
+            z.fill_(TEMP_FILL)
+            del x, y, z
+
+    run_row(cfg, "mem_temporaries", "per step 3 x (torch.empty(n, int32) + fill_(7)), then del, on s "
+            "(the caching allocator; fill_ is a kernel)", lambda: (temporaries, cfg.slow, settle, len(TEMP_STEPS)))
     torch.cuda.set_stream(torch.cuda.default_stream())
 
     def make():
@@ -415,9 +436,21 @@ def run_cupy(cfg):
         x = cp.empty(1 << 18, dtype=cp.float32)
         del x
 
+    def temporaries():
+        for a, b, c in TEMP_STEPS:
+            x = cp.empty(a, dtype=cp.int32)
+            x.fill(TEMP_FILL)
+            y = cp.empty(b, dtype=cp.int32)
+            y.fill(TEMP_FILL)
+            z = cp.empty(c, dtype=cp.int32)
+            z.fill(TEMP_FILL)
+            del x, y, z
+
     with s1:
         run_row(cfg, "mem_alloc_free", "cupy.empty(1 MiB) + del on s (CuPy's memory pool)",
                 lambda: (alloc_free, cfg.medium, settle))
+        run_row(cfg, "mem_temporaries", "per step 3 x (cupy.empty(n, int32) + fill(7)), then del, on s "
+                "(CuPy's memory pool; fill is a kernel)", lambda: (temporaries, cfg.slow, settle, len(TEMP_STEPS)))
 
     def make():
         import cupyx
@@ -599,6 +632,33 @@ def run_cuda_core(cfg):
 
     run_row(cfg, "mem_alloc_free", "dev.memory_resource.allocate(1 MiB, stream=s) + buf.close(s) "
             "(DeviceMemoryResource: stream-ordered)", alloc_free_thunk)
+
+    def temporaries_thunk():
+        mr = getattr(dev, "memory_resource", None)
+        if mr is None:
+            mr = cc.DeviceMemoryResource(dev.device_id)
+        pattern = TEMP_FILL.to_bytes(4, "little")  # a 4-byte pattern: cuMemsetD32Async
+
+        def temporaries():
+            for sizes in TEMP_STEPS:
+                bufs = []
+                for words in sizes:
+                    buf = mr.allocate(words * 4, stream=s1)
+                    buf.fill(pattern, stream=s1)
+                    bufs.append(buf)
+                for buf in bufs:
+                    buf.close(s1)
+
+        return (temporaries, cfg.slow, settle, len(TEMP_STEPS))
+
+    buffer_class = getattr(cc, "Buffer", None)
+    has_fill = buffer_class is not None and hasattr(buffer_class, "fill")
+    if has_fill:
+        run_row(cfg, "mem_temporaries", "per step 3 x (memory_resource.allocate(n, stream=s) + "
+                "buf.fill(4-byte pattern, stream=s)), then buf.close(s) (DeviceMemoryResource: stream-ordered)",
+                temporaries_thunk)
+    else:
+        na("mem_temporaries", f"this cuda.core ({getattr(cc, '__version__', '?')}) has no Buffer.fill")
     na("mem_pipeline", "cuda.core has no copy between pinned host arrays and device buffers "
        "short of raw driver bindings")
     settle()

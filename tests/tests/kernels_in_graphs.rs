@@ -132,6 +132,8 @@ fn wait_until_freed(ctx: &Context, (ptr, bytes): (u64, usize)) {
     let start = std::time::Instant::now();
     loop {
         drain_deferred();
+        // A free made on a stream of the crate's may leave the block kept there for reuse.
+        ctx.release_cached();
         // Another test's allocation could land at the same address, but not with this
         // (deliberately odd) size as well.
         match allocation_at(ctx, ptr) {

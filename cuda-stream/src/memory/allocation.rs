@@ -3,7 +3,9 @@
 //! - **stream-ordered** (a device with memory pools, CUDA 11.2+): allocated from a pool on a
 //!   stream (`cuMemAllocFromPoolAsync`) and freed on a stream after every recorded use
 //!   (`cuMemFreeAsync`): on the stream of the last use where that needs no event, else on the
-//!   context's service stream behind waits for each use. The host never waits.
+//!   context's service stream behind waits for each use. The host never waits. A free that
+//!   would be made on a private stream keeps the block there instead, for the next allocation
+//!   of its size on that stream (`stream::block_cache`).
 //! - **plain** (no pools): `cuMemAlloc`, and a free deferred until events recorded after every
 //!   use have completed: polled (`cuEventQuery`) at later allocations and frees, then
 //!   `cuMemFree`. Never a context-wide synchronisation, except for a use whose stream ended
@@ -17,24 +19,26 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::base::capture_mode::CaptureMode;
-use crate::base::error::{Error, Result, check, driver_fn, lookup};
+use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
 use crate::ffi;
 use crate::graph::capture::begun_here;
-use crate::graph::capture_mode_guard::exchange_capture_mode;
+use crate::memory::alloc_calls::{all_done, alloc_from_pool, free_plain_now, synchronize_events};
 use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
 use crate::memory::use_tracking::{
     Access, Uses, synchronize_context_outside_captures, waits_for_a_capture,
 };
+use crate::stream::block_cache;
+use crate::stream::known_streams;
 use crate::stream::view::bind_if_special;
 
 /// Where the memory came from, and so how it is freed.
 pub(crate) enum Origin {
-    /// A pool: `None` for the device's default pool (not held open), or the caller's pool.
-    Pool(Option<MemPool>),
+    /// A pool: `None` for the device's default pool (not held open), or the caller's pool; and
+    /// the bytes allocated (a block a free may keep for reuse: `stream::block_cache`).
+    Pool(Option<MemPool>, usize),
     /// `cuMemAlloc`.
     Plain,
     /// Handed over by the caller (`from_raw`): `cuMemAlloc` memory, freed like plain memory.
@@ -89,7 +93,10 @@ impl Allocation {
     /// `bytes` (> 0) bytes in `ctx` for work on `stream` (of `ctx`, not capturing): from `pool`
     /// (or the device's default pool) on `stream` where the device has pools, recorded as a
     /// write on `stream` so that use on any other stream waits for the allocation; else
-    /// `cuMemAlloc` (with no use recorded: the memory is ready when the call returns).
+    /// `cuMemAlloc` (with no use recorded: the memory is ready when the call returns). Pool
+    /// memory is taken from the blocks kept on `stream` where one has the size (no driver
+    /// call: see `stream::block_cache`); an allocation the driver refuses
+    /// for lack of memory is made again once every block kept in the context is freed.
     pub(crate) fn new(
         ctx: &Context,
         stream: ffi::CUstream,
@@ -111,21 +118,37 @@ impl Allocation {
             Some(p) => p.raw(),
             None => default_pool_raw(ctx.device())?,
         };
-        let mut ptr = 0;
-        {
-            let f = driver_fn!(cuMemAllocFromPoolAsync);
-            let _bound = bind_if_special(stream, ctx.raw())?;
-            // SAFETY: `ptr` is a valid out-pointer; the pool is live and of the stream's device;
-            // the stream is live (the caller's borrow) and of `ctx`.
-            let rc = unsafe { f(&mut ptr, bytes, raw_pool, stream) };
-            check(rc, "cuMemAllocFromPoolAsync")?;
+        let end = known_streams::end_of(stream);
+        if let Some(ptr) = end.as_ref().and_then(|e| e.take_block(raw_pool, bytes)) {
+            // Every use of the block is ordered before `stream`'s later work; the new buffer's
+            // first use is a write on `stream`, like a fresh allocation's.
+            let uses = Uses::written_on_private(ctx, stream, end.expect("a kept block's end"));
+            return Ok(Allocation {
+                ptr,
+                uses,
+                origin: Origin::Pool(pool.cloned(), bytes),
+            });
         }
+        let ptr = match alloc_from_pool(ctx, stream, bytes, raw_pool) {
+            Err(e)
+                if e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+                    && known_streams::free_kept_blocks_before(ctx.raw(), stream) > 0 =>
+            {
+                // The kept blocks are free again, in their streams' order, which `stream` now
+                // follows: once more.
+                alloc_from_pool(ctx, stream, bytes, raw_pool)?
+            }
+            r => r?,
+        };
         // The allocation is the memory's first use: a write on `stream`.
-        let (uses, made) = Uses::written_on(ctx, stream);
+        let (uses, made) = match end {
+            Some(end) => (Uses::written_on_private(ctx, stream, end), Ok(())),
+            None => Uses::written_on(ctx, stream),
+        };
         let alloc = Allocation {
             ptr,
             uses,
-            origin: Origin::Pool(pool.cloned()),
+            origin: Origin::Pool(pool.cloned(), bytes),
         };
         // Allocated, but the use could not be marked: the drop frees it after the use.
         made?;
@@ -193,8 +216,8 @@ impl Allocation {
     /// The pool the memory came from, if any (the default pool opened on demand).
     pub(crate) fn pool(&self) -> Result<Option<MemPool>> {
         match &self.origin {
-            Origin::Pool(Some(p)) => Ok(Some(p.clone())),
-            Origin::Pool(None) => MemPool::default_for(self.ctx()).map(Some),
+            Origin::Pool(Some(p), _) => Ok(Some(p.clone())),
+            Origin::Pool(None, _) => MemPool::default_for(self.ctx()).map(Some),
             Origin::Plain
             | Origin::Adopted
             | Origin::Managed
@@ -208,8 +231,8 @@ impl Allocation {
     /// default pool.
     pub(crate) fn pool_raw(&self) -> Result<Option<ffi::CUmemoryPool>> {
         match &self.origin {
-            Origin::Pool(Some(p)) => Ok(Some(p.raw())),
-            Origin::Pool(None) | Origin::Graph { .. } => {
+            Origin::Pool(Some(p), _) => Ok(Some(p.raw())),
+            Origin::Pool(None, _) | Origin::Graph { .. } => {
                 default_pool_raw(self.ctx().device()).map(Some)
             }
             Origin::Plain
@@ -369,7 +392,7 @@ impl Allocation {
     /// The driver call that frees this memory.
     pub(crate) fn free_call(&self) -> &'static str {
         match self.origin {
-            Origin::Pool(_) | Origin::Graph { .. } => "cuMemFreeAsync",
+            Origin::Pool(..) | Origin::Graph { .. } => "cuMemFreeAsync",
             Origin::Plain | Origin::Adopted | Origin::Managed => "cuMemFree",
             Origin::Borrowed { .. } => "cuStreamWaitEvent",
             Origin::Static { .. } => "cuEventSynchronize",
@@ -394,9 +417,20 @@ impl Allocation {
             return Ok(());
         }
         match self.origin {
-            Origin::Pool(_) => self.uses.free_after_uses(
+            Origin::Pool(ref pool, bytes) => self.uses.free_after_uses(
                 |ctx| ctx.service_stream(),
-                |stream, ctx| {
+                |stream, ctx, blocks| {
+                    // Kept on a private stream that waits for every use, if the pool's limit
+                    // allows: the next allocation of its size there takes it back.
+                    if let Some(b) = blocks {
+                        let raw_pool = match pool {
+                            Some(p) => p.raw(),
+                            None => default_pool_raw(ctx.device())?,
+                        };
+                        if b.put(ctx, raw_pool, bytes, ptr) {
+                            return Ok(());
+                        }
+                    }
                     let f = driver_fn!(cuMemFreeAsync);
                     let _bound = bind_if_special(stream, ctx.raw())?;
                     // SAFETY: the allocation is ours and freed once; `stream` waits for every
@@ -406,7 +440,7 @@ impl Allocation {
             ),
             Origin::Graph { stream, .. } => self.uses.free_after_uses(
                 |_| Ok(stream as ffi::CUstream),
-                |stream, ctx| {
+                |stream, ctx, _| {
                     let f = driver_fn!(cuMemFreeAsync);
                     let _bound = bind_if_special(stream, ctx.raw())?;
                     // SAFETY: the graph allocation is ours and freed once, in its capture (the
@@ -447,15 +481,6 @@ fn graph_memory_elsewhere() -> Error {
         call: "cuStreamGetCaptureInfo",
         reason: "a graph buffer is used only on the streams of the capture that allocated it",
     }
-}
-
-fn synchronize_events(events: &[ffi::CUevent]) -> Result<()> {
-    let f = driver_fn!(cuEventSynchronize);
-    for &ev in events {
-        // SAFETY: the event is live (the tracker's) and of the memory's context.
-        check(unsafe { f(ev) }, "cuEventSynchronize")?;
-    }
-    Ok(())
 }
 
 impl Allocation {
@@ -583,6 +608,9 @@ pub(crate) fn free_when_done(
 /// to their context; retries the frees that waited for a capture begun elsewhere. One atomic
 /// load when none is pending. Not inside a host function.
 pub(crate) fn poll_pending_frees() {
+    if block_cache::orphans_pending() && !must_defer_free() {
+        block_cache::free_orphans(|ctx| synchronize_context_outside_captures(ctx.raw()));
+    }
     if PENDING_COUNT.load(Ordering::Acquire) == 0 || must_defer_free() {
         return;
     }
@@ -618,40 +646,7 @@ pub(crate) fn poll_pending_frees() {
 pub(crate) fn pending_frees() -> usize {
     PENDING.lock().unwrap_or_else(|e| e.into_inner()).len()
         + BLOCKED.lock().unwrap_or_else(|e| e.into_inner()).len()
-}
-
-/// Whether every event of `events` has completed. The thread's capture mode is relaxed for the
-/// queries: this is a poll the caller did not ask for (at an allocation or a free), which the
-/// driver would otherwise refuse, invalidating the capture, on a thread that is capturing, or on
-/// any thread during a global-mode capture. A query fails nothing: a capture is never joined or
-/// broken by one. If the mode cannot be set, the events count as not done (polled later).
-fn all_done(events: &[(Context, ffi::CUevent)]) -> bool {
-    if events.is_empty() {
-        return true;
-    }
-    let Ok(_relaxed) = exchange_capture_mode(CaptureMode::Relaxed) else {
-        return false;
-    };
-    events.iter().all(|(_, ev)| event_done(*ev))
-}
-
-/// Whether `ev` has completed (`cuEventQuery` succeeds). An error does not say the work is
-/// done: the free keeps waiting (freeing could free memory a copy or kernel still uses), and is
-/// asked again at the next poll.
-fn event_done(ev: ffi::CUevent) -> bool {
-    let Ok(f) = lookup("cuEventQuery", ffi::fns::cuEventQuery) else {
-        return false;
-    };
-    // SAFETY: the event is live (owned by the pending free).
-    let rc = unsafe { f(ev) };
-    rc == ffi::CUresult::CUDA_SUCCESS
-}
-
-fn free_plain_now(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> {
-    let _bound = bind(ctx.raw())?;
-    let f = driver_fn!(cuMemFree);
-    // SAFETY: the allocation is ours and freed once; every recorded use has completed.
-    check(unsafe { f(ptr) }, "cuMemFree")
+        + block_cache::orphan_count()
 }
 
 /// The rare case of a use nothing marks: waits for the context's work, then frees. If the wait

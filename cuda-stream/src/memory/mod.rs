@@ -14,6 +14,8 @@ pub(crate) mod tracked;
 
 pub(crate) mod pool;
 
+pub(crate) mod alloc_calls;
+
 pub(crate) mod allocation;
 
 pub(crate) mod buffer;

@@ -10,6 +10,11 @@
 //! without context peer access, and at 391 GB/s once the pool grants the other device access,
 //! with or without context peer access; a kernel of the other device reads the memory after the
 //! grant. A grant covers the pool's existing allocations and later ones.
+//!
+//! Blocks of a pool freed on a private stream may be kept there for reuse (`block_cache`): the
+//! pool's [cache limit](MemPool::set_cache_limit) bounds them, [`usage`](MemPool::usage) counts
+//! them apart, and [`trim_to`](MemPool::trim_to), [`release_cached`](MemPool::release_cached)
+//! and the drop of a pool of the caller's free them first.
 
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -23,6 +28,8 @@ use crate::driver::context::Context;
 use crate::driver::device::Device;
 use crate::ffi;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
+use crate::stream::block_cache;
+use crate::stream::known_streams;
 
 /// A memory pool of one device: [`DeviceBuffer`](crate::DeviceBuffer)s allocated on a stream
 /// come from it (`cuMemAllocFromPoolAsync`) and go back to it in stream order
@@ -85,6 +92,9 @@ impl Drop for PoolInner {
 }
 
 fn destroy_pool(raw: usize) -> Result<()> {
+    // The blocks of the pool kept on streams go back to it first (in those streams' order).
+    known_streams::free_kept_blocks(Some(raw as ffi::CUmemoryPool), None);
+    block_cache::forget_pool(raw as ffi::CUmemoryPool);
     let f = driver_fn!(cuMemPoolDestroy);
     // SAFETY: the pool was created here and nothing uses the handle after this.
     check(unsafe { f(raw as ffi::CUmemoryPool) }, "cuMemPoolDestroy")
@@ -107,18 +117,24 @@ impl PartialEq for MemPool {
 }
 impl Eq for MemPool {}
 
-/// A pool's usage in bytes (`cuMemPoolGetAttribute`): memory reserved from the system, and the
-/// part of it handed out to allocations, now and at the high-water mark.
+/// A pool's usage in bytes (`cuMemPoolGetAttribute`): memory reserved from the system, the part
+/// of it handed out to buffers, now and at the high-water mark, and the blocks this process
+/// keeps for reuse on its streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolUsage {
     /// Reserved from the system now (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`).
     pub reserved: u64,
     /// The most ever reserved since the last reset (`..._RESERVED_MEM_HIGH`).
     pub reserved_high: u64,
-    /// In use by allocations now (`..._USED_MEM_CURRENT`).
+    /// In use by buffers now: the driver's `..._USED_MEM_CURRENT` less [`cached`](Self::cached).
     pub used: u64,
-    /// The most ever in use since the last reset (`..._USED_MEM_HIGH`).
+    /// The most ever allocated from the driver since the last reset (`..._USED_MEM_HIGH`,
+    /// kept blocks included).
     pub used_high: u64,
+    /// Held in blocks kept for reuse on this process's streams (allocated, as the driver sees
+    /// them, but in no buffer): given back by [`MemPool::release_cached`], a trim, or an
+    /// allocation that runs out of memory.
+    pub cached: u64,
 }
 
 impl MemPool {
@@ -200,23 +216,78 @@ impl MemPool {
     }
 
     /// Gives memory the pool holds but no allocation uses back to the system, keeping at least
-    /// `keep_bytes` reserved (`cuMemPoolTrimTo`). Memory whose free has not yet run on its
-    /// stream is still in use.
+    /// `keep_bytes` reserved (`cuMemPoolTrimTo`). The blocks kept for reuse on streams are
+    /// freed first, and their frees waited for on the host. Memory whose free has not yet run
+    /// on its stream is still in use.
     pub fn trim_to(&self, keep_bytes: usize) -> Result<()> {
+        // The kept blocks are freed on their streams; the trim waits for those frees (events
+        // after them, synchronised with the thread's capture mode relaxed: a wait the caller did
+        // not ask for must not break another thread's global-mode capture).
+        let events = known_streams::free_kept_blocks_marked(self.0.raw);
+        if !events.is_empty() {
+            let waited = (|| {
+                let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
+                let f = driver_fn!(cuEventSynchronize);
+                for &ev in &events {
+                    // SAFETY: the event is ours, live, recorded outside any capture.
+                    check(unsafe { f(ev) }, "cuEventSynchronize")?;
+                }
+                Ok(())
+            })();
+            for ev in events {
+                let _ = crate::driver::recycled_events::destroy_or_defer(ev);
+            }
+            waited?;
+        }
         let f = driver_fn!(cuMemPoolTrimTo);
         // SAFETY: the pool is live.
         check(unsafe { f(self.0.raw, keep_bytes) }, "cuMemPoolTrimTo")
     }
 
-    /// The pool's usage now and its high-water marks.
+    /// The pool's usage now and its high-water marks, with the bytes kept for reuse apart.
     pub fn usage(&self) -> Result<PoolUsage> {
         use ffi::CUmemPool_attribute as A;
+        let cached = block_cache::pool_cache_if_any(self.0.raw).map_or(0, |c| c.cached());
         Ok(PoolUsage {
             reserved: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
             reserved_high: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
-            used: self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            used: self
+                .get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?
+                .saturating_sub(cached),
             used_high: self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            cached,
         })
+    }
+
+    /// The most bytes of this pool's memory that freed buffers may leave kept for reuse, on
+    /// all streams together. Unless set, a quarter of the device's memory.
+    ///
+    /// A buffer dropped on a stream this crate created, whose uses that stream orders (the
+    /// usual case: allocated, used and dropped on one stream), leaves its block on the stream
+    /// for the next allocation of the same size class there, which then makes no driver call
+    /// and needs no event. Past the limit the block is freed to the pool (`cuMemFreeAsync`).
+    /// Blocks are never reused on another stream; an allocation that runs out of memory frees
+    /// every kept block of its context and tries once more; a stream's blocks are freed when
+    /// it is destroyed, its handle leaves the crate (`raw()`), or a capture begins on it.
+    pub fn cache_limit(&self) -> u64 {
+        block_cache::pool_cache(self.0.raw, &self.0.ctx).limit()
+    }
+
+    /// Sets the [cache limit](Self::cache_limit) (0: no block is kept). Blocks kept past a
+    /// lower limit are freed now.
+    pub fn set_cache_limit(&self, bytes: u64) {
+        let cache = block_cache::pool_cache(self.0.raw, &self.0.ctx);
+        cache.set_limit(bytes);
+        if cache.cached() > bytes {
+            self.release_cached();
+        }
+    }
+
+    /// Frees every block of this pool kept for reuse on this process's streams, each on its
+    /// stream (`cuMemFreeAsync`, no wait); returns how many. The memory is the pool's again,
+    /// for any stream, once those streams reach the frees.
+    pub fn release_cached(&self) -> usize {
+        known_streams::free_kept_blocks(Some(self.0.raw), None)
     }
 
     /// Resets both high-water marks to the current values.
@@ -243,6 +314,16 @@ impl MemPool {
         let rc = unsafe { f(self.0.raw, attr, ptr::from_mut(&mut value).cast()) };
         check(rc, "cuMemPoolGetAttribute")?;
         Ok(value)
+    }
+}
+
+impl Context {
+    /// Frees every block of this context's memory kept for reuse on its streams, from every
+    /// pool (see [`MemPool::cache_limit`]), each on its stream (`cuMemFreeAsync`, no wait);
+    /// returns how many. What `torch.cuda.empty_cache()` does for PyTorch's caching allocator;
+    /// an allocation that runs out of memory does it on its own before it gives up.
+    pub fn release_cached(&self) -> usize {
+        known_streams::free_kept_blocks(None, Some(self.raw()))
     }
 }
 

@@ -18,10 +18,16 @@
 //! A stream that is not here (borrowed from another library, the per-thread default stream,
 //! which is another stream on every thread, the legacy stream, a stream whose handle left the
 //! crate) can end or be captured without notice, so its users record an event after every use
-//! instead. Creating and destroying a stream costs one uncontended lock here.
+//! instead. Creating and destroying a stream costs one uncontended lock here (the map is split
+//! into shards by handle, so that threads working on streams of their own do not meet).
+//!
+//! An epoch's end also holds the blocks of memory kept for reuse on the stream
+//! (`block_cache`): they are freed on the stream, while it still lives and is not captured, as
+//! the epoch ends.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -31,6 +37,7 @@ use crate::driver::context::create_plain_event;
 use crate::driver::deferred_destroy::in_host_fn;
 use crate::driver::recycled_events;
 use crate::ffi;
+use crate::stream::block_cache::Blocks;
 
 /// What is known of the end of a stream's epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +61,40 @@ pub(crate) struct StreamEnd {
     ctx: usize,
     /// Set once the stream has ended (read without the lock; written under it).
     ended: AtomicBool,
-    state: Mutex<End>,
+    state: Mutex<EndState>,
+}
+
+/// What an end's lock guards.
+#[derive(Debug)]
+struct EndState {
+    end: End,
+    /// Blocks kept for reuse on the stream in this epoch (only while it lasts).
+    blocks: Blocks,
+}
+
+/// An end's state, locked (see [`StreamEnd::lock`]): reads as the [`End`].
+pub(crate) struct EndGuard<'a>(MutexGuard<'a, EndState>);
+
+impl Deref for EndGuard<'_> {
+    type Target = End;
+    fn deref(&self) -> &End {
+        &self.0.end
+    }
+}
+
+impl DerefMut for EndGuard<'_> {
+    fn deref_mut(&mut self) -> &mut End {
+        &mut self.0.end
+    }
+}
+
+impl EndGuard<'_> {
+    /// The blocks kept on the stream, while the epoch lasts.
+    #[inline]
+    pub(crate) fn blocks(&mut self) -> Option<&mut Blocks> {
+        let st = &mut *self.0;
+        (st.end == End::Live).then_some(&mut st.blocks)
+    }
 }
 
 // SAFETY: the handles are driver objects usable from any thread; the state is locked.
@@ -82,8 +122,14 @@ impl StreamEnd {
 
     /// The end's state, locked: while it says [`End::Live`] the stream cannot end, be captured
     /// by this crate or leave it.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, End> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn lock(&self) -> EndGuard<'_> {
+        EndGuard(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The stream's handle.
+    #[inline]
+    pub(crate) fn stream(&self) -> ffi::CUstream {
+        self.raw as ffi::CUstream
     }
 
     fn new(raw: usize, ctx: usize) -> StreamEnd {
@@ -91,7 +137,30 @@ impl StreamEnd {
             raw,
             ctx,
             ended: AtomicBool::new(false),
-            state: Mutex::new(End::Live),
+            state: Mutex::new(EndState {
+                end: End::Live,
+                blocks: Blocks::default(),
+            }),
+        }
+    }
+
+    /// A block of `pool` of `bytes` bytes kept on the stream, taken out (while the epoch lasts).
+    #[inline]
+    pub(crate) fn take_block(
+        &self,
+        pool: ffi::CUmemoryPool,
+        bytes: usize,
+    ) -> Option<ffi::CUdeviceptr> {
+        self.lock().blocks()?.take(pool, bytes)
+    }
+
+    /// Frees the blocks kept (of `pool`, of context `ctx`, where given) on the stream while the
+    /// epoch lasts; how many.
+    fn free_blocks(&self, pool: Option<ffi::CUmemoryPool>, ctx: Option<ffi::CUcontext>) -> usize {
+        let mut guard = self.lock();
+        match guard.blocks() {
+            Some(b) if !b.is_empty() => b.free_on(self.stream(), pool, ctx),
+            _ => 0,
         }
     }
 
@@ -101,6 +170,15 @@ impl StreamEnd {
         let mut state = self.lock();
         if *state != End::Live {
             return Ok(());
+        }
+        // The kept blocks go first, freed on the stream while it lives and is not captured (a
+        // host function can make no driver call: they wait for the context's completion).
+        if let Some(b) = state.blocks() {
+            if in_host_fn() {
+                b.orphan_all();
+            } else if !b.is_empty() {
+                b.free_on(self.stream(), None, None);
+            }
         }
         let (next, out) = if in_host_fn() {
             (End::Lost, Ok(()))
@@ -141,7 +219,7 @@ fn record_settling(stream: ffi::CUstream, ctx: ffi::CUcontext) -> Result<ffi::CU
 
 impl Drop for StreamEnd {
     fn drop(&mut self) {
-        let state = *self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner()).end;
         if let End::Marked(ev) = state {
             // The holders of an end keep its context retained (they hold its memory's context),
             // so the event is still valid here.
@@ -171,17 +249,23 @@ impl Hasher for HandleHasher {
 
 type Map = HashMap<usize, Arc<StreamEnd>, BuildHasherDefault<HandleHasher>>;
 
-/// Known streams, each with its end.
-static KNOWN: Mutex<Option<Map>> = Mutex::new(None);
+/// How many shards the known streams are split into.
+const SHARDS: usize = 16;
 
-fn known() -> MutexGuard<'static, Option<Map>> {
-    KNOWN.lock().unwrap_or_else(|e| e.into_inner())
+/// Known streams, each with its end, in shards by handle.
+static KNOWN: [Mutex<Option<Map>>; SHARDS] = [const { Mutex::new(None) }; SHARDS];
+
+/// The shard of `raw`, locked.
+#[inline]
+fn known(raw: usize) -> MutexGuard<'static, Option<Map>> {
+    let i = ((raw >> 4) ^ (raw >> 12)) % SHARDS;
+    KNOWN[i].lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// This crate created `raw` in `ctx` and will mark its end before it goes.
 pub(crate) fn created(raw: ffi::CUstream, ctx: ffi::CUcontext) {
     let end = Arc::new(StreamEnd::new(raw as usize, ctx as usize));
-    known()
+    known(raw as usize)
         .get_or_insert_with(Map::default)
         .insert(raw as usize, end);
 }
@@ -190,11 +274,24 @@ pub(crate) fn created(raw: ffi::CUstream, ctx: ffi::CUcontext) {
 /// event is recorded only if someone still holds the end). Not called under any lock of this
 /// crate.
 pub(crate) fn ending(raw: ffi::CUstream) {
-    let Some(end) = known().as_mut().and_then(|m| m.remove(&(raw as usize))) else {
+    let Some(end) = known(raw as usize)
+        .as_mut()
+        .and_then(|m| m.remove(&(raw as usize)))
+    else {
         return;
     };
     if Arc::strong_count(&end) == 1 {
-        // Nobody refers to the stream, and nobody can find it any more.
+        // Nobody refers to the stream, and nobody can find it any more: only its kept blocks
+        // are left to free.
+        let mut state = end.lock();
+        if let Some(b) = state.blocks() {
+            if in_host_fn() {
+                b.orphan_all();
+            } else if !b.is_empty() {
+                b.free_on(end.stream(), None, None);
+            }
+        }
+        drop(state);
         end.ended.store(true, Ordering::Release);
         return;
     }
@@ -223,12 +320,14 @@ pub(crate) fn lend(raw: ffi::CUstream) {
 /// context's completion, which a capture would forbid waiting for.
 pub(crate) fn settle(raw: ffi::CUstream) -> Result<()> {
     let old = {
-        let mut map = known();
+        let mut map = known(raw as usize);
         let Some(e) = map.as_mut().and_then(|m| m.get_mut(&(raw as usize))) else {
             return Ok(());
         };
         if Arc::strong_count(e) == 1 {
-            // No use holds it: nothing to settle.
+            // No use holds it: nothing to settle, but the kept blocks are freed before the
+            // capture takes the stream (allocations in a capture are graph memory).
+            e.free_blocks(None, None);
             return Ok(());
         }
         let fresh = Arc::new(StreamEnd::new(e.raw, e.ctx));
@@ -241,7 +340,85 @@ pub(crate) fn settle(raw: ffi::CUstream) -> Result<()> {
 /// which may end without notice.
 #[inline]
 pub(crate) fn end_of(raw: ffi::CUstream) -> Option<Arc<StreamEnd>> {
-    known().as_ref()?.get(&(raw as usize)).cloned()
+    known(raw as usize).as_ref()?.get(&(raw as usize)).cloned()
+}
+
+/// Frees the blocks of context `ctx` kept on its known streams, each on its stream, and makes
+/// `stream` (of `ctx`, not capturing) wait for those frees (an event recorded after them on each
+/// stream), so that an allocation made on `stream` next may reuse the memory whatever the pool's
+/// reuse policy; how many blocks. For an allocation that ran out of memory.
+pub(crate) fn free_kept_blocks_before(ctx: ffi::CUcontext, stream: ffi::CUstream) -> usize {
+    let ends = ends_of(Some(ctx));
+    let mut freed = 0;
+    for e in ends {
+        let mut guard = e.lock();
+        let Some(b) = guard.blocks() else { continue };
+        if b.is_empty() {
+            continue;
+        }
+        let n = b.free_on(e.stream(), None, Some(ctx));
+        freed += n;
+        if n > 0 && e.stream() != stream {
+            // The wait is best effort: the driver's pool follows the frees on its own where its
+            // reuse policy allows (the default).
+            if let Ok(ev) = record_settling(e.stream(), ctx) {
+                let _ = wait_event(stream, ev);
+                let _ = recycled_events::destroy_or_defer(ev);
+            }
+        }
+    }
+    freed
+}
+
+/// `cuStreamWaitEvent(stream, ev)`.
+fn wait_event(stream: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
+    let f = driver_fn!(cuStreamWaitEvent);
+    // SAFETY: both live (`stream` is the caller's; the event was just recorded outside any
+    // capture on a stream whose end is locked and live).
+    check(unsafe { f(stream, ev, 0) }, "cuStreamWaitEvent")
+}
+
+/// The ends of the known streams (of context `ctx`, where given).
+fn ends_of(ctx: Option<ffi::CUcontext>) -> Vec<Arc<StreamEnd>> {
+    let mut ends = Vec::new();
+    for shard in &KNOWN {
+        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = map.as_ref() {
+            ends.extend(
+                m.values()
+                    .filter(|e| ctx.is_none_or(|c| c as usize == e.ctx))
+                    .cloned(),
+            );
+        }
+    }
+    ends
+}
+
+/// [`free_kept_blocks`] of `pool`, with an event recorded after the frees on each stream that
+/// freed one (the caller waits for them, then destroys them): for a trim, which gives back only
+/// memory whose free has run.
+pub(crate) fn free_kept_blocks_marked(pool: ffi::CUmemoryPool) -> Vec<ffi::CUevent> {
+    let mut events = Vec::new();
+    for e in ends_of(None) {
+        let mut guard = e.lock();
+        let Some(b) = guard.blocks() else { continue };
+        if b.is_empty() || b.free_on(e.stream(), Some(pool), None) == 0 {
+            continue;
+        }
+        if let Ok(ev) = record_settling(e.stream(), e.ctx as ffi::CUcontext) {
+            events.push(ev);
+        }
+    }
+    events
+}
+
+/// Frees the blocks kept on every known stream (of `pool`, of context `ctx`, where given), each
+/// on its stream while its epoch lasts; how many. Not under any lock of this crate.
+pub(crate) fn free_kept_blocks(
+    pool: Option<ffi::CUmemoryPool>,
+    ctx: Option<ffi::CUcontext>,
+) -> usize {
+    ends_of(ctx).iter().map(|e| e.free_blocks(pool, ctx)).sum()
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@ pub(crate) mod host_panics;
 
 pub(crate) mod guarded_streams;
 
+pub(crate) mod block_cache;
+
 pub(crate) mod known_streams;
 
 pub(crate) mod wait_event_cache;

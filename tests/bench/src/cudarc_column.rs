@@ -50,6 +50,10 @@ fn probe(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaStream>, Arc<CudaStream>, Cu
     drop(fork);
     // SAFETY: the slice is never read, and dropped at once.
     drop(unsafe { s1.alloc::<u8>(1 << 20) }.map_err(e("CudaStream::alloc"))?);
+    drop(
+        s1.alloc_zeros::<u32>(1 << 10)
+            .map_err(e("CudaStream::alloc_zeros"))?,
+    );
     s1.synchronize().map_err(e("CudaStream::synchronize"))?;
     s2.synchronize().map_err(e("CudaStream::synchronize"))?;
     Ok((s1, s2, event))

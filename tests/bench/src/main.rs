@@ -56,7 +56,8 @@ fn usage() -> &'static str {
        --pin-cpu N   run the measuring thread on CPU N only (the driver's threads stay free)\n  \
        --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)\n  \
        --only G,...  only these groups of rows (create, hot_path, host_fn, pool_async_scope,\n  \
-                     graphs, memory, launches), without the first-use and bandwidth lines\n  \
+                     graphs, memory, temporaries, launches, nvrtc), without the first-use and\n  \
+                     bandwidth lines\n  \
        --multi-gpu   only the two-GPU rows: NCCL all-reduce and peer copy bandwidth"
 }
 
@@ -260,6 +261,8 @@ mod tests {
         assert!(parse(&["--json"]).unwrap_err().contains("file name"));
         let a = parse(&["--only", "hot_path,memory"]).unwrap().unwrap();
         assert!(a.cfg.runs("memory") && !a.cfg.runs("graphs"));
+        let a = parse(&["--only", "temporaries"]).unwrap().unwrap();
+        assert!(a.cfg.runs("temporaries") && !a.cfg.runs("memory"));
         assert!(parse(&["--only", "mem"]).unwrap_err().contains("one of"));
         assert!(parse(&["--fast"]).unwrap_err().contains("--fast"));
         assert_eq!(parse(&["--reps", "32"]).unwrap().unwrap().cfg.reps, 32);

@@ -31,6 +31,34 @@ pub(crate) fn pin_this_thread(cpu: usize) -> Result<(), String> {
     }
 }
 
+/// Lets the calling thread run on every CPU the process may use again (the kernel keeps the mask
+/// within the process's cpuset): threads inherit their creator's pinning, and the threads of the
+/// `mem_threads_*` rows must not all share the measuring thread's one CPU.
+#[cfg(target_os = "linux")]
+pub(crate) fn unpin_this_thread() -> Result<(), String> {
+    const WORDS: usize = 1024 / 64;
+    unsafe extern "C" {
+        fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
+    }
+    let mask = [u64::MAX; WORDS];
+    // SAFETY: pid 0 is the calling thread; `mask` is a valid `cpu_set_t` of the size given.
+    let rc = unsafe { sched_setaffinity(0, size_of_val(&mask), mask.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "sched_setaffinity(every CPU): {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// Nothing to undo where pinning is not implemented.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn unpin_this_thread() -> Result<(), String> {
+    Ok(())
+}
+
 /// Pins the calling thread to `cpu` (Linux only).
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn pin_this_thread(cpu: usize) -> Result<(), String> {
@@ -59,5 +87,24 @@ mod tests {
         .join()
         .unwrap();
         assert!(pin_this_thread(5000).unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn a_pinned_thread_unpinned_may_run_on_every_cpu_again() {
+        let all = std::thread::available_parallelism().unwrap().get();
+        std::thread::spawn(move || {
+            pin_this_thread(0).unwrap();
+            assert_eq!(std::thread::available_parallelism().unwrap().get(), 1);
+            // A thread it creates inherits the pinning, until it unpins itself.
+            std::thread::spawn(move || {
+                assert_eq!(std::thread::available_parallelism().unwrap().get(), 1);
+                unpin_this_thread().unwrap();
+                assert_eq!(std::thread::available_parallelism().unwrap().get(), all);
+            })
+            .join()
+            .unwrap();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -21,7 +21,17 @@ fn mock() -> (Serialized, &'static MockDriver) {
     let m = MockDriver::global();
     m.set_memory_pools(1, false);
     m.reset();
+    no_kept_blocks();
     (m.checked(guard), m)
+}
+
+/// The tests here follow each free to the driver: device 0's default pool keeps no freed block
+/// for reuse (set before anything allocates; the pool outlives its contexts).
+fn no_kept_blocks() {
+    let ctx = cuda_stream::Context::primary(0).expect("device 0");
+    cuda_stream::MemPool::default_for(&ctx)
+        .expect("device 0 has pools")
+        .set_cache_limit(0);
 }
 
 fn settle(m: &MockDriver) {

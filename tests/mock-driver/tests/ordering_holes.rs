@@ -44,7 +44,12 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     KEEP.get_or_init(|| {
         m.set_memory_pools(0, true);
         m.set_memory_pools(1, false);
-        (Context::primary(0).unwrap(), Context::primary(1).unwrap())
+        let ctxs = (Context::primary(0).unwrap(), Context::primary(1).unwrap());
+        // These tests follow each free to the driver: no block is kept for reuse.
+        cuda_stream::MemPool::default_for(&ctxs.0)
+            .unwrap()
+            .set_cache_limit(0);
+        ctxs
     });
     for c in KEEP.get().into_iter().flat_map(|(a, b)| [a, b]) {
         c.synchronize().unwrap();

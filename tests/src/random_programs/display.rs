@@ -74,8 +74,15 @@ impl fmt::Display for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "program {:#x}: {} thread(s), {} values per buffer",
-            self.seed, self.threads, self.len
+            "program {:#x}: {} thread(s), {} values per buffer, pools keep {} bytes of freed blocks",
+            self.seed,
+            self.threads,
+            self.len,
+            if self.cache_limit == u64::MAX {
+                "any number of".to_string()
+            } else {
+                self.cache_limit.to_string()
+            }
         )?;
         for (i, s) in self.streams.iter().enumerate() {
             writeln!(f, "    s{i}: {:?} stream of context {}", s.kind, s.ctx)?;

@@ -7,6 +7,9 @@ use super::program::*;
 pub use super::rng::Rng;
 use super::{Config, Hole};
 
+/// The pools' cache limits a program may run with: no block kept, one small block, no limit.
+const CACHE_LIMITS: [u64; 3] = [0, 1024, u64::MAX];
+
 /// What the generator knows of a buffer slot.
 #[derive(Debug, Clone, Default)]
 struct BufState {
@@ -658,11 +661,13 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
             to_vec_exclusive: cfg.excluded.contains(&Hole::CompletedOn),
             drops_exclusive: cfg.excluded.contains(&Hole::StreamEndDuringFree),
             captures_alone: cfg.captures_alone,
+            cache_limit: 0,
         },
         stream_alive: vec![true; n_streams],
         bufs: vec![BufState::default(); n_bufs],
         execs: vec![None; 2],
     };
+    g.p.cache_limit = CACHE_LIMITS[g.rng.below(CACHE_LIMITS.len())];
     let mut tries = 0;
     while g.p.ops.len() < n_ops && tries < n_ops * 20 {
         tries += 1;

@@ -316,6 +316,9 @@ pub struct Program {
     /// A capture runs with no other operation at the same time (on a GPU, where a free that
     /// synchronises the context, or a page-locking, on another thread invalidates it).
     pub captures_alone: bool,
+    /// The cache limit of every memory pool for the program (bytes of freed blocks kept for
+    /// reuse on private streams: 0, room for one small block, or no limit).
+    pub cache_limit: u64,
 }
 
 /// An object operations share, for their order.

@@ -164,6 +164,15 @@ fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 
 impl<'e> World<'e> {
     pub fn new(env: &'e Env, prog: &'e Program, h: &'e dyn Harness) -> Result<World<'e>> {
+        // The program's cache limit on every pool (the default pools and the env's own).
+        for c in &env.ctxs {
+            if let Ok(pool) = MemPool::default_for(c) {
+                pool.set_cache_limit(prog.cache_limit);
+            }
+        }
+        for pool in env.mem_pools.iter().flatten() {
+            pool.set_cache_limit(prog.cache_limit);
+        }
         let mut streams = Vec::new();
         for sp in &prog.streams {
             streams.push(RwLock::new(Self::make_stream(env, sp.kind, sp.ctx)?));
@@ -300,11 +309,15 @@ impl<'e> World<'e> {
             raw_destroy(raw);
         }
         // Until every free has been made: those deferred out of host functions, those waiting
-        // for events (plain memory), those of graphs let go on the driver's thread.
+        // for events (plain memory), those of graphs let go on the driver's thread, and the
+        // blocks those frees left on streams that outlive the program (the stream pools').
         for _ in 0..1000 {
             self.h.settle();
             cuda_stream::drain_deferred();
             cuda_stream::poll_pending_frees();
+            for c in &self.env.ctxs {
+                c.release_cached();
+            }
             for c in &self.env.ctxs {
                 note("context synchronize", c.synchronize());
             }

@@ -79,7 +79,11 @@
 //!   for each use. A free whose use is on a private stream that joined a capture begun elsewhere
 //!   cannot be ordered yet: it is queued and made at a later allocation or free, once that capture
 //!   has ended. Memory without pools is freed once events recorded after each use have completed
-//!   (polled at later allocations and frees).
+//!   (polled at later allocations and frees). Where the free would be enqueued on a private
+//!   stream whose epoch lasts (its end locked), the block may be kept in that epoch's cache
+//!   instead (`stream::block_cache`): every use is ordered before the stream's later work, an
+//!   allocation there in the same epoch takes it back as a fresh write on the stream, and the
+//!   epoch's end frees what is left on the stream before it ends or is captured.
 //! - *Completion seen on the host*: `copy_from_host` and `to_vec` synchronise their stream, then
 //!   mark `Done` the uses on it numbered no later than their own: recorded before the
 //!   synchronisation began, never one that another thread recorded meanwhile. `into_raw` waits
@@ -302,6 +306,27 @@ impl Uses {
         // Not shared yet: no lock.
         *inner.state.get_mut().unwrap_or_else(|e| e.into_inner()) = state;
         (Uses(inner), failed.map_or(Ok(()), Err))
+    }
+
+    /// Memory of `ctx` just allocated (or taken from the blocks kept) on `stream`, a private
+    /// stream whose current epoch's end is `end`: a lazy write there, with no driver call.
+    pub(crate) fn written_on_private(
+        ctx: &Context,
+        stream: ffi::CUstream,
+        end: Arc<StreamEnd>,
+    ) -> Uses {
+        let mut state = State::default();
+        let seq = state.next_seq();
+        state.write = Some(Use {
+            stream,
+            end: Some(end),
+            mark: Mark::Lazy,
+            seq,
+        });
+        Uses(Inner {
+            ctx: ctx.clone(),
+            state: Mutex::new(state),
+        })
     }
 
     /// No use yet, for memory of `ctx` that moves between streams from the start: every use is

@@ -6,6 +6,7 @@ use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::Context;
 use crate::ffi;
+use crate::stream::block_cache::Blocks;
 use crate::stream::known_streams::End;
 
 use super::{Inner, Mark, State, Uses, joined_capture};
@@ -16,7 +17,7 @@ impl Inner {
         &self,
         state: &mut State,
         fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
-        free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
+        free: impl FnOnce(ffi::CUstream, &Context, Option<&mut Blocks>) -> Result<()>,
     ) -> Result<()> {
         let State { write, reads, .. } = state;
         let lazy = write
@@ -35,7 +36,7 @@ impl Inner {
         let guard = end.as_ref().map(|e| e.lock());
         let live = guard.as_deref().is_none_or(|st| *st == End::Live);
         let here = |s| end.is_none() || matches!(is_capturing(s), Ok(false));
-        let (stream, guard) = match found {
+        let (stream, mut guard) = match found {
             Some(stream) if live && here(stream) => (stream, guard),
             _ => {
                 // Its lock is taken again by the wait for that use.
@@ -46,7 +47,8 @@ impl Inner {
         for u in write.iter_mut().chain(reads.iter_mut()) {
             self.wait_for(stream, u)?;
         }
-        free(stream, &self.ctx)?;
+        // The stream waits for every use now: a block kept there is ordered after them all.
+        free(stream, &self.ctx, guard.as_mut().and_then(|g| g.blocks()))?;
         drop(guard);
         if let Some(w) = write.take() {
             self.release_use(w);
@@ -87,6 +89,8 @@ impl Uses {
     /// Enqueues `free` (a stream-ordered free of the memory) after every recorded use: on the
     /// stream of a lazy use whose epoch lasts (its end locked meanwhile), which then needs no
     /// event, or else on `fallback()` (the context's service stream), after waits for each use.
+    /// On a private stream `free` is also given the blocks kept there (`block_cache`), where it
+    /// may keep the memory instead: every use is ordered before the stream's later work.
     /// Nothing else refers to a tracker being freed (`&mut`): no lock. The tracker keeps no use
     /// afterwards; on an error nothing is freed, and the uses stay (with an error for which
     /// [`waits_for_a_capture`](super::waits_for_a_capture) holds, the free can be made once the
@@ -94,7 +98,7 @@ impl Uses {
     pub(crate) fn free_after_uses(
         &mut self,
         fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
-        free: impl FnOnce(ffi::CUstream, &Context) -> Result<()>,
+        free: impl FnOnce(ffi::CUstream, &Context, Option<&mut Blocks>) -> Result<()>,
     ) -> Result<()> {
         let Inner { ctx, state } = &mut self.0;
         let slot = state.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -102,9 +106,10 @@ impl Uses {
         // allocated, used and freed on one stream). Freed there, its end locked.
         if let (Some(w), true) = (&slot.write, slot.reads.is_empty()) {
             if w.mark == Mark::Lazy {
-                let guard = w.end.as_ref().map(|e| e.lock());
+                let mut guard = w.end.as_ref().map(|e| e.lock());
                 if guard.as_deref().is_none_or(|st| *st == End::Live) {
-                    if let Err(e) = free(w.stream, ctx) {
+                    let blocks = guard.as_mut().and_then(|g| g.blocks());
+                    if let Err(e) = free(w.stream, ctx, blocks) {
                         // Memory from outside a capture cannot be freed on a capturing stream:
                         // the stream has joined a capture begun elsewhere.
                         if w.end.is_some() && is_capturing(w.stream).unwrap_or(false) {

@@ -1,10 +1,13 @@
-//! Memory on streams: stream-ordered allocation and free, a drop while another stream is busy,
-//! use tracking on one stream and across two, and pinned copies of 64 MiB.
+//! Memory on streams: stream-ordered allocation and free (hitting the block cache of a private
+//! stream, and missing it), a drop while another stream is busy, use tracking on one stream and
+//! across two, and pinned copies of 64 MiB.
 
 use std::hint::black_box;
 use std::ptr;
 
-use cuda_stream::{DeviceBuffer, Error, LaunchConfig, Module, PinnedHostBuffer, kernel_args};
+use cuda_stream::{
+    DeviceBuffer, Error, LaunchConfig, MemPool, Module, PinnedHostBuffer, kernel_args,
+};
 use cuda_stream_sys as sys;
 
 use super::Fixture;
@@ -13,19 +16,21 @@ use crate::kernel::{PTX_HEADERS, SpinKernel};
 use crate::method::case;
 use crate::report::{Rows, Target};
 
-/// The raw driver functions of these rows.
-struct RawMem {
-    alloc_async: sys::pfn::cuMemAllocFromPoolAsync,
-    free_async: sys::pfn::cuMemFreeAsync,
-    memset: sys::pfn::cuMemsetD32Async,
-    is_capturing: sys::pfn::cuStreamIsCapturing,
+/// The raw driver functions of these rows (and of `temporaries`).
+pub(super) struct RawMem {
+    pub(super) alloc_async: sys::pfn::cuMemAllocFromPoolAsync,
+    pub(super) free_async: sys::pfn::cuMemFreeAsync,
+    pub(super) memset: sys::pfn::cuMemsetD32Async,
+    pub(super) is_capturing: sys::pfn::cuStreamIsCapturing,
     htod: sys::pfn::cuMemcpyHtoDAsync,
     dtoh: sys::pfn::cuMemcpyDtoHAsync,
-    pool: sys::CUmemoryPool,
+    /// The device's default pool.
+    pub(super) pool: sys::CUmemoryPool,
 }
 
 impl RawMem {
-    fn load(device: sys::CUdevice) -> Result<RawMem, String> {
+    /// The functions and the default pool of `device`; `Err` (why) where it has no pools.
+    pub(super) fn load(device: sys::CUdevice) -> Result<RawMem, String> {
         let e = |e: sys::LoadError| e.to_string();
         let get_pool = sys::fns::cuDeviceGetDefaultMemPool().map_err(e)?;
         let mut pool = ptr::null_mut();
@@ -48,12 +53,19 @@ impl RawMem {
         })
     }
 
+    /// `cuMemAllocFromPoolAsync` + `cuMemFreeAsync` of `bytes` from the default pool on `s`.
     #[inline(never)]
     fn alloc_free(&self, bytes: usize, s: sys::CUstream) {
+        self.alloc_free_in(self.pool, bytes, s);
+    }
+
+    /// `cuMemAllocFromPoolAsync` + `cuMemFreeAsync` of `bytes` from `pool` on `s`.
+    #[inline(never)]
+    fn alloc_free_in(&self, pool: sys::CUmemoryPool, bytes: usize, s: sys::CUstream) {
         let mut p = 0;
         // SAFETY: a valid out-pointer; the pool and the stream are live, of the current context.
         ok(
-            unsafe { (self.alloc_async)(&mut p, bytes, self.pool, s) },
+            unsafe { (self.alloc_async)(&mut p, bytes, pool, s) },
             "cuMemAllocFromPoolAsync",
         );
         // SAFETY: allocated just above on the same stream, freed once.
@@ -64,7 +76,7 @@ impl RawMem {
     }
 }
 
-const MIB: usize = 1 << 20;
+pub(super) const MIB: usize = 1 << 20;
 
 /// Why the memory rows have no cudarc column.
 const NO_PEER: &str = "cudarc's column is not wired for memory yet";
@@ -114,10 +126,12 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         must(p2.synchronize(), "synchronize");
     };
 
+    // The safe side allocates on a private stream (p1): from the second iteration on, the block
+    // its last drop left there comes back with no driver call.
     rows.add(
         "mem_alloc_free",
-        "stream-ordered alloc + free of 1 MiB (raw: cuMemAllocFromPoolAsync + cuMemFreeAsync)",
-        Target::Ratio(1.10),
+        "alloc + free of 1 MiB hitting the block cache (raw: cuMemAllocFromPoolAsync + cuMemFreeAsync)",
+        Target::Ratio(0.25),
         case(
             cfg.medium,
             || raw.alloc_free(MIB, black_box(r1)),
@@ -128,12 +142,16 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         .run(cfg),
     );
 
-    // The same against the driver calls the safe side makes: it also asks whether the stream
-    // is capturing (an allocation there would be graph memory, refused), which the row above's
-    // raw side does not.
+    // The cache-miss path: a pool of its own whose cache limit is 0, so every drop frees and
+    // every allocation asks the driver, against the same driver calls on the same pool (the
+    // safe side also asks whether the stream is capturing: an allocation there would be graph
+    // memory, refused).
+    let no_cache = MemPool::new(ctx)?;
+    no_cache.set_cache_limit(0);
+    let no_cache_raw = no_cache.raw();
     rows.add(
-        "mem_alloc_free_same_calls",
-        "stream-ordered alloc + free of 1 MiB (raw: the same calls, cuStreamIsCapturing + cuMemAllocFromPoolAsync + cuMemFreeAsync)",
+        "mem_alloc_free_miss",
+        "alloc + free of 1 MiB missing the block cache: a pool whose cache limit is 0 (raw: the same calls on the same pool, cuStreamIsCapturing + cuMemAllocFromPoolAsync + cuMemFreeAsync)",
         Target::Ratio(1.10),
         case(
             cfg.medium,
@@ -144,14 +162,22 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                     unsafe { (raw.is_capturing)(black_box(r1), &mut status) },
                     "cuStreamIsCapturing",
                 );
-                raw.alloc_free(MIB, black_box(r1));
+                raw.alloc_free_in(no_cache_raw, MIB, black_box(r1));
             },
-            || safe_alloc_free(ctx, p1),
+            || {
+                let b = must(
+                    DeviceBuffer::<u8>::alloc_in(&no_cache, p1, black_box(MIB)),
+                    "DeviceBuffer::alloc_in",
+                );
+                drop(black_box(b));
+            },
         )
         .peer(fx.cudarc().map(|c| move || cudarc_alloc_free(c)))
         .settle(settle)
         .run(cfg),
     );
+    settle();
+    drop(no_cache);
 
     // The same while stream 2 runs a 10 ms kernel for the whole batch: the drop must not wait.
     match SpinKernel::load() {

@@ -26,6 +26,7 @@ mod launches;
 mod memory;
 mod nvrtc;
 mod pool_async_scope;
+mod temporaries;
 
 use cuda_stream::{Context, Error, Event, EventOptions, OwnedStream};
 use cuda_stream_sys as sys;
@@ -110,13 +111,14 @@ pub(crate) fn run(cfg: &Config, ctx: &Context) -> Result<(Rows, Result<(), Strin
 type Group = fn(&Fixture<'_>, &mut Rows) -> Result<(), Error>;
 
 /// Every group of rows, in the order they run, by the name `--only` takes.
-pub(crate) const GROUPS: [(&str, Group); 8] = [
+pub(crate) const GROUPS: [(&str, Group); 9] = [
     ("create", create::rows),
     ("hot_path", hot_path::rows),
     ("host_fn", host_fn::rows),
     ("pool_async_scope", pool_async_scope::rows),
     ("graphs", graphs::rows),
     ("memory", memory::rows),
+    ("temporaries", temporaries::rows),
     ("launches", launches::rows),
     ("nvrtc", nvrtc::rows),
 ];
