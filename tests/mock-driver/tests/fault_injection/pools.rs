@@ -14,7 +14,8 @@ use cuda_stream::{
 use crate::harness::fixture::{Op, op, op_frees};
 use crate::harness::settle;
 use crate::harness::swallowed::{
-    SWALLOW_DROP, SWALLOW_FREE_DROP, SWALLOW_PINNED_DROP, SWALLOW_PLAIN_FREE, SWALLOW_POOL_DROP,
+    SWALLOW_CACHE, SWALLOW_DROP, SWALLOW_FREE_DROP, SWALLOW_PINNED_DROP, SWALLOW_PLAIN_FREE,
+    SWALLOW_POOL_DROP,
 };
 
 /// Frees whose uses are polled (`cuEventQuery`) may find them complete at the first query or a
@@ -56,6 +57,41 @@ pub(crate) fn ops() -> Vec<Op> {
                 pool.trim_to(0)?;
                 drop(pool); // `b` keeps it alive: destroyed with its last buffer
                 b.free()
+            },
+        ),
+        op_frees(
+            "MemPool with a cache limit: a block kept and reused on its stream, released; an \
+             allocation out of memory frees the kept blocks and tries once more",
+            SWALLOW_CACHE,
+            |fx| {
+                // A stream of its own: the fixture's handles have left the crate (`raw()`), so
+                // their streams keep no block.
+                let s = fx.ctx.new_stream()?;
+                let pool = MemPool::new(&fx.ctx)?;
+                pool.set_cache_limit(u64::MAX);
+                let a = DeviceBuffer::<u32>::zeroed_in(&pool, &s, 16)?;
+                let kept = a.device_ptr();
+                a.free()?;
+                let b = DeviceBuffer::<u32>::alloc_in(&pool, &s, 16)?;
+                assert_eq!(b.device_ptr(), kept, "the kept block");
+                b.fill(&s, 3)?;
+                b.free()?;
+                // More than the test driver ever allocates: out of memory, then the kept block
+                // is freed and the allocation made once more (out of memory again).
+                match DeviceBuffer::<u8>::alloc_in(&pool, &fx.other, 2 << 30) {
+                    Err(e)
+                        if e.driver_code()
+                            == Some(cuda_stream::ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {}
+                    Err(e) => return Err(e),
+                    Ok(_) => panic!("2 GiB allocated"),
+                }
+                let c = DeviceBuffer::<u32>::zeroed_in(&pool, &s, 16)?;
+                c.free()?;
+                pool.release_cached();
+                let d = DeviceBuffer::<u32>::zeroed_in(&pool, &s, 16)?;
+                d.free()?;
+                drop(s); // its end frees the block kept on it
+                Ok(())
             },
         ),
         op_frees(

@@ -192,6 +192,9 @@ pub(crate) fn run(fx: &Fixture, op: &Op) -> std::thread::Result<Result<()>> {
         if poll_pending_frees() != 0 {
             poll_pending_frees();
         }
+        // A poll may enqueue a free (a kept block that could not be freed on its stream goes on
+        // the context's service stream): the run ends once it has run.
+        settle();
         let _ = fx.ctx.clear_event_cache();
         let _ = fx.ctx1.clear_event_cache();
         r

@@ -110,6 +110,27 @@ pub(crate) const SWALLOW_POOL_DROP: &[&str] = &[
     "cuStreamIsCapturing",
     "cuThreadExchangeStreamCaptureMode",
 ];
+/// Blocks kept for reuse ([`SWALLOW_POOL_DROP`], where a failed free of a kept block makes it an
+/// orphan, freed after the context's completion at the next poll), and the device's memory asked
+/// for the default cache limit (`cuDeviceTotalMem`: without an answer, no limit).
+pub(crate) const SWALLOW_CACHE: &[&str] = &[
+    "cuCtxPopCurrent",
+    "cuStreamDestroy",
+    "cuEventDestroy",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxSynchronize",
+    "cuMemFree",
+    "cuMemFreeAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuStreamWaitEvent",
+    "cuMemPoolDestroy",
+    "cuStreamIsCapturing",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuDeviceTotalMem",
+];
 /// A pool of the caller's and a module ([`SWALLOW_POOL_DROP`], and `cuModuleUnload`, which a
 /// drop cannot report either).
 pub(crate) const SWALLOW_POOL_MODULE_DROP: &[&str] = &[
