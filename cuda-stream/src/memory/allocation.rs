@@ -119,31 +119,27 @@ impl Allocation {
             None => default_pool_raw(ctx.device())?,
         };
         let end = known_streams::end_of(stream);
-        if let Some(ptr) = end.as_ref().and_then(|e| e.take_block(raw_pool, bytes)) {
-            // Every use of the block is ordered before `stream`'s later work; the new buffer's
-            // first use is a write on `stream`, like a fresh allocation's.
-            let uses = Uses::written_on_private(ctx, stream, end.expect("a kept block's end"));
-            return Ok(Allocation {
-                ptr,
-                uses,
-                origin: Origin::Pool(pool.cloned(), bytes),
-            });
-        }
-        let ptr = match alloc_from_pool(ctx, stream, bytes, raw_pool) {
-            Err(e)
-                if e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
-                    && known_streams::free_kept_blocks_before(ctx.raw(), stream) > 0 =>
-            {
-                // The kept blocks are free again, in their streams' order, which `stream` now
-                // follows: once more.
-                alloc_from_pool(ctx, stream, bytes, raw_pool)?
-            }
-            r => r?,
+        // A block kept on `stream`: every use of it is ordered before the stream's later work,
+        // and the new buffer's first use is a write on `stream`, like a fresh allocation's.
+        let kept = end.as_ref().and_then(|e| e.take_block(raw_pool, bytes));
+        let ptr = match kept {
+            Some(ptr) => ptr,
+            None => match alloc_from_pool(ctx, stream, bytes, raw_pool) {
+                Err(e)
+                    if e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+                        && known_streams::free_kept_blocks_before(ctx.raw(), stream) > 0 =>
+                {
+                    // The kept blocks are free again, in their streams' order, which `stream`
+                    // now follows: once more.
+                    alloc_from_pool(ctx, stream, bytes, raw_pool)?
+                }
+                r => r?,
+            },
         };
         // The allocation is the memory's first use: a write on `stream`.
         let (uses, made) = match end {
             Some(end) => (Uses::written_on_private(ctx, stream, end), Ok(())),
-            None => Uses::written_on(ctx, stream),
+            None => Uses::written_on_unknown(ctx, stream),
         };
         let alloc = Allocation {
             ptr,

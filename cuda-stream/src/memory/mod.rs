@@ -12,9 +12,9 @@ pub(crate) mod use_tracking;
 
 pub(crate) mod tracked;
 
-pub(crate) mod pool;
-
 pub(crate) mod alloc_calls;
+
+pub(crate) mod pool;
 
 pub(crate) mod allocation;
 

@@ -28,6 +28,7 @@ use crate::driver::context::Context;
 use crate::driver::device::Device;
 use crate::ffi;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
+use crate::memory::alloc_calls::synchronize_events;
 use crate::stream::block_cache;
 use crate::stream::known_streams;
 
@@ -225,15 +226,8 @@ impl MemPool {
         // not ask for must not break another thread's global-mode capture).
         let events = known_streams::free_kept_blocks_marked(self.0.raw);
         if !events.is_empty() {
-            let waited = (|| {
-                let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
-                let f = driver_fn!(cuEventSynchronize);
-                for &ev in &events {
-                    // SAFETY: the event is ours, live, recorded outside any capture.
-                    check(unsafe { f(ev) }, "cuEventSynchronize")?;
-                }
-                Ok(())
-            })();
+            let waited = exchange_capture_mode(CaptureMode::Relaxed)
+                .and_then(|_relaxed| synchronize_events(&events));
             for ev in events {
                 let _ = crate::driver::recycled_events::destroy_or_defer(ev);
             }

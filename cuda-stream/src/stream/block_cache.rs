@@ -221,20 +221,16 @@ impl Blocks {
     }
 
     /// Frees on `stream` (the epoch's, live and not captured by this crate) every kept block of
-    /// `pool` (`None`: of every pool) and, where `ctx` is given, of that context only. A block
-    /// the driver does not free there becomes an orphan (see the module docs). Returns how many
-    /// were freed on the stream.
+    /// `pool` (`None`: of every pool). A block the driver does not free there becomes an orphan
+    /// (see the module docs). Returns how many were freed on the stream.
     pub(crate) fn free_on(
         &mut self,
         stream: ffi::CUstream,
         pool: Option<ffi::CUmemoryPool>,
-        ctx: Option<ffi::CUcontext>,
     ) -> usize {
         let mut freed = 0;
         self.bins.retain_mut(|bin| {
-            let chosen = pool.is_none_or(|p| p as usize == bin.pool)
-                && ctx.is_none_or(|c| c == bin.ctx.raw());
-            if !chosen {
+            if pool.is_some_and(|p| p as usize != bin.pool) {
                 return true;
             }
             for ptr in bin.ptrs.drain(..) {

@@ -89,6 +89,19 @@ impl DerefMut for EndGuard<'_> {
 }
 
 impl EndGuard<'_> {
+    /// Lets go of the blocks kept on `stream` (this end's) as its epoch ends: freed on it while
+    /// it lives and is not captured, or, inside a host function (no driver call), handed over as
+    /// orphans, freed once the context's work has completed.
+    fn let_go_of_blocks(&mut self, stream: ffi::CUstream) {
+        if let Some(b) = self.blocks() {
+            if in_host_fn() {
+                b.orphan_all();
+            } else if !b.is_empty() {
+                b.free_on(stream, None);
+            }
+        }
+    }
+
     /// The blocks kept on the stream, while the epoch lasts.
     #[inline]
     pub(crate) fn blocks(&mut self) -> Option<&mut Blocks> {
@@ -154,14 +167,19 @@ impl StreamEnd {
         self.lock().blocks()?.take(pool, bytes)
     }
 
-    /// Frees the blocks kept (of `pool`, of context `ctx`, where given) on the stream while the
-    /// epoch lasts; how many.
-    fn free_blocks(&self, pool: Option<ffi::CUmemoryPool>, ctx: Option<ffi::CUcontext>) -> usize {
+    /// Frees the blocks kept (of `pool`, where given) on the stream while the epoch lasts, then,
+    /// if any was freed, calls `then` with the end still locked (the stream live and not
+    /// captured); how many.
+    fn free_blocks(&self, pool: Option<ffi::CUmemoryPool>, then: impl FnOnce(&StreamEnd)) -> usize {
         let mut guard = self.lock();
-        match guard.blocks() {
-            Some(b) if !b.is_empty() => b.free_on(self.stream(), pool, ctx),
+        let freed = match guard.blocks() {
+            Some(b) if !b.is_empty() => b.free_on(self.stream(), pool),
             _ => 0,
+        };
+        if freed > 0 {
+            then(self);
         }
+        freed
     }
 
     /// Marks the end under the lock: records the settling event on the stream where it can;
@@ -171,15 +189,8 @@ impl StreamEnd {
         if *state != End::Live {
             return Ok(());
         }
-        // The kept blocks go first, freed on the stream while it lives and is not captured (a
-        // host function can make no driver call: they wait for the context's completion).
-        if let Some(b) = state.blocks() {
-            if in_host_fn() {
-                b.orphan_all();
-            } else if !b.is_empty() {
-                b.free_on(self.stream(), None, None);
-            }
-        }
+        // The kept blocks go first.
+        state.let_go_of_blocks(self.stream());
         let (next, out) = if in_host_fn() {
             (End::Lost, Ok(()))
         } else {
@@ -283,15 +294,7 @@ pub(crate) fn ending(raw: ffi::CUstream) {
     if Arc::strong_count(&end) == 1 {
         // Nobody refers to the stream, and nobody can find it any more: only its kept blocks
         // are left to free.
-        let mut state = end.lock();
-        if let Some(b) = state.blocks() {
-            if in_host_fn() {
-                b.orphan_all();
-            } else if !b.is_empty() {
-                b.free_on(end.stream(), None, None);
-            }
-        }
-        drop(state);
+        end.lock().let_go_of_blocks(end.stream());
         end.ended.store(true, Ordering::Release);
         return;
     }
@@ -327,7 +330,7 @@ pub(crate) fn settle(raw: ffi::CUstream) -> Result<()> {
         if Arc::strong_count(e) == 1 {
             // No use holds it: nothing to settle, but the kept blocks are freed before the
             // capture takes the stream (allocations in a capture are graph memory).
-            e.free_blocks(None, None);
+            e.free_blocks(None, |_| {});
             return Ok(());
         }
         let fresh = Arc::new(StreamEnd::new(e.raw, e.ctx));
@@ -343,43 +346,14 @@ pub(crate) fn end_of(raw: ffi::CUstream) -> Option<Arc<StreamEnd>> {
     known(raw as usize).as_ref()?.get(&(raw as usize)).cloned()
 }
 
-/// Frees the blocks of context `ctx` kept on its known streams, each on its stream, and makes
-/// `stream` (of `ctx`, not capturing) wait for those frees (an event recorded after them on each
-/// stream), so that an allocation made on `stream` next may reuse the memory whatever the pool's
-/// reuse policy; how many blocks. For an allocation that ran out of memory.
-pub(crate) fn free_kept_blocks_before(ctx: ffi::CUcontext, stream: ffi::CUstream) -> usize {
-    let ends = ends_of(Some(ctx));
-    let mut freed = 0;
-    for e in ends {
-        let mut guard = e.lock();
-        let Some(b) = guard.blocks() else { continue };
-        if b.is_empty() {
-            continue;
-        }
-        let n = b.free_on(e.stream(), None, Some(ctx));
-        freed += n;
-        if n > 0 && e.stream() != stream {
-            // The wait is best effort: the driver's pool follows the frees on its own where its
-            // reuse policy allows (the default).
-            if let Ok(ev) = record_settling(e.stream(), ctx) {
-                let _ = wait_event(stream, ev);
-                let _ = recycled_events::destroy_or_defer(ev);
-            }
-        }
-    }
-    freed
-}
-
-/// `cuStreamWaitEvent(stream, ev)`.
-fn wait_event(stream: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
-    let f = driver_fn!(cuStreamWaitEvent);
-    // SAFETY: both live (`stream` is the caller's; the event was just recorded outside any
-    // capture on a stream whose end is locked and live).
-    check(unsafe { f(stream, ev, 0) }, "cuStreamWaitEvent")
-}
-
-/// The ends of the known streams (of context `ctx`, where given).
-fn ends_of(ctx: Option<ffi::CUcontext>) -> Vec<Arc<StreamEnd>> {
+/// Frees the blocks kept on every known stream (of `pool`, of context `ctx`, where given), each
+/// on its stream while its epoch lasts, calling `then` for each stream that freed one (its end
+/// still locked); how many. Not under any lock of this crate.
+pub(crate) fn free_kept_blocks_with(
+    pool: Option<ffi::CUmemoryPool>,
+    ctx: Option<ffi::CUcontext>,
+    mut then: impl FnMut(&StreamEnd),
+) -> usize {
     let mut ends = Vec::new();
     for shard in &KNOWN {
         let map = shard.lock().unwrap_or_else(|e| e.into_inner());
@@ -391,7 +365,33 @@ fn ends_of(ctx: Option<ffi::CUcontext>) -> Vec<Arc<StreamEnd>> {
             );
         }
     }
-    ends
+    ends.iter().map(|e| e.free_blocks(pool, &mut then)).sum()
+}
+
+/// [`free_kept_blocks_with`] and nothing after.
+pub(crate) fn free_kept_blocks(
+    pool: Option<ffi::CUmemoryPool>,
+    ctx: Option<ffi::CUcontext>,
+) -> usize {
+    free_kept_blocks_with(pool, ctx, |_| {})
+}
+
+/// Frees the blocks of context `ctx` kept on its known streams, each on its stream, and makes
+/// `stream` (of `ctx`, not capturing) wait for those frees (an event recorded after them on each
+/// other stream), so that an allocation made on `stream` next may reuse the memory whatever the
+/// pool's reuse policy; how many blocks. For an allocation that ran out of memory.
+pub(crate) fn free_kept_blocks_before(ctx: ffi::CUcontext, stream: ffi::CUstream) -> usize {
+    free_kept_blocks_with(None, Some(ctx), |e| {
+        if e.stream() == stream {
+            return;
+        }
+        // The wait is best effort: the driver's pool follows the frees on its own where its
+        // reuse policy allows (the default).
+        if let Ok(ev) = record_settling(e.stream(), ctx) {
+            let _ = wait_event(stream, ev);
+            let _ = recycled_events::destroy_or_defer(ev);
+        }
+    })
 }
 
 /// [`free_kept_blocks`] of `pool`, with an event recorded after the frees on each stream that
@@ -399,26 +399,20 @@ fn ends_of(ctx: Option<ffi::CUcontext>) -> Vec<Arc<StreamEnd>> {
 /// memory whose free has run.
 pub(crate) fn free_kept_blocks_marked(pool: ffi::CUmemoryPool) -> Vec<ffi::CUevent> {
     let mut events = Vec::new();
-    for e in ends_of(None) {
-        let mut guard = e.lock();
-        let Some(b) = guard.blocks() else { continue };
-        if b.is_empty() || b.free_on(e.stream(), Some(pool), None) == 0 {
-            continue;
-        }
+    free_kept_blocks_with(Some(pool), None, |e| {
         if let Ok(ev) = record_settling(e.stream(), e.ctx as ffi::CUcontext) {
             events.push(ev);
         }
-    }
+    });
     events
 }
 
-/// Frees the blocks kept on every known stream (of `pool`, of context `ctx`, where given), each
-/// on its stream while its epoch lasts; how many. Not under any lock of this crate.
-pub(crate) fn free_kept_blocks(
-    pool: Option<ffi::CUmemoryPool>,
-    ctx: Option<ffi::CUcontext>,
-) -> usize {
-    ends_of(ctx).iter().map(|e| e.free_blocks(pool, ctx)).sum()
+/// `cuStreamWaitEvent(stream, ev)`.
+fn wait_event(stream: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
+    let f = driver_fn!(cuStreamWaitEvent);
+    // SAFETY: both live (`stream` is the caller's; the event was just recorded outside any
+    // capture on a stream whose end is locked and live).
+    check(unsafe { f(stream, ev, 0) }, "cuStreamWaitEvent")
 }
 
 #[cfg(test)]

@@ -291,16 +291,21 @@ impl Uses {
         })
     }
 
-    /// Memory of `ctx` just written by work enqueued on `stream` (its allocation), with no
-    /// earlier use: the use is recorded without the checks and waits of
+    /// Memory of `ctx` just written by work enqueued on `stream` (its allocation), a stream
+    /// that is not private (the caller found no end for it), with no earlier use: the use is
+    /// recorded without the checks and waits of
     /// [`around`](Uses::around). An error says the use could not be marked (it is recorded as
     /// covered by the context's completion only).
-    pub(crate) fn written_on(ctx: &Context, stream: ffi::CUstream) -> (Uses, Result<()>) {
+    pub(crate) fn written_on_unknown(ctx: &Context, stream: ffi::CUstream) -> (Uses, Result<()>) {
         let mut inner = Inner {
             ctx: ctx.clone(),
             state: Mutex::new(State::default()),
         };
-        let mut state = State::default();
+        // Looked up by the caller: not a stream of the crate's (no second lookup).
+        let mut state = State {
+            unknown: stream as usize,
+            ..State::default()
+        };
         let (u, failed) = inner.use_after(&mut state, stream, None);
         state.write = Some(u);
         // Not shared yet: no lock.
