@@ -25,8 +25,13 @@ use super::pools::{HostMemory, Pools};
 use super::ptx::Entry;
 use super::races::{Acc, Kind, Space};
 
-/// Where fake device addresses start, and the gap after each allocation.
-const FIRST_ADDRESS: u64 = 0x7f00_0000_0000;
+/// Where fake device addresses start, and the gap after each allocation: in the kernel's half of
+/// the x86-64 and AArch64 address space, where no host memory of this process can be. Managed
+/// memory is host memory whose address is its device address; with fake addresses in the user
+/// half (they once started at 0x7f00_0000_0000, where Linux maps large heap blocks) a device
+/// allocation's range could cover a managed block's, and a use of the managed block would find
+/// the device allocation instead (a random program on the test driver failed so).
+const FIRST_ADDRESS: u64 = 0xffff_a000_0000_0000;
 const GAP: u64 = 1 << 20;
 /// The most a single allocation may have: the mock's memory is the test process's.
 pub(crate) const MAX_ALLOCATION: usize = 1 << 30;
@@ -540,6 +545,14 @@ pub(crate) fn release_ctx(dev: &mut DeviceState, ctx: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fake_device_addresses_are_never_host_addresses() {
+        // Above the user half of a 48-bit (or 57-bit) address space.
+        assert!(super::FIRST_ADDRESS >= 1 << 63);
+        let host = vec![0u8; 1 << 20];
+        assert!((host.as_ptr() as u64) < super::FIRST_ADDRESS);
+    }
+
     use super::*;
 
     #[test]
