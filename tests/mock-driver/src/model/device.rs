@@ -548,7 +548,7 @@ mod tests {
     #[test]
     fn fake_device_addresses_are_never_host_addresses() {
         // Above the user half of a 48-bit (or 57-bit) address space.
-        assert!(super::FIRST_ADDRESS >= 1 << 63);
+        const { assert!(super::FIRST_ADDRESS >= 1 << 63) };
         let host = vec![0u8; 1 << 20];
         assert!((host.as_ptr() as u64) < super::FIRST_ADDRESS);
     }
