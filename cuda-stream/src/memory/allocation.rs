@@ -102,7 +102,7 @@ impl Allocation {
         stream: ffi::CUstream,
         bytes: usize,
         pool: Option<&MemPool>,
-    ) -> Result<Allocation> {
+    ) -> Result<Arc<Allocation>> {
         // Frees that host functions queued, and plain frees whose uses are done, are made
         // before more memory is taken.
         deferred_destroy::drain_if_pending();
@@ -112,7 +112,7 @@ impl Allocation {
                 return Err(Error::ContextMismatch { what: "the pool" });
             }
         } else if !pools_supported(ctx) {
-            return Allocation::plain(ctx, bytes);
+            return Allocation::plain(ctx, bytes).map(Arc::new);
         }
         let raw_pool = match pool {
             Some(p) => p.raw(),
@@ -136,31 +136,34 @@ impl Allocation {
                 r => r?,
             },
         };
-        // The allocation is the memory's first use: a write on `stream`.
-        let (uses, made) = match end {
-            Some(end) => (Uses::written_on_private(ctx, stream, end), Ok(())),
-            None => Uses::written_on_unknown(ctx, stream),
-        };
-        let alloc = Allocation {
-            ptr,
-            uses,
-            origin: Origin::Pool(pool.cloned(), bytes),
-        };
-        // Allocated, but the use could not be marked: the drop frees it after the use.
-        made?;
-        Ok(alloc)
+        // The allocation is the memory's first use: a write on `stream`. Built in place in its
+        // `Arc` (the value is large: each move is a copy).
+        let origin = Origin::Pool(pool.cloned(), bytes);
+        match end {
+            Some(end) => Ok(Arc::new(Allocation {
+                ptr,
+                uses: Uses::written_on_private(ctx, stream, end),
+                origin,
+            })),
+            None => {
+                let (uses, made) = Uses::written_on_unknown(ctx, stream);
+                let alloc = Arc::new(Allocation { ptr, uses, origin });
+                // Allocated, but the use could not be marked: the drop frees it after the use.
+                made.map(|()| alloc)
+            }
+        }
     }
 
     /// `bytes` (> 0) bytes in `ctx` with no stream: on the context's service stream where the
     /// device has pools (the first use on another stream waits for it), else `cuMemAlloc`.
-    pub(crate) fn new_unordered(ctx: &Context, bytes: usize) -> Result<Allocation> {
+    pub(crate) fn new_unordered(ctx: &Context, bytes: usize) -> Result<Arc<Allocation>> {
         if pools_supported(ctx) {
             let service = ctx.service_stream()?;
             Allocation::new(ctx, service, bytes, None)
         } else {
             deferred_destroy::drain_if_pending();
             poll_pending_frees();
-            Allocation::plain(ctx, bytes)
+            Allocation::plain(ctx, bytes).map(Arc::new)
         }
     }
 

@@ -196,7 +196,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(DeviceBuffer::empty(ctx));
         }
-        Ok(DeviceBuffer::from_alloc(
+        Ok(DeviceBuffer::from_shared(
             Allocation::new_unordered(ctx, bytes)?,
             len,
         ))
@@ -229,7 +229,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         if bytes == 0 {
             return Ok(DeviceBuffer::empty(ctx));
         }
-        Ok(DeviceBuffer::from_alloc(
+        Ok(DeviceBuffer::from_shared(
             Allocation::new(ctx, raw, bytes, pool)?,
             len,
         ))

@@ -122,7 +122,14 @@ const CASES: &[(&str, &str)] = &[
         "alloc-free-raw",
         "cuStreamIsCapturing + cuMemAllocFromPoolAsync + cuMemFreeAsync of 1 MiB",
     ),
-    ("alloc-free-safe", "DeviceBuffer::alloc_on of 1 MiB + drop"),
+    (
+        "alloc-free-safe",
+        "DeviceBuffer::alloc_on of 1 MiB + drop (a block cache hit)",
+    ),
+    (
+        "alloc-free-miss-safe",
+        "DeviceBuffer::alloc_in of 1 MiB + drop, from a pool whose cache limit is 0",
+    ),
     (
         "copy-raw",
         "cuStreamIsCapturing + cuMemcpyDtoDAsync of one word",

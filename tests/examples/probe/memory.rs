@@ -48,6 +48,16 @@ impl Fixture {
                     drop(black_box(b));
                 }
             }
+            "alloc-free-miss-safe" => {
+                let pool = cuda_stream::MemPool::new(&self.ctx).expect("a pool");
+                pool.set_cache_limit(0);
+                for _ in 0..iters {
+                    let b = DeviceBuffer::<u8>::alloc_in(&pool, &self.private, black_box(1 << 20))
+                        .expect("alloc_in");
+                    drop(black_box(b));
+                }
+                self.private.synchronize().expect("synchronize");
+            }
             "fill-raw" | "fill-safe" => {
                 let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.private, 1).expect("zeroed");
                 let memset = sys::fns::cuMemsetD32Async().expect("cuMemsetD32Async");

@@ -315,6 +315,7 @@ impl Uses {
 
     /// Memory of `ctx` just allocated (or taken from the blocks kept) on `stream`, a private
     /// stream whose current epoch's end is `end`: a lazy write there, with no driver call.
+    #[inline(always)]
     pub(crate) fn written_on_private(
         ctx: &Context,
         stream: ffi::CUstream,

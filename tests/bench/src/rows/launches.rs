@@ -100,7 +100,16 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         .run(cfg),
     );
     // A view's typed launch and fill against the whole buffer's, the same work (64 values):
-    // what taking a view costs on top of the buffer's own path.
+    // what taking a view costs on top of the buffer's own path. Both on a private stream (its
+    // handle never leaves the crate), as a program that uses only the safe API: on s1, whose
+    // handle the raw rows took, every buffer use records an event, and the event's cost and
+    // noise would drown the view's.
+    let private = fx.ctx.new_stream()?;
+    let s1 = &private;
+    let settle = || {
+        fx.settle();
+        must(private.synchronize(), "synchronize");
+    };
     let buffered = f.typed::<(&mut DeviceBuffer<u32>, u32)>()?;
     let mut whole = DeviceBuffer::<u32>::zeroed(fx.ctx, s1, 64)?;
     let mut parent = DeviceBuffer::<u32>::zeroed(fx.ctx, s1, 128)?;
@@ -127,7 +136,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
         )
         .no_peer("the baseline is this crate's own whole-buffer launch")
-        .settle(|| fx.settle())
+        .settle(settle)
         .run(cfg),
     );
     rows.add(
@@ -143,9 +152,10 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             },
         )
         .no_peer("the baseline is this crate's own whole-buffer fill")
-        .settle(|| fx.settle())
+        .settle(settle)
         .run(cfg),
     );
+    let s1 = &fx.s1;
     rows.add(
         "checked_launch",
         "Function::launch checked against the kernel's parameters, 2 arguments (raw: cuLaunchKernel)",
