@@ -86,6 +86,9 @@ cp target/release/examples/host_fn_wake "$out/bin/host_fn_wake"
 # The same question through this crate's `completed()`, step by step (`bin/completion_probe`).
 cargo build --release -p cuda-stream-tests --example completion_probe
 cp target/release/examples/completion_probe "$out/bin/completion_probe"
+# Which stream-ordered calls wait for a host function on the legacy stream (`bin/blocking_calls`).
+cargo build --release -p cuda-stream-tests --example blocking_calls
+cp target/release/examples/blocking_calls "$out/bin/blocking_calls"
 cp tests/perf/gpu-experiments.sh "$out/bin/"
 if [ -d tests/interop ]; then
     cargo build --release -p cuda-stream-interop --features nccl

@@ -3,7 +3,7 @@
 //! returned and read recorded.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use cuda_stream::{DeviceBuffer, ManagedBuffer, Result, Stream};
@@ -502,15 +502,26 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
     let (alive, watched) = std::sync::mpsc::channel::<()>();
     let text = format!("{p}");
     let seed_for_trace = p_seed(&text);
+    // The operations under way (thread, index), and the threads past their last one: what the
+    // watchdog names when it fires (no output meanwhile, which would change the timing).
+    let under_way: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+    let exiting: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let (watch_ops, watch_exits) = (under_way.clone(), exiting.clone());
     let watchdog = std::thread::spawn(move || {
         let watchdog = watchdog();
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watched.recv_timeout(watchdog) {
             // Past the test harness's capture, which an abort would lose.
             use std::io::Write as _;
+            let ops = watch_ops.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let exits = watch_exits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             let _ = writeln!(
                 std::io::stderr(),
-                "random programs: program {} still running after {watchdog:?} (a deadlock?), \
-                 aborting:\n{text}",
+                "random programs: program {} still running after {watchdog:?} (a deadlock?); \
+                 under way (thread, op): {ops:?}; threads synchronising before they exit: \
+                 {exits:?}; aborting:\n{text}",
                 p_seed(&text)
             );
             std::process::abort();
@@ -519,6 +530,7 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
     std::thread::scope(|sc| {
         for t in 0..p.threads {
             let (world, deps, outs, done, cv, hung) = (&world, &deps, &outs, &done, &cv, &hung);
+            let (under_way, exiting) = (&under_way, &exiting);
             let seed_for_trace = &seed_for_trace;
             sc.spawn(move || {
                 for (i, op) in p.ops.iter().enumerate().filter(|(_, op)| op.thread == t) {
@@ -549,6 +561,10 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                             op.kind
                         );
                     }
+                    under_way
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((t, i));
                     let out = catch_unwind(AssertUnwindSafe(|| world.run_op(&op.kind)))
                         .unwrap_or_else(|p| Outcome {
                             ran: true,
@@ -563,6 +579,10 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                             seed_for_trace
                         );
                     }
+                    under_way
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|&u| u != (t, i));
                     *outs[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
                     done.lock().unwrap_or_else(|e| e.into_inner())[i] = true;
                     cv.notify_all();
@@ -577,9 +597,14 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                 // that synchronises its per-thread streams before it exits hangs nothing. Without
                 // a tool the thread leaves its work running, as programs may.
                 if crate::sanitizer().is_some() {
+                    exiting.lock().unwrap_or_else(|e| e.into_inner()).push(t);
                     for c in &world.env.ctxs {
                         let _ = c.per_thread_stream().synchronize();
                     }
+                    exiting
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|&x| x != t);
                 }
             });
         }
