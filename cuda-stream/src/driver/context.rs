@@ -341,11 +341,6 @@ impl Context {
         }
     }
 
-    /// A spare plain event, if the context keeps one (no driver call).
-    pub(crate) fn spare_plain_event(&self) -> Option<ffi::CUevent> {
-        self.take_spare_event(PLAIN_KIND)
-    }
-
     /// Gives back an event from [`plain_event`](Context::plain_event): kept as a spare, or
     /// destroyed (queued inside a host function).
     pub(crate) fn recycle_plain_event(&self, ev: ffi::CUevent) {

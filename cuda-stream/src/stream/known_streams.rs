@@ -185,77 +185,47 @@ impl StreamEnd {
     /// Marks the end under the lock: records the settling event on the stream where it can;
     /// the error of a record that could not be made (the end is then [`End::Lost`]).
     fn finish(&self) -> Result<()> {
-        // The settling event is made before the end is locked: making one may call the driver
-        // (a context binding, `cuEventCreate`), and a host function that ends the epoch
-        // (`into_raw` there) waits for this lock, so under it only the capture check and the
-        // record are made. Inside a host function none is made (nor recorded).
-        // Made only for an epoch that lasts when looked at (an end never lasts again).
-        let lasts = !in_host_fn() && *self.lock() == End::Live;
-        let made = lasts.then(|| create_plain_event(self.ctx as ffi::CUcontext));
-        let mut unused = None;
-        let out = {
-            let mut state = self.lock();
-            if *state != End::Live {
-                // Ended already: nothing to record.
-                unused = made.and_then(Result::ok);
-                Ok(())
-            } else {
-                // The kept blocks go first.
-                state.let_go_of_blocks(self.stream());
-                let (next, out) = match made {
-                    None => (End::Lost, Ok(())),
-                    Some(Err(e)) => (End::Lost, Err(e)),
-                    Some(Ok(ev)) => match record_settling_with(self.raw as ffi::CUstream, ev) {
-                        Ok(()) => (End::Marked(ev), Ok(())),
-                        Err(e) => {
-                            unused = Some(ev);
-                            (End::Lost, Err(e))
-                        }
-                    },
-                };
-                *state = next;
-                self.ended.store(true, Ordering::Release);
-                out
+        let mut state = self.lock();
+        if *state != End::Live {
+            return Ok(());
+        }
+        // The kept blocks go first.
+        state.let_go_of_blocks(self.stream());
+        let (next, out) = if in_host_fn() {
+            (End::Lost, Ok(()))
+        } else {
+            match record_settling(self.raw as ffi::CUstream, self.ctx as ffi::CUcontext) {
+                Ok(ev) => (End::Marked(ev), Ok(())),
+                Err(e) => (End::Lost, Err(e)),
             }
         };
-        destroy_unused(unused);
+        *state = next;
+        self.ended.store(true, Ordering::Release);
         out
     }
 }
 
-/// Destroys a settling event that was made and not recorded (after the end's lock is let go).
-fn destroy_unused(ev: Option<ffi::CUevent>) {
-    if let Some(ev) = ev {
-        let _ = recycled_events::destroy_or_defer(ev);
-    }
-}
-
-/// A new plain event of `ctx` recorded on `stream` (see [`record_settling_with`]).
+/// A new plain event of `ctx` recorded on `stream`, which must not be capturing (the record
+/// would be a node of the capture, and a stream waiting for it would join the capture): a
+/// stream that joined a capture begun elsewhere is refused.
 fn record_settling(stream: ffi::CUstream, ctx: ffi::CUcontext) -> Result<ffi::CUevent> {
-    let ev = create_plain_event(ctx)?;
-    match record_settling_with(stream, ev) {
-        Ok(()) => Ok(ev),
-        Err(e) => {
-            let _ = recycled_events::destroy_or_defer(ev);
-            Err(e)
-        }
-    }
-}
-
-/// Records `ev` (a new plain event of the stream's context) on `stream`, which must not be
-/// capturing (the record would be a node of the capture, and a stream waiting for it would join
-/// the capture): a stream that joined a capture begun elsewhere is refused.
-fn record_settling_with(stream: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
     if is_capturing(stream)? {
         return Err(Error::Refused {
             call: "cuEventRecord",
             reason: "the stream has joined a capture: its earlier work cannot be marked",
         });
     }
+    let ev = create_plain_event(ctx)?;
     let f = driver_fn!(cuEventRecord);
     // SAFETY: the event is new and of the stream's context; the stream is live (it ends after
     // this returns). A record on an explicit stream needs no current context.
-    check(unsafe { f(ev, stream) }, "cuEventRecord")
+    match check(unsafe { f(ev, stream) }, "cuEventRecord") {
+        Ok(()) => Ok(ev),
+        Err(e) => {
+            let _ = recycled_events::destroy_or_defer(ev);
+            Err(e)
+        }
+    }
 }
 
 impl Drop for StreamEnd {

@@ -52,22 +52,6 @@ impl Inner {
         self.ctx.plain_event()
     }
 
-    /// An event to mark the lazy use `u` while its epoch lasts, taken before its end is locked
-    /// (see [`settle_live`](Inner::settle_live)): a spare one, else a new one if the epoch still
-    /// lasts (looked at under the lock, let go before the driver is called); `None` once the
-    /// epoch has ended, which needs none (an end never lasts again).
-    fn event_for(&self, u: &Use) -> Result<Option<ffi::CUevent>> {
-        if let Some(ev) = self.ctx.spare_plain_event() {
-            return Ok(Some(ev));
-        }
-        let lasts = u.end.as_ref().is_none_or(|e| *e.lock() == End::Live);
-        if lasts {
-            self.event().map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
     /// Gives an event back: kept for reuse, or destroyed (queued inside a host function).
     pub(super) fn release(&self, ev: ffi::CUevent) {
         self.ctx.recycle_plain_event(ev);
@@ -187,26 +171,14 @@ impl Inner {
         end
     }
 
-    /// Records `ev` on the stream of the lazy use `u`, whose epoch lasts (its end, if any, is
-    /// locked by the caller): refused if the stream has joined a capture begun elsewhere (the
-    /// record would be a node of that capture). The service stream is never captured. `ev` was
-    /// taken before the end was locked: making an event may call the driver (`cuEventCreate`,
-    /// a context binding), and a host function that ends the stream's epoch (`into_raw` there)
-    /// waits for that lock, so under it only the capture check and the record are made. On an
-    /// error `ev` is given back.
-    fn settle_live(&self, u: &Use, ev: ffi::CUevent) -> Result<ffi::CUevent> {
-        let r = match u.end.is_some().then(|| is_capturing(u.stream)) {
-            Some(Err(e)) => Err(e),
-            Some(Ok(true)) => Err(joined_capture()),
-            Some(Ok(false)) | None => self.record(ev, u.stream),
-        };
-        match r {
-            Ok(()) => Ok(ev),
-            Err(e) => {
-                self.release(ev);
-                Err(e)
-            }
+    /// A new event recorded on the stream of the lazy use `u`, whose epoch lasts (its end, if
+    /// any, is locked by the caller): refused if the stream has joined a capture begun elsewhere
+    /// (the record would be a node of that capture). The service stream is never captured.
+    fn settle_live(&self, u: &Use) -> Result<ffi::CUevent> {
+        if u.end.is_some() && is_capturing(u.stream)? {
+            return Err(joined_capture());
         }
+        self.record_new(u.stream)
     }
 
     /// Marks the use `u`, whose work was just enqueued on its stream, with an event recorded
@@ -230,25 +202,16 @@ impl Inner {
         }
         match u.mark {
             Mark::Lazy => {
-                let ev = self.event_for(u)?;
-                let (ended, unused) = {
+                let ended = {
                     let guard = u.end.as_ref().map(|e| e.lock());
                     match guard.as_deref() {
                         None | Some(End::Live) => {
-                            let ev = match ev {
-                                Some(ev) => ev,
-                                None => self.event()?,
-                            };
-                            u.mark = Mark::Event(self.settle_live(u, ev)?);
-                            (None, None)
+                            u.mark = Mark::Event(self.settle_live(u)?);
+                            None
                         }
-                        Some(&ended) => (Some(ended), ev),
+                        Some(&ended) => Some(ended),
                     }
                 };
-                // The epoch had ended: its settling event marks the use (or nothing does).
-                if let Some(ev) = unused {
-                    self.release(ev);
-                }
                 match (ended, u.mark) {
                     (None, Mark::Event(ev)) => self.wait(waiter, ev),
                     (Some(End::Marked(fev)), _) => self.wait(waiter, fev),
@@ -275,53 +238,21 @@ impl Inner {
     /// epoch lasts, else after the epoch's settling event (on the context's service stream). An
     /// epoch that ended where no event could be recorded leaves the use lost.
     pub(super) fn own_event(&self, u: &mut Use) -> Result<()> {
-        let ev = self.event_for(u)?;
-        let ended = {
-            let guard = u.end.as_ref().map(|e| e.lock());
-            match guard.as_deref() {
-                None | Some(End::Live) => {
-                    let ev = match ev {
-                        Some(ev) => ev,
-                        None => self.event()?,
-                    };
-                    u.mark = Mark::Event(self.settle_live(u, ev)?);
-                    return Ok(());
-                }
-                Some(&ended) => ended,
+        let guard = u.end.as_ref().map(|e| e.lock());
+        let ev = match guard.as_deref() {
+            None | Some(End::Live) => self.settle_live(u)?,
+            Some(&End::Marked(fev)) => {
+                let service = self.ctx.service_stream()?;
+                self.wait(service, fev)?;
+                self.record_new(service)?
             }
-        };
-        // An ended epoch's state is final: no lock is needed to follow it (the end, which owns
-        // its settling event, lives as long as `u` holds it).
-        let fev = match ended {
-            End::Marked(fev) => fev,
-            // (`Live` returned above.)
-            End::Live | End::Lost => {
-                if let Some(ev) = ev {
-                    self.release(ev);
-                }
+            Some(End::Lost) => {
                 u.mark = Mark::Lost;
                 return Ok(());
             }
         };
-        let ev = match ev {
-            Some(ev) => ev,
-            None => self.event()?,
-        };
-        let after = self
-            .ctx
-            .service_stream()
-            .and_then(|service| self.wait(service, fev).map(|()| service))
-            .and_then(|service| self.record(ev, service));
-        match after {
-            Ok(()) => {
-                u.mark = Mark::Event(ev);
-                Ok(())
-            }
-            Err(e) => {
-                self.release(ev);
-                Err(e)
-            }
-        }
+        u.mark = Mark::Event(ev);
+        Ok(())
     }
 
     /// The use of new work on `stream` just enqueued, reusing `old` (the stream's previous use
