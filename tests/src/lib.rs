@@ -25,6 +25,7 @@ pub use cuda_stream_sys as sys;
 
 pub mod bogus;
 mod context;
+mod gate;
 mod gpu;
 mod kernels;
 mod memory;
@@ -37,6 +38,7 @@ pub use context::{
     HasContext, RawBinding, RawContext, bind, bind_raw, current_context, raw_query,
     raw_stream_create, raw_stream_destroy, set_current_context,
 };
+pub use gate::gate;
 pub use gpu::{
     REQUIRE_GPU_VAR, SANITIZER_VAR, alone, alongside_others, check, error_chain, gpu, sanitizer,
 };

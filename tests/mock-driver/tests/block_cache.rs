@@ -7,12 +7,12 @@
 //! streams; an allocation that runs out of memory frees them and tries once more.
 
 use std::sync::Mutex;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::CUresult;
-use cuda_stream::{CaptureMode, Context, DeviceBuffer, MemPool, OwnedStream};
+use cuda_stream::{CaptureMode, Context, DeviceBuffer, MemPool};
+use cuda_stream_tests::gate;
 
 static LOCK: Mutex<()> = Mutex::new(());
 
@@ -35,17 +35,6 @@ fn settle(m: &MockDriver) {
         assert!(Instant::now() < deadline, "work still pending");
         std::thread::sleep(Duration::from_micros(50));
     }
-}
-
-/// Holds `stream`'s later work until the returned sender is dropped.
-fn gate(stream: &OwnedStream) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    stream
-        .launch_host_func(move || {
-            let _ = rx.recv();
-        })
-        .expect("host function");
-    tx
 }
 
 fn cached(ctx: &Context) -> u64 {

@@ -7,10 +7,10 @@
 //! otherwise), and the buffer's free waits for its views' uses.
 
 use std::sync::Mutex;
-use std::sync::mpsc;
 
 use cuda_mock_driver::{MockDriver, Serialized};
-use cuda_stream::{Context, DeviceBuffer, Error, OwnedStream};
+use cuda_stream::{Context, DeviceBuffer, Error};
+use cuda_stream_tests::gate;
 
 static LOCK: Mutex<()> = Mutex::new(());
 
@@ -19,17 +19,6 @@ fn mock() -> (Serialized, &'static MockDriver) {
     let m = MockDriver::global();
     m.reset();
     (m.checked(guard), m)
-}
-
-/// Holds `stream`'s later work until the returned sender is dropped.
-fn gate(stream: &OwnedStream) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    stream
-        .launch_host_func(move || {
-            let _ = rx.recv();
-        })
-        .expect("host function");
-    tx
 }
 
 #[test]

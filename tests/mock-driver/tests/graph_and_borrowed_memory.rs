@@ -6,7 +6,6 @@
 //! buffer copies to a buffer of another context.
 
 use std::sync::Mutex;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cuda_mock_driver::{MockDriver, Serialized};
@@ -14,6 +13,7 @@ use cuda_stream::{
     AsStream, BorrowedBuffer, CaptureMode, Context, DeviceBuffer, Error, GraphBuffer,
     PinnedHostBuffer, Stream,
 };
+use cuda_stream_tests::gate;
 
 static LOCK: Mutex<()> = Mutex::new(());
 
@@ -36,17 +36,6 @@ fn settle(m: &MockDriver) {
         assert!(Instant::now() < deadline, "work still pending");
         std::thread::sleep(Duration::from_micros(50));
     }
-}
-
-/// Holds `stream`'s later work until the returned sender is dropped.
-fn gate(stream: &cuda_stream::OwnedStream) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    stream
-        .launch_host_func(move || {
-            let _ = rx.recv();
-        })
-        .expect("host function");
-    tx
 }
 
 #[test]

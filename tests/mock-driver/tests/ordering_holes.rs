@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use cuda_mock_driver::MockDriver;
 use cuda_stream::ffi::{self, CUresult};
 use cuda_stream::{
-    CaptureMode, Context, DeviceBuffer, Error, GraphBuffer, LaunchConfig, Module, OwnedStream,
-    Stream, kernel_args, poll_pending_frees,
+    CaptureMode, Context, DeviceBuffer, Error, GraphBuffer, LaunchConfig, Module, Stream,
+    kernel_args, poll_pending_frees,
 };
+use cuda_stream_tests::gate;
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 
@@ -57,17 +58,6 @@ fn mock() -> (MutexGuard<'static, ()>, &'static MockDriver) {
     poll_pending_frees();
     m.reset();
     (guard, m)
-}
-
-/// Holds `stream`'s later work back until the returned sender is dropped.
-fn gate(stream: &OwnedStream) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    stream
-        .launch_host_func(move || {
-            let _ = rx.recv();
-        })
-        .expect("host function");
-    tx
 }
 
 /// Waits until the mock's worker has run everything queued.

@@ -104,15 +104,14 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
     // handle never leaves the crate), as a program that uses only the safe API: on s1, whose
     // handle the raw rows took, every buffer use records an event, and the event's cost and
     // noise would drown the view's.
-    let private = fx.ctx.new_stream()?;
-    let s1 = &private;
+    let p1 = &fx.ctx.new_stream()?;
     let settle = || {
         fx.settle();
-        must(private.synchronize(), "synchronize");
+        must(p1.synchronize(), "synchronize");
     };
     let buffered = f.typed::<(&mut DeviceBuffer<u32>, u32)>()?;
-    let mut whole = DeviceBuffer::<u32>::zeroed(fx.ctx, s1, 64)?;
-    let mut parent = DeviceBuffer::<u32>::zeroed(fx.ctx, s1, 128)?;
+    let mut whole = DeviceBuffer::<u32>::zeroed(fx.ctx, p1, 64)?;
+    let mut parent = DeviceBuffer::<u32>::zeroed(fx.ctx, p1, 128)?;
     rows.add(
         "view_typed_launch",
         "TypedKernel::launch on a view of 64 values of a buffer (against the same launch on a whole buffer of 64)",
@@ -122,7 +121,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
             || {
                 // SAFETY: the kernel does nothing.
                 must(
-                    unsafe { buffered.launch(s1, config, (&mut whole, n)) },
+                    unsafe { buffered.launch(p1, config, (&mut whole, n)) },
                     "TypedKernel::launch",
                 )
             },
@@ -130,7 +129,7 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
                 let view = must(parent.slice_mut(..64), "DeviceBuffer::slice_mut");
                 // SAFETY: the kernel does nothing.
                 must(
-                    unsafe { buffered.launch(s1, config, (view, n)) },
+                    unsafe { buffered.launch(p1, config, (view, n)) },
                     "TypedKernel::launch",
                 )
             },
@@ -145,17 +144,16 @@ pub(super) fn rows(fx: &Fixture<'_>, rows: &mut Rows) -> Result<(), Error> {
         Target::Ratio(1.02),
         case(
             cfg.medium,
-            || must(whole.fill(s1, black_box(7)), "DeviceBuffer::fill"),
+            || must(whole.fill(p1, black_box(7)), "DeviceBuffer::fill"),
             || {
                 let mut view = must(parent.slice_mut(..64), "DeviceBuffer::slice_mut");
-                must(view.fill(s1, black_box(7)), "DeviceSliceMut::fill")
+                must(view.fill(p1, black_box(7)), "DeviceSliceMut::fill")
             },
         )
         .no_peer("the baseline is this crate's own whole-buffer fill")
         .settle(settle)
         .run(cfg),
     );
-    let s1 = &fx.s1;
     rows.add(
         "checked_launch",
         "Function::launch checked against the kernel's parameters, 2 arguments (raw: cuLaunchKernel)",

@@ -13,10 +13,11 @@ mod frees;
 mod launches;
 mod modules;
 
-use std::sync::{Mutex, mpsc};
+use std::sync::Mutex;
 
 use cuda_mock_driver::{MockDriver, Serialized};
 use cuda_stream::ffi::CUresult;
+use cuda_stream_tests::gate;
 
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 
@@ -77,17 +78,6 @@ fn no_kept_blocks() {
 /// Runs `f` on a fresh thread (no context current there) and joins it; a panic continues here.
 fn isolated<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     std::thread::scope(|s| s.spawn(f).join()).unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
-/// Holds `stream`'s later work back until the returned sender is dropped (or sends).
-fn gate(stream: &cuda_stream::OwnedStream) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    stream
-        .launch_host_func(move || {
-            let _ = rx.recv();
-        })
-        .expect("host function");
-    tx
 }
 
 /// Waits until the mock's worker has run everything queued: host functions, user-object
