@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use cuda_stream_sys as sys;
 
-unsafe extern "C" fn sleep_500ms(_: *mut std::ffi::c_void) {
+extern "C" fn sleep_500ms(_: *mut std::ffi::c_void) {
     std::thread::sleep(Duration::from_millis(500));
 }
 
