@@ -280,6 +280,32 @@ pub use driver::deferred_destroy::{deferred_failed, deferred_total};
 #[doc(hidden)]
 pub use memory::buffer::{pending_frees, poll_pending_frees};
 
+/// Which of the crate's global locks (and stream ends' locks) are held now, with their address
+/// ranges, and how many threads wait in a context synchronisation for a use nothing marks: for a
+/// test driver's watchdog (feature `test-hooks`; hidden, not part of the API).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub fn lock_report() -> Vec<String> {
+    let mut out = Vec::new();
+    stream::known_streams::report_locks(&mut out);
+    stream::block_cache::report_locks(&mut out);
+    stream::host_fn::report_locks(&mut out);
+    stream::host_panics::report_locks(&mut out);
+    stream::guarded_streams::report_locks(&mut out);
+    driver::deferred_destroy::report_locks(&mut out);
+    driver::context::report_locks(&mut out);
+    memory::allocation::report_locks(&mut out);
+    graph::capture::report_locks(&mut out);
+    graph::capture_view::report_locks(&mut out);
+    graph::replay_uses::report_locks(&mut out);
+    graph::user_objects::report_locks(&mut out);
+    out.push(format!(
+        "threads in cuCtxSynchronize for a use nothing marks: {}",
+        memory::use_tracking::threads_in_ctx_synchronize()
+    ));
+    out
+}
+
 static_assertions::assert_impl_all!(OwnedStream: Send, Sync);
 static_assertions::assert_impl_all!(Stream<'static>: Send, Sync, Copy);
 static_assertions::assert_impl_all!(Event: Send, Sync);

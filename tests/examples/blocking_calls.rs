@@ -1,12 +1,14 @@
-//! `blocking_calls`: which stream-ordered driver calls wait, on the host, for a host function
-//! queued on the legacy default stream? Each case queues a host function that sleeps 500 ms on
-//! the legacy stream, then times one call on a stream (blocking, non-blocking, the legacy one),
-//! from this thread, while the host function runs. A call that waited there, made under a lock
-//! that the host function needs, would deadlock the program: the question behind the random
-//! programs' seed 0x1c0, which hangs under memcheck (see tests/README.md, "Open"). Measured on two
-//! H200 (driver 580), plainly and under memcheck: every call of the first six cases on a created
-//! stream returned in 0.1 ms or less; the event-creation, push/pop and legacy-stream cases came
-//! after that run.
+//! `blocking_calls`: which driver calls wait, on the host, for a host function queued on the
+//! legacy default stream? Each case queues a host function that sleeps 500 ms on the legacy
+//! stream, then times one call on a stream (blocking, non-blocking, the legacy one), from this
+//! thread, while the host function runs: alone, while a second thread synchronises the legacy
+//! stream, and while a second thread copies device memory to pageable host memory on it (a copy
+//! that returns once done, as `to_vec` does). A call that waited there, made under a lock that
+//! the host function needs, would deadlock the program: the question behind the random programs'
+//! seed 0x1c0, which hung under memcheck (see tests/README.md). Measured on H100 and H200 (driver
+//! 580): alone or beside the synchronisation every call returned in 0.1 ms or less, plainly and
+//! under memcheck; beside the pageable copy `cuEventCreate`, `cuEventRecord` and
+//! `cuMemsetD32Async` waited for the host function (about 480 ms), plainly and under memcheck.
 //!
 //! ```sh
 //! gpu-bundle/bin/blocking_calls
@@ -45,7 +47,7 @@ fn main() {
             let mut p = 0;
             ok(sys::cuMemAllocFromPoolAsync(&mut p, 1024, pool, s), "alloc");
             ok(sys::cuStreamSynchronize(s), "sync");
-            let cases: [(&str, &dyn Fn() -> sys::CUresult); 8] = [
+            let cases: [(&str, &dyn Fn() -> sys::CUresult); 7] = [
                 ("cuEventCreate + cuEventDestroy", &|| {
                     let mut e = std::ptr::null_mut();
                     let rc = sys::cuEventCreate(&mut e, 2);
@@ -77,19 +79,55 @@ fn main() {
                     }
                     sys::cuMemFreeAsync(q, s)
                 }),
-                ("cuMemFreeAsync", &|| sys::cuMemFreeAsync(p, s)),
             ];
-            for (name, call) in cases {
+            for (syncer, (name, call)) in [0, 1, 2]
+                .into_iter()
+                .flat_map(|syncer| cases.iter().map(move |c| (syncer, c)))
+            {
                 ok(
                     sys::cuLaunchHostFunc(LEGACY, Some(sleep_500ms), std::ptr::null_mut()),
                     "host fn",
                 );
+                // With `syncer`, a second thread waits for the legacy stream meanwhile: 1,
+                // `cuStreamSynchronize`; 2, a copy to pageable memory on it (which returns once
+                // the copy is done), as a `to_vec` on it does.
+                let (ctx_addr, src) = (ctx as usize, p);
+                let waiter = (syncer > 0).then(|| {
+                    std::thread::spawn(move || {
+                        // SAFETY: the primary context retained above, alive until the end;
+                        // `src` holds 1024 bytes (freed only after the waiter is joined).
+                        ok(
+                            sys::cuCtxPushCurrent(ctx_addr as sys::CUcontext),
+                            "push (waiter)",
+                        );
+                        if syncer == 1 {
+                            ok(
+                                sys::cuStreamSynchronize(LEGACY),
+                                "cuStreamSynchronize (waiter)",
+                            );
+                        } else {
+                            let mut host = vec![0u8; 1024];
+                            ok(
+                                sys::cuMemcpyDtoHAsync(host.as_mut_ptr().cast(), src, 1024, LEGACY),
+                                "cuMemcpyDtoHAsync (waiter)",
+                            );
+                        }
+                    })
+                });
                 std::thread::sleep(Duration::from_millis(20));
                 let t = Instant::now();
                 let rc = call();
                 let took = t.elapsed();
+                if let Some(w) = waiter {
+                    w.join().expect("the waiting thread");
+                }
+                let during = match syncer {
+                    0 => "",
+                    1 => ", another thread synchronizing the legacy stream",
+                    _ => ", another thread copying to pageable memory on the legacy stream",
+                };
                 println!(
-                    "{kind} stream, {name}: {:.1} ms ({}){}",
+                    "{kind} stream{during}, {name}: {:.1} ms ({}){}",
                     took.as_secs_f64() * 1e3,
                     sys::result_name(rc),
                     if took >= Duration::from_millis(300) {

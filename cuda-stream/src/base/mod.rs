@@ -18,3 +18,6 @@ pub(crate) mod host_fn_flag;
 pub(crate) mod error;
 
 pub(crate) mod newest_abi;
+
+#[cfg(feature = "test-hooks")]
+pub(crate) mod lock_probe;

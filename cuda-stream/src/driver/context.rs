@@ -431,6 +431,17 @@ pub(crate) fn bind(ctx: ffi::CUcontext) -> Result<Bound> {
     })
 }
 
+/// [`bind`] for a caller that has just read what is current (`current`): no second read.
+#[cfg(feature = "nccl")]
+#[inline]
+pub(crate) fn bind_found(current: ffi::CUcontext, ctx: ffi::CUcontext) -> Result<Bound> {
+    let pushed = current != ctx && push(ctx)?;
+    Ok(Bound {
+        pushed,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
 /// Makes `ctx` current until the guard drops, without looking at what is current: for a caller
 /// that has just looked.
 #[inline]
@@ -524,4 +535,10 @@ fn run_queued_after_work(queued: usize) -> Result<()> {
     // each item to its function exactly once.
     let job = unsafe { Box::from_raw(queued as *mut AfterWork) };
     job.run()
+}
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "context::LIVE", &LIVE);
 }

@@ -251,6 +251,14 @@ pub fn deferred_failed() -> usize {
     FAILED.load(Ordering::Relaxed)
 }
 
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    use crate::base::lock_probe::probe;
+    probe(out, "deferred_destroy::QUEUE", &QUEUE);
+    probe(out, "deferred_destroy::DRAIN", &DRAIN);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -478,3 +478,9 @@ macro_rules! forward_capture_ops {
 
 forward_capture_ops!(OwnedStream);
 forward_capture_ops!(PooledStream<'_>);
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "capture::OURS", &OURS);
+}

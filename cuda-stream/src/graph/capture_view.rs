@@ -531,3 +531,9 @@ impl<'scope, 'cap> CaptureScope<'scope, 'cap> {
         first
     }
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "capture_view::PARKED", &PARKED);
+}

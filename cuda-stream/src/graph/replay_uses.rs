@@ -64,3 +64,9 @@ pub(crate) fn around_launch(
         None => launch(),
     }
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "replay_uses::BY_GRAPH", &BY_GRAPH);
+}

@@ -254,3 +254,11 @@ pub(crate) fn enqueue_host_node<F: Fn() + Send + Sync + 'static>(
     // destroyed.
     check(rc, "cuLaunchHostFunc")
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    for (i, m) in GRAPH_LOCK.iter().enumerate() {
+        crate::base::lock_probe::probe(out, &format!("user_objects::GRAPH_LOCK[{i}]"), m);
+    }
+}

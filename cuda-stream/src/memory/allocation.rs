@@ -667,3 +667,11 @@ fn free_plain_after_context(ctx: &Context, ptr: ffi::CUdeviceptr) -> Result<()> 
         }
     }
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    use crate::base::lock_probe::probe;
+    probe(out, "allocation::BLOCKED", &BLOCKED);
+    probe(out, "allocation::PENDING", &PENDING);
+}

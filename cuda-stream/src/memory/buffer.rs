@@ -445,6 +445,18 @@ pub fn poll_pending_frees() -> usize {
     crate::memory::allocation::pending_frees()
 }
 
+impl<T: DeviceCopy> DeviceBuffer<T> {
+    /// The address range of the buffer's use tracker's lock and whether it is held now (feature
+    /// `test-hooks`: for a test driver's watchdog; hidden, not part of the API).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn tracker_lock(&self) -> String {
+        let mut out = Vec::new();
+        self.alloc_ref().uses.report_lock(&mut out);
+        out.concat()
+    }
+}
+
 /// Why [`DeviceBuffer::into_raw`] handed nothing over: a graph holds the memory, or waiting for
 /// the buffer's uses failed. The buffer comes back unchanged
 /// ([`into_buffer`](IntoRawError::into_buffer)); the driver's error of the wait is the

@@ -3,7 +3,7 @@
 //! communicator's context around NCCL calls ([`bind_for_nccl`]).
 
 use crate::base::error::{Error, Result, refuse_in_host_fn};
-use crate::driver::context::{Bound, bind, current_context_raw};
+use crate::driver::context::{Bound, bind_found, current_context_raw};
 use crate::ffi;
 use crate::ffi::nccl::{Nccl, ncclResult_t};
 
@@ -61,7 +61,7 @@ pub(crate) fn bind_for_nccl(ctx: ffi::CUcontext) -> Result<NcclBound> {
     let before = current_context_raw()?;
     Ok(NcclBound {
         _keep: KeepCurrent::found(before),
-        _bound: bind(ctx)?,
+        _bound: bind_found(before, ctx)?,
     })
 }
 

@@ -335,3 +335,11 @@ pub(crate) fn free_orphans(complete: impl Fn(&Context) -> Option<Result<()>>) {
         }
     }
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    use crate::base::lock_probe::probe;
+    probe(out, "block_cache::POOLS", &POOLS);
+    probe(out, "block_cache::ORPHANS", &ORPHANS);
+}

@@ -45,3 +45,9 @@ pub(crate) fn remove(raw: ffi::CUstream) {
         COUNT.fetch_sub(1, Ordering::Release);
     }
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "guarded_streams::STREAMS", &STREAMS);
+}

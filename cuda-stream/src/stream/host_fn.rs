@@ -395,3 +395,10 @@ fn add_callback<F: FnOnce(Result<()>) + Send + 'static>(stream: Stream<'_>, f: F
     }
     Ok(())
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "host_fn::RUN_ONCE", &RUN_ONCE);
+    blocks::report_locks(out);
+}

@@ -83,3 +83,9 @@ fn forget_slow(raw: ffi::CUstream) {
     list.retain(|(s, _, _)| *s != raw as usize);
     PENDING.fetch_sub(before - list.len(), Ordering::Release);
 }
+
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "host_panics::PANICS", &PANICS);
+}

@@ -415,6 +415,21 @@ fn wait_event(stream: ffi::CUstream, ev: ffi::CUevent) -> Result<()> {
     check(unsafe { f(stream, ev, 0) }, "cuStreamWaitEvent")
 }
 
+/// Probes of this module's locks (see `base::lock_probe`): the shards, and the end of every
+/// known stream in a shard that is not held.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    use crate::base::lock_probe::probe;
+    for (i, shard) in KNOWN.iter().enumerate() {
+        probe(out, &format!("known_streams::KNOWN[{i}]"), shard);
+        if let Ok(map) = shard.try_lock() {
+            for (raw, end) in map.iter().flatten() {
+                probe(out, &format!("end of stream {raw:#x}"), &end.state);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -193,6 +193,13 @@ impl OwnedStream {
 
     /// Hands the handle over without destroying it. The stream stays valid only while its
     /// context is retained by someone (release the primary context last).
+    ///
+    /// The hand-over (as a drop) first waits for any call of this crate that another thread is
+    /// making on the stream at that moment. Known issue: inside a host function that wait can
+    /// deadlock, when that call (an event record) waits in the driver for a copy to pageable
+    /// host memory that itself waits for this host function (see the crate's tests/README.md,
+    /// "Program 0x1c0"). Hand streams over, or drop them, outside host functions where other
+    /// threads use them.
     pub fn into_raw(self) -> ffi::CUstream {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context clone is dropped here.

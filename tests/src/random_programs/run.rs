@@ -265,7 +265,7 @@ impl World<'_> {
                 let StreamObj::Owned(owned) = old else {
                     panic!("the generator dropped a stream that is not owned in a host function")
                 };
-                let wait = p.drops_exclusive;
+                let wait = p.drops_exclusive || p.host_fn_drops_alone;
                 let handed = self.handed_over.clone();
                 let into_raw = *into_raw;
                 Outcome::of(&self.with_stream(*on, |st| {
@@ -507,7 +507,7 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
     let under_way: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
     let exiting: Arc<Mutex<Vec<usize>>> = Arc::default();
     let (watch_ops, watch_exits) = (under_way.clone(), exiting.clone());
-    let watchdog = std::thread::spawn(move || {
+    let watch = move |world: &World<'_>| {
         let watchdog = watchdog();
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watched.recv_timeout(watchdog) {
             // Past the test harness's capture, which an abort would lose.
@@ -521,18 +521,22 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                 std::io::stderr(),
                 "random programs: program {} still running after {watchdog:?} (a deadlock?); \
                  under way (thread, op): {ops:?}; threads synchronising before they exit: \
-                 {exits:?}; aborting:\n{text}",
-                p_seed(&text)
+                 {exits:?}; the locks and threads:\n{}aborting:\n{text}",
+                p_seed(&text),
+                super::hang_report::hang_report(world)
             );
             std::process::abort();
         }
-    });
+    };
     std::thread::scope(|sc| {
+        let world_ref = &world;
+        sc.spawn(move || watch(world_ref));
+        let mut threads = Vec::new();
         for t in 0..p.threads {
             let (world, deps, outs, done, cv, hung) = (&world, &deps, &outs, &done, &cv, &hung);
             let (under_way, exiting) = (&under_way, &exiting);
             let seed_for_trace = &seed_for_trace;
-            sc.spawn(move || {
+            threads.push(sc.spawn(move || {
                 for (i, op) in p.ops.iter().enumerate().filter(|(_, op)| op.thread == t) {
                     let start = Instant::now();
                     let mut d = done.lock().unwrap_or_else(|e| e.into_inner());
@@ -606,11 +610,13 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                         .unwrap_or_else(|e| e.into_inner())
                         .retain(|&x| x != t);
                 }
-            });
+            }));
         }
+        for t in threads {
+            let _ = t.join();
+        }
+        drop(alive);
     });
-    drop(alive);
-    let _ = watchdog.join();
     if let Some(i) = *hung.lock().unwrap_or_else(|e| e.into_inner()) {
         problems.push(format!(
             "#{i}: waited more than {:?} for the operations before it (a hang)",

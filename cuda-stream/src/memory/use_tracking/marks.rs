@@ -33,10 +33,21 @@ pub(crate) fn synchronize_context_outside_captures(ctx: ffi::CUcontext) -> Optio
         let _bound = bind(ctx)?;
         let _relaxed = exchange_capture_mode(CaptureMode::Relaxed)?;
         let f = driver_fn!(cuCtxSynchronize);
+        #[cfg(feature = "test-hooks")]
+        IN_CTX_SYNCHRONIZE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // SAFETY: the context is current.
-        check(unsafe { f() }, "cuCtxSynchronize")
+        let rc = unsafe { f() };
+        #[cfg(feature = "test-hooks")]
+        IN_CTX_SYNCHRONIZE.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        check(rc, "cuCtxSynchronize")
     })
 }
+
+/// How many threads are in the `cuCtxSynchronize` of [`synchronize_context_outside_captures`]
+/// now (feature `test-hooks`: for a test driver's watchdog).
+#[cfg(feature = "test-hooks")]
+pub(crate) static IN_CTX_SYNCHRONIZE: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {

@@ -145,6 +145,12 @@ use crate::stream::known_streams::StreamEnd;
 
 mod capture;
 mod marks;
+
+/// See `marks::IN_CTX_SYNCHRONIZE`.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn threads_in_ctx_synchronize() -> usize {
+    marks::IN_CTX_SYNCHRONIZE.load(std::sync::atomic::Ordering::SeqCst)
+}
 mod release;
 
 pub(crate) use marks::synchronize_context_outside_captures;
@@ -277,6 +283,12 @@ pub(crate) fn waits_for_a_capture(e: &Error) -> bool {
 }
 
 impl Uses {
+    /// A probe of the tracker's lock (see `base::lock_probe`).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn report_lock(&self, out: &mut Vec<String>) {
+        crate::base::lock_probe::probe(out, "tracker", &self.0.state);
+    }
+
     /// The memory's context.
     #[inline]
     pub(crate) fn ctx(&self) -> &Context {

@@ -232,6 +232,12 @@ pub(crate) unsafe fn take<T>(p: NonNull<T>) -> T {
     }
 }
 
+/// Probes of this module's locks (see `base::lock_probe`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn report_locks(out: &mut Vec<String>) {
+    crate::base::lock_probe::probe(out, "host_fn::blocks::POOL", &POOL);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
