@@ -50,7 +50,6 @@ fn random_programs_on_the_gpu_read_what_the_model_says() {
         cfg.lens = vec![256];
         cfg.delay_ns = 2_000;
         cfg.ops = (10, 30);
-        cfg.host_fn_drops_alone = true;
         seconds = 30;
     }
     let seconds = var("CUDA_STREAM_RANDOM_SECONDS").unwrap_or(seconds);

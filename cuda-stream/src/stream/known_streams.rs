@@ -8,7 +8,8 @@
 //! when its handle leaves the crate (`raw()`: other code may capture it at any moment, unseen).
 //! While the epoch lasts its end says so, and the handle stays valid and out of any capture for
 //! as long as the end's lock is held: the end is marked under that lock before any of those
-//! happens. When an epoch ends while someone still holds its end, one event is recorded on the
+//! happens. (Inside a host function a hand-over does not wait for the lock: see
+//! `end_in_host_fn`.) When an epoch ends while someone still holds its end, one event is recorded on the
 //! stream (the *settling* event): it completes after every piece of work the stream had so far,
 //! so it stands for any lazy mark of that epoch, and being recorded before the capture begins it
 //! is an ordinary event that any stream may wait for. A buffer used on one stream only therefore
@@ -59,8 +60,12 @@ pub(crate) enum End {
 pub(crate) struct StreamEnd {
     raw: usize,
     ctx: usize,
-    /// Set once the stream has ended (read without the lock; written under it).
+    /// Set once the stream has ended (read without the lock; written under it, or by a hand-over
+    /// inside a host function).
     ended: AtomicBool,
+    /// The stream was handed over inside a host function while another thread held the lock:
+    /// the next holder ends the epoch as lost (see [`StreamEnd::lock`]).
+    handed_over: AtomicBool,
     state: Mutex<EndState>,
 }
 
@@ -134,9 +139,14 @@ impl StreamEnd {
     }
 
     /// The end's state, locked: while it says [`End::Live`] the stream cannot end, be captured
-    /// by this crate or leave it.
+    /// by this crate or leave it. A hand-over made inside a host function while another thread
+    /// held the lock is completed here first: the epoch is lost and its kept blocks orphaned.
     pub(crate) fn lock(&self) -> EndGuard<'_> {
-        EndGuard(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.handed_over.load(Ordering::Acquire) {
+            lose_handed_over(&mut guard);
+        }
+        EndGuard(guard)
     }
 
     /// The stream's handle.
@@ -150,6 +160,7 @@ impl StreamEnd {
             raw,
             ctx,
             ended: AtomicBool::new(false),
+            handed_over: AtomicBool::new(false),
             state: Mutex::new(EndState {
                 end: End::Live,
                 blocks: Blocks::default(),
@@ -291,6 +302,10 @@ pub(crate) fn ending(raw: ffi::CUstream) {
     else {
         return;
     };
+    if in_host_fn() {
+        end_in_host_fn(end);
+        return;
+    }
     if Arc::strong_count(&end) == 1 {
         // Nobody refers to the stream, and nobody can find it any more: only its kept blocks
         // are left to free.
@@ -300,6 +315,56 @@ pub(crate) fn ending(raw: ffi::CUstream) {
     }
     // A failed record leaves the end lost: the context's completion covers its work.
     let _ = end.finish();
+}
+
+/// The end of `end`'s epoch inside a host function (a stream handed over there: `into_raw`,
+/// `raw()`; a drop there queues the whole destroy), where no event can be recorded: lost. The
+/// host function never waits for the end's lock. Another thread may hold it while it records an
+/// event on the stream, and that record can wait in the driver for a copy to pageable memory
+/// that itself waits for this host function (measured: `bin/blocking_calls`, tests/README.md).
+/// Then the next thread to take the lock, or the queued item drained on an ordinary thread
+/// (`drain_deferred`), completes the end; until then only the call under way uses the stream.
+fn end_in_host_fn(end: Arc<StreamEnd>) {
+    end.handed_over.store(true, Ordering::Release);
+    end.ended.store(true, Ordering::Release);
+    let busy = match end.state.try_lock() {
+        Ok(mut st) => {
+            lose_handed_over(&mut st);
+            false
+        }
+        Err(std::sync::TryLockError::Poisoned(p)) => {
+            lose_handed_over(&mut p.into_inner());
+            false
+        }
+        Err(std::sync::TryLockError::WouldBlock) => true,
+    };
+    if busy {
+        let held = Arc::into_raw(end) as usize;
+        crate::driver::deferred_destroy::defer([crate::driver::deferred_destroy::Deferred::new(
+            held,
+            lose_queued,
+        )]);
+    }
+}
+
+/// Ends a handed-over epoch under its lock: lost (no event can be recorded on a stream that left
+/// the crate), its kept blocks orphaned (freed once the context's work has completed, never on
+/// the stream).
+fn lose_handed_over(st: &mut EndState) {
+    if st.end == End::Live {
+        st.blocks.orphan_all();
+        st.end = End::Lost;
+    }
+}
+
+/// The queued form of the completion of a hand-over made inside a host function: `held` is an
+/// `Arc<StreamEnd>` from `Arc::into_raw`; taking its lock completes the end.
+fn lose_queued(held: usize) -> Result<()> {
+    // SAFETY: `held` came from `Arc::into_raw` in `end_in_host_fn`, and the queue hands each item
+    // to its function exactly once.
+    let end = unsafe { Arc::from_raw(held as *const StreamEnd) };
+    drop(end.lock());
+    Ok(())
 }
 
 /// `raw`'s handle leaves the crate (`Stream::raw` and the like): other code may capture it from

@@ -194,12 +194,14 @@ impl OwnedStream {
     /// Hands the handle over without destroying it. The stream stays valid only while its
     /// context is retained by someone (release the primary context last).
     ///
-    /// The hand-over (as a drop) first waits for any call of this crate that another thread is
-    /// making on the stream at that moment. Known issue: inside a host function that wait can
-    /// deadlock, when that call (an event record) waits in the driver for a copy to pageable
-    /// host memory that itself waits for this host function (see the crate's tests/README.md,
-    /// "Program 0x1c0"). Hand streams over, or drop them, outside host functions where other
-    /// threads use them.
+    /// The hand-over first waits for any call of this crate that another thread is making on
+    /// the stream at that moment, so that none uses the handle after it left. Inside a host
+    /// function it does not wait: such a call (an event record) can wait in the driver for a
+    /// copy to pageable host memory that itself waits for this host function, a deadlock. There
+    /// the call under way may still use the stream after the host function has returned, until
+    /// [`drain_deferred`](crate::drain_deferred) (or any call that drains, see there) has run
+    /// on an ordinary thread: before destroying or capturing a stream handed over inside a host
+    /// function while other threads used it, call `drain_deferred()`.
     pub fn into_raw(self) -> ffi::CUstream {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; the context clone is dropped here.

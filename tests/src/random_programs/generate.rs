@@ -661,7 +661,6 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
             to_vec_exclusive: cfg.excluded.contains(&Hole::CompletedOn),
             drops_exclusive: cfg.excluded.contains(&Hole::StreamEndDuringFree),
             captures_alone: cfg.captures_alone,
-            host_fn_drops_alone: cfg.host_fn_drops_alone,
             cache_limit: 0,
         },
         stream_alive: vec![true; n_streams],

@@ -120,13 +120,6 @@ pub struct Config {
     /// Captures run with no other operation at the same time (a GPU's driver invalidates a
     /// capture when another thread frees memory with `cuMemFree`, or page-locks memory).
     pub captures_alone: bool,
-    /// A stream's drop or hand-over inside a host function runs with no other operation at the
-    /// same time, and waits for the host function (set under compute-sanitizer). A copy to
-    /// pageable memory that waits for that host function holds back other threads'
-    /// `cuEventRecord` and `cuEventCreate` (`bin/blocking_calls`), and the host function waits
-    /// for the stream's end, which such a call holds: a known deadlock, not fixed yet, which the
-    /// tool's slowness makes likely (see tests/README.md).
-    pub host_fn_drops_alone: bool,
     pub excluded: Vec<Hole>,
 }
 
@@ -144,7 +137,6 @@ impl Config {
             borrow: true,
             delay_ns: 0,
             captures_alone: false,
-            host_fn_drops_alone: false,
             excluded: holes_from_env(),
         }
     }
@@ -161,7 +153,6 @@ impl Config {
             borrow: true,
             delay_ns: 20_000,
             captures_alone: true,
-            host_fn_drops_alone: false,
             excluded: holes_from_env(),
         }
     }

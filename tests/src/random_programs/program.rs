@@ -316,9 +316,6 @@ pub struct Program {
     /// A capture runs with no other operation at the same time (on a GPU, where a free that
     /// synchronises the context, or a page-locking, on another thread invalidates it).
     pub captures_alone: bool,
-    /// A stream's drop in a host function runs alone and waits for the host function (see
-    /// `Config::host_fn_drops_alone`).
-    pub host_fn_drops_alone: bool,
     /// The cache limit of every memory pool for the program (bytes of freed blocks kept for
     /// reuse on private streams: 0, room for one small block, or no limit).
     pub cache_limit: u64,
@@ -463,10 +460,8 @@ impl OpKind {
         {
             v.extend((0..p.buffers.len()).map(|b| (Buffer(b), true)));
         }
-        if p.captures_alone || p.host_fn_drops_alone {
-            let alone = (p.captures_alone && matches!(self, OpKind::Capture { .. }))
-                || (p.host_fn_drops_alone && matches!(self, OpKind::DropStreamInHostFn { .. }));
-            v.push((All, alone));
+        if p.captures_alone {
+            v.push((All, matches!(self, OpKind::Capture { .. })));
         }
         v
     }

@@ -265,7 +265,7 @@ impl World<'_> {
                 let StreamObj::Owned(owned) = old else {
                     panic!("the generator dropped a stream that is not owned in a host function")
                 };
-                let wait = p.drops_exclusive || p.host_fn_drops_alone;
+                let wait = p.drops_exclusive;
                 let handed = self.handed_over.clone();
                 let into_raw = *into_raw;
                 Outcome::of(&self.with_stream(*on, |st| {
