@@ -189,3 +189,50 @@ fn every_kind_of_operation_is_refused_inside_a_host_function() {
     assert_eq!(buf.to_vec(&s).unwrap(), [1, 2, 3]);
     other.synchronize().unwrap();
 }
+
+/// A stream handed over (`into_raw`) inside a host function while another thread records an
+/// event on it under its end's lock: the hand-over does not wait for that lock. On a GPU the
+/// record can wait in the driver for a copy to pageable memory that waits for the host function
+/// (tests/hand_over_in_host_fn.rs), so a hand-over that waited deadlocked; here the mock's pause
+/// holds the record's caller, with the lock, until the host function has handed the stream over.
+/// The next holder of the lock (or the queued item `drain_deferred` runs) ends the epoch as lost.
+#[test]
+fn a_hand_over_inside_a_host_function_does_not_wait_for_a_record_under_the_ends_lock() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let other = ctx.new_stream().unwrap();
+    let runner = ctx.new_stream().unwrap();
+    // Written on `s` with no event after it: a use on `other` records one on `s`, under its lock.
+    let b = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let (tx, rx) = mpsc::channel::<usize>();
+    std::thread::scope(|sc| {
+        m.pause_after("cuEventRecord");
+        let fill = sc.spawn(|| b.fill(&other, 7));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !m.paused() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the record never came"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        runner
+            .launch_host_func(move || {
+                let _ = tx.send(s.into_raw() as usize);
+            })
+            .unwrap();
+        let handed = rx.recv_timeout(std::time::Duration::from_secs(10));
+        m.resume();
+        fill.join().unwrap().unwrap();
+        let raw = handed.expect("the hand-over waited for the lock the record held");
+        assert!(
+            cuda_stream::drain_deferred() >= 1,
+            "the end's completion was queued"
+        );
+        assert_eq!(b.to_vec(&other).unwrap(), vec![7; 64]);
+        // SAFETY: handed over above and no longer used by this crate (drained); destroyed once.
+        let rc = unsafe { cuda_stream_sys::cuStreamDestroy(raw as cuda_stream_sys::CUstream) };
+        assert_eq!(rc, cuda_stream_sys::CUresult::CUDA_SUCCESS);
+    });
+}
