@@ -8,13 +8,13 @@
 //! when its handle leaves the crate (`raw()`: other code may capture it at any moment, unseen).
 //! While the epoch lasts its end says so, and the handle stays valid and out of any capture for
 //! as long as the end's lock is held: the end is marked under that lock before any of those
-//! happens. (Inside a host function a hand-over does not wait for the lock: see
-//! `end_in_host_fn`.) When an epoch ends while someone still holds its end, one event is recorded on the
-//! stream (the *settling* event): it completes after every piece of work the stream had so far,
-//! so it stands for any lazy mark of that epoch, and being recorded before the capture begins it
-//! is an ordinary event that any stream may wait for. A buffer used on one stream only therefore
-//! never pays for an event, and holding on to a stream costs one reference count, with no
-//! registration per value.
+//! happens (inside a host function a hand-over does not wait for the lock: see
+//! `end_in_host_fn`). When an epoch ends while someone still holds its end, one event is
+//! recorded on the stream (the *settling* event): it completes after every piece of work the
+//! stream had so far, so it stands for any lazy mark of that epoch, and being recorded before the
+//! capture begins it is an ordinary event that any stream may wait for. A buffer used on one
+//! stream only therefore never pays for an event, and holding on to a stream costs one reference
+//! count, with no registration per value.
 //!
 //! A stream that is not here (borrowed from another library, the per-thread default stream,
 //! which is another stream on every thread, the legacy stream, a stream whose handle left the
