@@ -395,10 +395,77 @@ mod collectives {
                         sync_all(&streams.iter().collect::<Vec<_>>())
                     },
                 )?;
+                gpu_costs(&mut raw, &mut safe, &raw_streams, &streams, reps)?;
             }
         }
         Ok(())
     }
+}
+
+/// A probe of the GPU's own time per group at 1 MiB, free of the host's: each side's groups are
+/// enqueued while a host function holds every rank's stream (20 ms), so that they then run back
+/// to back; timing events on the first rank's stream, recorded after the host function and after
+/// the last group, bracket them. Equal GPU times put a bandwidth gap on the host's side.
+#[cfg(feature = "nccl")]
+fn gpu_costs(
+    raw: &mut Body<'_>,
+    safe: &mut Body<'_>,
+    raw_streams: &[OwnedStream],
+    streams: &[OwnedStream],
+    reps: usize,
+) -> Result<(), Error> {
+    use cuda_stream::{AsStream, EventOptions};
+    const GROUPS: u32 = 20;
+    const HOLD: std::time::Duration = std::time::Duration::from_millis(20);
+    // GPU seconds per group, and the host's seconds to enqueue them (the measure holds only if
+    // that stays well under the hold).
+    let measure = |f: &mut Body<'_>, on: &[OwnedStream]| -> Result<(f64, f64), Error> {
+        for s in on {
+            s.launch_host_func(|| std::thread::sleep(HOLD))?;
+        }
+        let timing = EventOptions::new().timing(true);
+        let start = on[0].as_stream().record_event_with(timing)?;
+        let t = Instant::now();
+        for _ in 0..GROUPS {
+            f()?;
+        }
+        let enqueue = t.elapsed().as_secs_f64();
+        let end = on[0].as_stream().record_event_with(timing)?;
+        sync_all(&on.iter().collect::<Vec<_>>())?;
+        let gpu = end.elapsed_since(&start)?.as_secs_f64();
+        Ok((gpu / f64::from(GROUPS), enqueue))
+    };
+    measure(raw, raw_streams)?;
+    measure(safe, streams)?;
+    let (mut r, mut sf, mut ratios, mut longest) = (Vec::new(), Vec::new(), Vec::new(), 0f64);
+    for rep in 0..reps {
+        let ((a, ea), (b, eb)) = if rep % 2 == 0 {
+            let a = measure(raw, raw_streams)?;
+            (a, measure(safe, streams)?)
+        } else {
+            let b = measure(safe, streams)?;
+            (measure(raw, raw_streams)?, b)
+        };
+        longest = longest.max(ea).max(eb);
+        r.push(a);
+        sf.push(b);
+        ratios.push(a / b);
+    }
+    println!();
+    println!(
+        "Probe: the GPU's time per all-reduce group of 1 MiB per rank with no host gap ({GROUPS} groups enqueued behind a {HOLD:?} host function on every rank's stream, timed by events on the first rank's; median of {reps}; the longest enqueue took {:.2} ms)",
+        longest * 1e3
+    );
+    println!();
+    println!("| side | GPU us per group | ratio raw / cuda-stream (median) |");
+    println!("| --- | --- | --- |");
+    println!("| raw group | {:.2} | |", median(r) * 1e6);
+    println!(
+        "| cuda-stream Group | {:.2} | {:.3} |",
+        median(sf) * 1e6,
+        median(ratios)
+    );
+    Ok(())
 }
 
 /// A probe of where the safe side's time goes at 1 MiB: the host's time to enqueue one group
