@@ -4,10 +4,13 @@
 
 use std::fmt;
 use std::mem::size_of;
+use std::ops::{Deref, DerefMut};
 use std::ptr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use crate::base::error::{Error, Result, check, driver_fn, lookup};
+use crate::base::error::{Error, Result, check, driver_fn, lookup, refuse_in_host_fn};
+use crate::base::host_fn_flag::in_host_fn;
 use crate::base::plain_data::DeviceCopy;
 use crate::driver::context::{Context, bind};
 use crate::ffi;
@@ -57,6 +60,9 @@ pub struct PinnedHostBuffer<T: DeviceCopy> {
 /// them. (Public only inside a private module: named by the sealed [`PageLocked`] trait.)
 pub struct HostCopies {
     in_flight: Mutex<Vec<InFlight>>,
+    /// How many the list held when last unlocked: what a host function reads when another
+    /// thread holds the list.
+    noted: AtomicUsize,
 }
 
 /// A copy enqueued on the buffer: the event recorded after it (of the copy's stream's context,
@@ -79,7 +85,10 @@ impl<T: DeviceCopy> fmt::Debug for PinnedHostBuffer<T> {
         f.debug_struct("PinnedHostBuffer")
             .field("ptr", &self.ptr)
             .field("len", &self.len)
-            .field("copies_in_flight", &self.copies.lock().len())
+            .field(
+                "copies_in_flight",
+                &self.copies.noted.load(Ordering::Relaxed),
+            )
             .finish()
     }
 }
@@ -149,12 +158,15 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     }
 
     /// How many copies are recorded as in flight (completed ones are forgotten as the buffer
-    /// notices them).
+    /// notices them). Inside a host function, while another thread is waiting on the copies or
+    /// enqueueing one, the count noted when the buffer was last free.
     pub fn copies_in_flight(&self) -> usize {
         self.copies.in_flight()
     }
 
-    /// The values, once every copy that writes them has completed (waits on the host).
+    /// The values, once every copy that writes them has completed (waits on the host). Inside
+    /// a host function, where no wait may be made, [`Error::InHostFunction`] unless no copy is
+    /// recorded (use [`try_as_slice`](PinnedHostBuffer::try_as_slice) there).
     pub fn as_slice(&self) -> Result<&[T]> {
         self.copies.wait_host(|c| c.writes_host)?;
         // SAFETY: `len` initialised values (zeroed at allocation); no copy writes them now, and
@@ -171,7 +183,10 @@ impl<T: DeviceCopy> PinnedHostBuffer<T> {
     }
 
     /// [`as_slice`](PinnedHostBuffer::as_slice) without waiting: [`Error::Busy`] while a copy
-    /// writes the buffer.
+    /// writes the buffer. Inside a host function it never waits for another thread either:
+    /// `Busy` while one is waiting on the copies or enqueueing one (that thread may be waiting
+    /// for this very host function), and a recorded copy counts as in flight there (no driver
+    /// call asks whether it completed).
     pub fn try_as_slice(&self) -> Result<&[T]> {
         self.copies.check_done(|c| c.writes_host)?;
         // SAFETY: as in `as_slice`.
@@ -195,8 +210,33 @@ pub(crate) struct CopyKind {
 impl fmt::Debug for HostCopies {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostCopies")
-            .field("in_flight", &self.lock().len())
+            .field("in_flight", &self.noted.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+/// The list of copies, locked; the count is noted as the lock goes.
+struct Locked<'a> {
+    list: MutexGuard<'a, Vec<InFlight>>,
+    noted: &'a AtomicUsize,
+}
+
+impl Deref for Locked<'_> {
+    type Target = Vec<InFlight>;
+    fn deref(&self) -> &Vec<InFlight> {
+        &self.list
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Vec<InFlight> {
+        &mut self.list
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.noted.store(self.list.len(), Ordering::Relaxed);
     }
 }
 
@@ -204,23 +244,48 @@ impl HostCopies {
     pub(crate) fn new() -> HostCopies {
         HostCopies {
             in_flight: Mutex::new(Vec::new()),
+            noted: AtomicUsize::new(0),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<InFlight>> {
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    /// The list, locked. Inside a host function only if no other thread holds it (`None`):
+    /// a thread that does may be waiting for a copy that runs after this host function
+    /// (`as_slice`), or in a driver call that waits for it (an event record behind a copy to
+    /// pageable memory), and the host function would then wait for itself.
+    fn lock(&self) -> Option<Locked<'_>> {
+        let list = if in_host_fn() {
+            match self.in_flight.try_lock() {
+                Ok(list) => list,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return None,
+            }
+        } else {
+            self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+        };
+        Some(Locked {
+            list,
+            noted: &self.noted,
+        })
     }
 
-    /// How many copies are in flight (completed ones forgotten first).
+    /// How many copies are in flight (completed ones forgotten first). Inside a host function
+    /// while another thread holds the list: the count noted when it was last unlocked.
     pub(crate) fn in_flight(&self) -> usize {
-        let mut list = self.lock();
+        let Some(mut list) = self.lock() else {
+            return self.noted.load(Ordering::Relaxed);
+        };
         forget_completed(&mut list, |_| true);
         list.len()
     }
 
-    /// Waits (`cuEventSynchronize`) for the copies `which` selects, and forgets them.
+    /// Waits (`cuEventSynchronize`) for the copies `which` selects, and forgets them. Inside a
+    /// host function, where no wait may be made, [`Error::InHostFunction`] unless there is
+    /// nothing to wait for.
     pub(crate) fn wait_host(&self, which: impl Fn(&CopyKind) -> bool) -> Result<()> {
-        let mut list = self.lock();
+        let Some(mut list) = self.lock() else {
+            // Another thread holds the list: copies may be in flight.
+            return refuse_in_host_fn("cuEventSynchronize");
+        };
         if list.is_empty() {
             return Ok(());
         }
@@ -233,20 +298,26 @@ impl HostCopies {
         Ok(())
     }
 
-    /// [`Error::Busy`] unless the copies `which` selects have completed (`cuEventQuery`).
+    /// [`Error::Busy`] unless the copies `which` selects have completed (`cuEventQuery`; inside a
+    /// host function, where none is asked, unless none is recorded, and `Busy` while another
+    /// thread holds the list).
     pub(crate) fn check_done(&self, which: impl Fn(&CopyKind) -> bool + Copy) -> Result<()> {
-        let mut list = self.lock();
+        let busy = Error::Busy {
+            what: "a copy in flight on page-locked host memory",
+        };
+        let Some(mut list) = self.lock() else {
+            return Err(busy);
+        };
         forget_completed(&mut list, |c| which(&c.kind()));
         if list.iter().any(|c| which(&c.kind())) {
-            return Err(Error::Busy {
-                what: "a copy in flight on page-locked host memory",
-            });
+            return Err(busy);
         }
         Ok(())
     }
 
     /// Every copy's context and event, taken out (for a free or an end made after them).
     pub(crate) fn take(&mut self) -> Vec<(Context, ffi::CUevent)> {
+        *self.noted.get_mut() = 0;
         let list = std::mem::take(self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner()));
         list.into_iter().map(|c| (c.ctx, c.event)).collect()
     }
@@ -261,7 +332,11 @@ impl HostCopies {
         writes_host: bool,
         op: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        let mut list = self.lock();
+        // Refused inside a host function before the list is touched (see `lock`).
+        refuse_in_host_fn("cuStreamWaitEvent")?;
+        let Some(mut list) = self.lock() else {
+            return refuse_in_host_fn("cuStreamWaitEvent");
+        };
         forget_completed(&mut list, |_| true);
         let wait = driver_fn!(cuStreamWaitEvent);
         for c in list.iter().filter(|c| writes_host || c.writes_host) {

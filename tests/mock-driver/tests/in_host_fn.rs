@@ -236,3 +236,56 @@ fn a_hand_over_inside_a_host_function_does_not_wait_for_a_record_under_the_ends_
         assert_eq!(rc, cuda_stream_sys::CUresult::CUDA_SUCCESS);
     });
 }
+
+/// Page-locked memory read inside a host function while another thread waits for a copy into it
+/// that runs after that host function: the host function never waits for the lock the waiting
+/// thread holds (it would wait for itself). `try_as_slice` says `Busy`, `copies_in_flight` gives
+/// the count last noted, `as_slice` is refused (it would wait).
+#[test]
+fn page_locked_memory_read_inside_a_host_function_never_waits_for_a_waiting_thread() {
+    let (_lock, _m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let d = DeviceBuffer::from_host(&ctx, &s, &[3u32; 16]).unwrap();
+    let mut pinned = cuda_stream::PinnedHostBuffer::<u32>::zeroed(&ctx, 16).unwrap();
+    let (give, take) = mpsc::channel::<Arc<cuda_stream::PinnedHostBuffer<u32>>>();
+    let (tell, told) = mpsc::channel::<(bool, usize, bool)>();
+    // Ahead of the copy on `s`: waits for the buffer, then reads it three ways.
+    s.launch_host_func(move || {
+        let p = take.recv().unwrap();
+        let busy = matches!(p.try_as_slice(), Err(Error::Busy { .. }));
+        let count = p.copies_in_flight();
+        let refused = matches!(p.as_slice(), Err(Error::InHostFunction { .. }));
+        let _ = tell.send((busy, count, refused));
+    })
+    .unwrap();
+    d.copy_to_pinned(&s, &mut pinned).unwrap();
+    let pinned = Arc::new(pinned);
+    std::thread::scope(|sc| {
+        // Waits on the host for the copy, which runs after the host function.
+        let reader = sc.spawn(|| pinned.as_slice().map(|v| v.to_vec()));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        give.send(pinned.clone()).unwrap();
+        let Ok((busy, count, refused)) = told.recv_timeout(std::time::Duration::from_secs(10))
+        else {
+            // The reading thread cannot be joined: it waits for the copy behind the stuck host
+            // function.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "the host function waited for the lock the reading thread held: deadlock"
+            );
+            std::process::abort();
+        };
+        assert!(
+            busy,
+            "try_as_slice inside the host function: Busy while the copy waits"
+        );
+        assert_eq!(count, 1, "the copy in flight, as last noted");
+        assert!(
+            refused,
+            "as_slice inside the host function would wait: refused"
+        );
+        assert_eq!(reader.join().unwrap().unwrap(), vec![3; 16]);
+    });
+}
