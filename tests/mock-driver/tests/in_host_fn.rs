@@ -289,3 +289,48 @@ fn page_locked_memory_read_inside_a_host_function_never_waits_for_a_waiting_thre
         assert_eq!(reader.join().unwrap().unwrap(), vec![3; 16]);
     });
 }
+
+/// `DeviceBuffer::into_raw` inside a host function, of a buffer whose write on a stream is
+/// unmarked, while another thread records an event on that stream under its end's lock (held by
+/// the mock's pause): refused at once (no wait can be made there), never waiting for the lock.
+#[test]
+fn into_raw_of_a_buffer_inside_a_host_function_never_waits_for_a_streams_end() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let other = ctx.new_stream().unwrap();
+    let runner = ctx.new_stream().unwrap();
+    let held = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let handed = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let (tx, rx) = mpsc::channel::<bool>();
+    std::thread::scope(|sc| {
+        m.pause_after("cuEventRecord");
+        let fill = sc.spawn(|| held.fill(&other, 7));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !m.paused() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the record never came"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        runner
+            .launch_host_func(move || {
+                let refused = match handed.into_raw() {
+                    Ok(_) => false,
+                    Err(e) => matches!(e.error(), Some(Error::InHostFunction { .. })),
+                };
+                let _ = tx.send(refused);
+            })
+            .unwrap();
+        let answer = rx.recv_timeout(std::time::Duration::from_secs(10));
+        m.resume();
+        fill.join().unwrap().unwrap();
+        assert!(
+            answer.expect("into_raw inside the host function waited for the stream's end"),
+            "into_raw inside a host function: InHostFunction"
+        );
+    });
+    runner.synchronize().unwrap();
+    assert_eq!(held.to_vec(&other).unwrap(), vec![7; 64]);
+}

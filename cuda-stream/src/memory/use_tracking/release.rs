@@ -2,7 +2,8 @@
 //! host's waits for them (`into_raw`, frees without pools) and the completion a host
 //! synchronisation shows (see the module docs of `use_tracking` for the model).
 
-use crate::base::error::{Error, Result};
+use crate::base::error::{Error, Result, refuse_in_host_fn};
+use crate::base::host_fn_flag::in_host_fn;
 use crate::driver::capture_query::is_capturing;
 use crate::driver::context::Context;
 use crate::ffi;
@@ -186,7 +187,21 @@ impl Uses {
         wait: impl FnOnce(&[ffi::CUevent]) -> Result<()>,
     ) -> Result<()> {
         let Inner { state, .. } = &mut self.0;
-        let mut taken = std::mem::take(state.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let st = state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Inside a host function no wait can be made, and marking a lazy use would take its
+        // stream's end lock, which another thread may hold in a driver call that waits for this
+        // host function (see `known_streams::end_in_host_fn`): refused before anything is
+        // touched, unless every use is known done.
+        if in_host_fn()
+            && st
+                .write
+                .iter()
+                .chain(st.reads.iter())
+                .any(|u| u.mark != Mark::Done)
+        {
+            return refuse_in_host_fn("cuEventSynchronize");
+        }
+        let mut taken = std::mem::take(st);
         let r = self.0.mark_all(&mut taken).and_then(|events| wait(&events));
         if r.is_ok() {
             for u in taken.write.take().into_iter().chain(taken.reads.drain(..)) {
@@ -212,6 +227,7 @@ impl Uses {
             wait(events)
         });
         match r {
+            Err(e @ Error::InHostFunction { .. }) => Err(e),
             Err(e) if !marked && !super::waits_for_a_capture(&e) => {
                 self.0.synchronize_context()?;
                 let state =
