@@ -73,6 +73,15 @@ impl Stream<'_> {
     /// context, or by [`drain_deferred`](crate::drain_deferred). `close()` inside `f` queues the
     /// destroy the same way and returns [`Error::InHostFunction`].
     ///
+    /// Nor does this crate make `f` wait for another thread: a driver call that thread is making
+    /// can itself wait for `f` (an event record waits for a copy to pageable memory that waits
+    /// for a host function, measured on an H100), so the locks such calls are made under are
+    /// never waited for inside `f`. [`OwnedStream::into_raw`](crate::OwnedStream::into_raw)
+    /// there completes its hand-over later (see there), page-locked memory that another thread
+    /// is waiting on answers [`Error::Busy`] (`try_as_slice`) or the count last noted
+    /// (`copies_in_flight`), and `DeviceBuffer::into_raw` of a buffer with uses recorded is
+    /// [`Error::InHostFunction`].
+    ///
     /// ```no_run
     /// # let ctx = cuda_stream::Context::primary(0)?;
     /// use std::sync::Arc;
