@@ -60,8 +60,7 @@ pub(crate) enum End {
 pub(crate) struct StreamEnd {
     raw: usize,
     ctx: usize,
-    /// Set once the stream has ended (read without the lock; written under it, or by a hand-over
-    /// inside a host function).
+    /// Set once the stream has ended (read without the lock; written under it).
     ended: AtomicBool,
     /// The stream was handed over inside a host function while another thread held the lock:
     /// the next holder ends the epoch as lost (see [`StreamEnd::lock`]).
@@ -144,9 +143,21 @@ impl StreamEnd {
     pub(crate) fn lock(&self) -> EndGuard<'_> {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if self.handed_over.load(Ordering::Acquire) {
-            lose_handed_over(&mut guard);
+            self.lose_handed_over(&mut guard);
         }
         EndGuard(guard)
+    }
+
+    /// Ends a handed-over epoch under its lock: lost (no event can be recorded on a stream that
+    /// left the crate), its kept blocks orphaned (freed once the context's work has completed,
+    /// never on the stream), and `ended` set, under the lock like every change of the end (a
+    /// holder that found the epoch lasting relies on `has_ended` staying false meanwhile).
+    fn lose_handed_over(&self, st: &mut EndState) {
+        if st.end == End::Live {
+            st.blocks.orphan_all();
+            st.end = End::Lost;
+        }
+        self.ended.store(true, Ordering::Release);
     }
 
     /// The stream's handle.
@@ -326,14 +337,13 @@ pub(crate) fn ending(raw: ffi::CUstream) {
 /// (`drain_deferred`), completes the end; until then only the call under way uses the stream.
 fn end_in_host_fn(end: Arc<StreamEnd>) {
     end.handed_over.store(true, Ordering::Release);
-    end.ended.store(true, Ordering::Release);
     let busy = match end.state.try_lock() {
         Ok(mut st) => {
-            lose_handed_over(&mut st);
+            end.lose_handed_over(&mut st);
             false
         }
         Err(std::sync::TryLockError::Poisoned(p)) => {
-            lose_handed_over(&mut p.into_inner());
+            end.lose_handed_over(&mut p.into_inner());
             false
         }
         Err(std::sync::TryLockError::WouldBlock) => true,
@@ -344,16 +354,6 @@ fn end_in_host_fn(end: Arc<StreamEnd>) {
             held,
             lose_queued,
         )]);
-    }
-}
-
-/// Ends a handed-over epoch under its lock: lost (no event can be recorded on a stream that left
-/// the crate), its kept blocks orphaned (freed once the context's work has completed, never on
-/// the stream).
-fn lose_handed_over(st: &mut EndState) {
-    if st.end == End::Live {
-        st.blocks.orphan_all();
-        st.end = End::Lost;
     }
 }
 

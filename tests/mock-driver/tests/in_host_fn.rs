@@ -334,3 +334,59 @@ fn into_raw_of_a_buffer_inside_a_host_function_never_waits_for_a_streams_end() {
     runner.synchronize().unwrap();
     assert_eq!(held.to_vec(&other).unwrap(), vec![7; 64]);
 }
+
+/// A stream handed over inside a host function while another thread frees a buffer used on it,
+/// holding the stream's end lock (found lasting) between its capture check and its waits: the
+/// hand-over must not mark the epoch ended under that holder, which then takes the uses on the
+/// stream for uses elsewhere and locks the end again (a deadlock on its own lock). The mock's
+/// pause holds the free right after its `cuStreamIsCapturing`, with the lock.
+#[test]
+fn a_hand_over_inside_a_host_function_leaves_a_lock_holders_view_of_the_end_alone() {
+    let (_lock, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let runner = ctx.new_stream().unwrap();
+    // A write and a read on `s`, neither marked: the free takes its slow path on `s`.
+    let b = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let d = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    d.copy_from(&s, &b).unwrap();
+    let (tx, rx) = mpsc::channel::<usize>();
+    let (freed_tx, freed_rx) = mpsc::channel::<cuda_stream::Result<()>>();
+    m.pause_after("cuStreamIsCapturing");
+    let freeing = std::thread::spawn(move || {
+        let _ = freed_tx.send(b.free());
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !m.paused() {
+        assert!(std::time::Instant::now() < deadline, "the free never asked");
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    runner
+        .launch_host_func(move || {
+            let _ = tx.send(s.into_raw() as usize);
+        })
+        .unwrap();
+    let raw = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the hand-over waited for the free's lock");
+    m.resume();
+    let Ok(freed) = freed_rx.recv_timeout(std::time::Duration::from_secs(10)) else {
+        // The freeing thread cannot be joined: it waits for a lock it holds.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "the free locked the stream's end again after the hand-over marked it ended: deadlock"
+        );
+        std::process::abort();
+    };
+    freed.unwrap();
+    freeing.join().unwrap();
+    assert!(
+        cuda_stream::drain_deferred() >= 1,
+        "the end's completion was queued"
+    );
+    assert_eq!(d.to_vec(&runner).unwrap(), vec![0; 64]);
+    // SAFETY: handed over above and no longer used by this crate (drained); destroyed once.
+    let rc = unsafe { cuda_stream_sys::cuStreamDestroy(raw as cuda_stream_sys::CUstream) };
+    assert_eq!(rc, cuda_stream_sys::CUresult::CUDA_SUCCESS);
+}

@@ -612,10 +612,12 @@ pub fn run(p: &Program, env: &Env, h: &dyn Harness) -> (Vec<Outcome>, Vec<String
                 }
             }));
         }
-        for t in threads {
-            let _ = t.join();
-        }
+        // A thread's panic goes on once the watchdog is told the program ended.
+        let panics: Vec<_> = threads.into_iter().filter_map(|t| t.join().err()).collect();
         drop(alive);
+        if let Some(p) = panics.into_iter().next() {
+            std::panic::resume_unwind(p);
+        }
     });
     if let Some(i) = *hung.lock().unwrap_or_else(|e| e.into_inner()) {
         problems.push(format!(
