@@ -13,6 +13,7 @@
 //! - [`RawContext`]: a second, non-primary context (`cuCtxCreate`), destroyed on drop.
 //! - [`RawBinding`]: makes a raw context current for a scope, restoring what was current.
 //! - [`Window`]: decides whether a "still pending" observation is meaningful.
+//! - [`run_as_child`]: a test's case in a child process, killed after a deadline.
 //! - [`bogus`]: bogus values fed to the safe API, each case in a child process (shared with the
 //!   test driver's suite).
 //! - [`random_programs`]: seeded random programs over the safe API with a reference model (shared
@@ -24,6 +25,7 @@ pub use cuda_stream;
 pub use cuda_stream_sys as sys;
 
 pub mod bogus;
+mod child;
 mod context;
 mod gate;
 mod gpu;
@@ -34,6 +36,7 @@ pub mod random_programs;
 mod saxpy;
 mod window;
 
+pub use child::run_as_child;
 pub use context::{
     HasContext, RawBinding, RawContext, bind, bind_raw, current_context, raw_query,
     raw_stream_create, raw_stream_destroy, set_current_context,

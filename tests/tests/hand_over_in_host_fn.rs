@@ -9,13 +9,12 @@
 //! parent kills after [`DEADLINE`]: a regression fails as a hang of the child instead of stalling
 //! the suite.
 
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cuda_stream::DeviceBuffer;
 use cuda_stream_sys as sys;
-use cuda_stream_tests::gpu;
+use cuda_stream_tests::{gpu, run_as_child};
 
 /// How long the child may take; it needs about half a second.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -80,34 +79,9 @@ fn a_stream_handed_over_in_a_host_function_does_not_wait_for_a_record_that_waits
     }
     let name =
         "a_stream_handed_over_in_a_host_function_does_not_wait_for_a_record_that_waits_for_it";
-    let mut c = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_VAR, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the test binary runs again");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = c.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = c.kill();
-            let _ = c.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = c.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!(
-        "--- child:\n{stdout}{}---",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status = status.unwrap_or_else(|| {
+    let Some((status, stdout)) = run_as_child(name, CHILD_VAR, DEADLINE) else {
         panic!("the child hung for {DEADLINE:?} (the hand-over waited for the record: a deadlock)")
-    });
+    };
     assert!(status.success(), "the child failed: {status}");
     assert!(stdout.contains(PASSED), "the child ran no case");
 }

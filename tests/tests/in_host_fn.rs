@@ -10,14 +10,13 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use cuda_stream::{DeviceBuffer, Error, Result};
-use cuda_stream_tests::gpu;
+use cuda_stream_tests::{gpu, run_as_child};
 
 /// How long the child may take; it needs well under a second.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -116,34 +115,9 @@ fn cuda_calls_inside_a_host_function_return_an_error_instead_of_deadlocking() {
         return;
     }
     let name = "cuda_calls_inside_a_host_function_return_an_error_instead_of_deadlocking";
-    let mut c = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_VAR, "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the test binary runs again");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = c.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = c.kill();
-            let _ = c.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = c.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!(
-        "--- child:\n{stdout}{}---",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status = status.unwrap_or_else(|| {
+    let Some((status, stdout)) = run_as_child(name, CHILD_VAR, DEADLINE) else {
         panic!("the child hung for {DEADLINE:?} (a CUDA call inside a host function deadlocked)")
-    });
+    };
     assert!(status.success(), "the child failed: {status}");
     assert!(stdout.contains(PASSED), "the child ran no case");
 }

@@ -332,8 +332,8 @@ impl HostCopies {
         writes_host: bool,
         op: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        // Refused inside a host function before the list is touched (see `lock`).
-        refuse_in_host_fn("cuStreamWaitEvent")?;
+        // Inside a host function the list is only tried (see `lock`); the lookup of the wait
+        // below refuses the copy there either way.
         let Some(mut list) = self.lock() else {
             return refuse_in_host_fn("cuStreamWaitEvent");
         };
