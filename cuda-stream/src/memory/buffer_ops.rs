@@ -149,6 +149,7 @@ fn around_replay(
             uses: &a.uses,
             access: Access::Write,
             stream: proxy_of(a.ctx().raw()),
+            waiter: None,
         })
         .collect();
     around_streams(&mut list, |enqueued| {

@@ -16,6 +16,9 @@ pub(crate) struct TrackedUse<'a> {
     pub(crate) uses: &'a Uses,
     pub(crate) access: Access,
     pub(crate) stream: ffi::CUstream,
+    /// The stream the work is enqueued on when it is not `stream` (a stream of another context
+    /// that waits for the conflicting uses itself: see [`Uses::around_from`]), else `None`.
+    pub(crate) waiter: Option<ffi::CUstream>,
 }
 
 /// Runs `op` inside [`Uses::around`] of every entry of `list`, locked in the trackers' global
@@ -58,7 +61,11 @@ pub(crate) fn around_streams(
         &mut enqueued,
     );
     if out.is_err() && enqueued {
-        let mut streams: Vec<ffi::CUstream> = list.iter().map(|u| u.stream).collect();
+        let mut streams: Vec<ffi::CUstream> = list
+            .iter()
+            .flat_map(|u| std::iter::once(u.stream).chain(u.waiter))
+            .collect();
+        streams.sort_unstable();
         streams.dedup();
         for s in streams {
             let _ = synchronize(s);
@@ -74,9 +81,14 @@ fn nest(
 ) -> Result<()> {
     match list.split_first() {
         None => op(enqueued),
-        Some((u, rest)) => u
-            .uses
-            .around(u.stream, u.access, || nest(rest, op, enqueued)),
+        Some((u, rest)) => match u.waiter {
+            Some(waiter) => u
+                .uses
+                .around_from(waiter, u.stream, u.access, || nest(rest, op, enqueued)),
+            None => u
+                .uses
+                .around(u.stream, u.access, || nest(rest, op, enqueued)),
+        },
     }
 }
 

@@ -229,6 +229,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                         uses: &a.uses,
                         access,
                         stream: p.stream,
+                        waiter: None,
                     }),
                 }
             }
@@ -245,6 +246,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                     uses: &a.uses,
                     access,
                     stream: p.stream,
+                    waiter: None,
                 });
             }
         }

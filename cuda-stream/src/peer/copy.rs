@@ -22,9 +22,11 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// Uses are tracked on both devices: the copy waits for the last write of `src` and every
     /// earlier use of this buffer, wherever they were enqueued, and later uses wait for the copy
     /// (a read on device 1 of a buffer written there by a copy from device 0 waits for it). The
-    /// buffer of the other context records its use on that context's service stream, which is
-    /// ordered after the copy by an event each way: later work there (the context's unordered
-    /// allocations and some frees) also waits for the copy.
+    /// buffer of the other context records its use on that context's service stream, which
+    /// waits for the copy (an event): later work there (the context's unordered allocations and
+    /// some frees) also waits for the copy. On a created stream the copy waits for the other
+    /// buffer's earlier uses itself, through their events, never for the service stream: copies
+    /// repeated on one stream cost no round trip between the devices.
     ///
     /// Where the two devices can be peers ([`Device::can_access_peer`](crate::Device::can_access_peer)),
     /// the first copy between a pool and a device grants that device read-write access to the

@@ -4,6 +4,8 @@
 //! cuda-stream's own work per group (the fake's and the mock's costs are nothing like NCCL's and
 //! libcuda's, but the two sides make the same calls of theirs but for the safe side's checks).
 //!
+//! `raw-calls ITERS` and `safe-calls ITERS` print the driver's and NCCL's calls per group.
+//!
 //! ```sh
 //! cargo build --release -p cuda-mock-nccl --example group_probe -p cuda-mock-driver
 //! valgrind --tool=callgrind --toggle-collect=group_probe::measured_loop \
@@ -17,6 +19,26 @@ use cuda_mock_nccl::{MockNccl, mock_nccl_path};
 use cuda_stream::ffi::nccl::{Nccl, ncclDataType_t, ncclRedOp_t};
 use cuda_stream::nccl::{Communicator, Group, ReduceOp};
 use cuda_stream::{Context, DeviceBuffer, OwnedStream};
+
+/// The calls `raw-calls` and `safe-calls` count.
+const CALLS: &[&str] = &[
+    "cuCtxGetCurrent",
+    "cuCtxPushCurrent_v2",
+    "cuCtxPopCurrent_v2",
+    "cuCtxSetCurrent",
+    "cuStreamIsCapturing",
+    "cuStreamGetCaptureInfo_v3",
+    "cuEventRecord",
+    "cuEventRecordWithFlags",
+    "cuStreamWaitEvent",
+    "cuEventQuery",
+    "cuEventCreate",
+    "cuStreamQuery",
+    "ncclCommGetAsyncError",
+    "ncclGroupStart",
+    "ncclGroupEnd",
+    "ncclAllReduce",
+];
 
 #[inline(never)]
 fn measured_loop(n: usize, f: &mut dyn FnMut()) {
@@ -80,9 +102,24 @@ fn main() {
         }
         g.run().unwrap();
     };
-    let f: &mut dyn FnMut() = if case == "raw" { &mut raw } else { &mut safe };
+    let f: &mut dyn FnMut() = if case.starts_with("raw") {
+        &mut raw
+    } else {
+        &mut safe
+    };
     f();
+    m.reset();
+    fake.reset();
     measured_loop(iters, f);
+    if case.ends_with("-calls") {
+        // The driver's and NCCL's calls per group, of those either side makes.
+        for name in CALLS {
+            let n = m.calls(name) + fake.calls(name);
+            if n > 0 {
+                println!("{name}: {:.2} per group", n as f64 / iters as f64);
+            }
+        }
+    }
     for s in streams.iter().chain(&raw_streams) {
         s.synchronize().unwrap();
     }

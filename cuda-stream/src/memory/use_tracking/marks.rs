@@ -95,7 +95,8 @@ impl Inner {
         let _bound = bind_if_special(waiter, self.raw_ctx())?;
         let f = driver_fn!(cuStreamWaitEvent);
         // SAFETY: both are live; the waiter's context is the buffer's (checked by the caller),
-        // and a wait on an event of the same context is always legal.
+        // or, for work across contexts (`Uses::around_from`), a created stream of another
+        // context, which may wait for an event of any context.
         check(unsafe { f(waiter, ev, 0) }, "cuStreamWaitEvent")
     }
 

@@ -73,7 +73,10 @@
 //! - *Work on several streams at once* (a peer copy, whose remote buffer is recorded on its
 //!   context's service stream; a graph replay holding buffers of other contexts, likewise; an
 //!   NCCL group): each tracker waits and records on its own stream, the trackers locked in one
-//!   global order, and the streams joined around the work by events both ways.
+//!   global order, and the streams joined around the work by events both ways. A peer copy or
+//!   kernel on a created stream is joined one way only: that stream waits for the remote
+//!   buffer's conflicting uses itself ([`Uses::around_from`]), and the service stream waits for
+//!   the work before the remote use is recorded there (no round trip between the devices).
 //! - *The free*, in stream order after every use: on the stream of a lazy use whose epoch lasts
 //!   (its end locked during `cuMemFreeAsync`), else on the context's service stream after waits
 //!   for each use. A free whose use is on a private stream that joined a capture begun elsewhere
@@ -372,7 +375,31 @@ impl Uses {
         access: Access,
         op: impl FnOnce() -> Result<R>,
     ) -> Result<R> {
-        self.around_tracked(stream, access, || {
+        self.around_tracked(stream, stream, access, || {
+            op().map_err(|err| Failed {
+                err,
+                enqueued: false,
+            })
+        })
+        .map_err(|f| f.err)
+    }
+
+    /// [`around`](Uses::around) for work enqueued on `waiter`, a stream of **another** context,
+    /// whose use is recorded on `stream` (of the buffer's context), which `op` makes wait for
+    /// the work after enqueueing it (see `memory::across`): the earlier uses the work conflicts
+    /// with are waited for by `waiter` itself, through their events (a stream may wait for an
+    /// event of another context), so that `waiter` never waits for `stream`, whose position
+    /// after `op` follows the work. An earlier read recorded on `stream` that the new read
+    /// replaces needs no wait: the new record, made on `stream` after `op`, comes after it in
+    /// `stream`'s order.
+    pub(crate) fn around_from(
+        &self,
+        waiter: ffi::CUstream,
+        stream: ffi::CUstream,
+        access: Access,
+        op: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        self.around_tracked(waiter, stream, access, || {
             op().map_err(|err| Failed {
                 err,
                 enqueued: false,
@@ -384,8 +411,12 @@ impl Uses {
     /// [`around`](Uses::around) for work that may fail after it was enqueued (an inner
     /// tracker's marking, when several allocations are used at once): such work is recorded
     /// like work that succeeded, so the free still waits for it.
+    ///
+    /// The work is enqueued on `waiter`, which waits for the conflicting uses; it is recorded
+    /// on `stream`: the same stream but for [`around_from`](Uses::around_from).
     fn around_tracked<R>(
         &self,
+        waiter: ffi::CUstream,
         stream: ffi::CUstream,
         access: Access,
         op: impl FnOnce() -> Result<R, Failed>,
@@ -402,7 +433,11 @@ impl Uses {
         // the work runs, under the lock, and the use it repeats takes a new number (a host
         // completion seen before it must not cover it).
         let lazy_here = |u: &Use| u.mark == Mark::Lazy && inner.same_stream(u, stream);
+        let split = waiter != stream;
         let repeated = match access {
+            // Work on another stream than the one it is recorded on: the marks' stream is not the
+            // work's, so their order does not cover the work.
+            _ if split => None,
             Access::Write if s.reads.is_empty() => s.write.as_mut().filter(|w| lazy_here(w)),
             Access::Write => None,
             Access::Read
@@ -428,13 +463,14 @@ impl Uses {
                 || (access == Access::Write && s.reads.iter().any(elsewhere));
         }
         if let Some(w) = s.write.as_mut() {
-            inner.wait_for(stream, w).map_err(not_enqueued)?;
+            inner.wait_for(waiter, w).map_err(not_enqueued)?;
         }
         // A write waits for every read; a read for an earlier read recorded under the same
-        // handle that may be another stream's (it replaces that record below).
+        // handle that may be another stream's (it replaces that record below), unless the new
+        // record is made on that stream after the work (`around_from`).
         for r in s.reads.iter_mut() {
-            if access == Access::Write || r.stream == stream {
-                inner.wait_for(stream, r).map_err(not_enqueued)?;
+            if access == Access::Write || (r.stream == stream && !split) {
+                inner.wait_for(waiter, r).map_err(not_enqueued)?;
             }
         }
         let out = match op() {
@@ -546,7 +582,7 @@ fn nest(
             enqueued: false,
         }),
         Some(((uses, access), rest)) => {
-            uses.around_tracked(stream, *access, || nest(rest, stream, op))
+            uses.around_tracked(stream, stream, *access, || nest(rest, stream, op))
         }
     }
 }
