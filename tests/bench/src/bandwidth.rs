@@ -267,6 +267,12 @@ mod collectives {
             .iter()
             .map(|c| c.new_stream())
             .collect::<Result<_, _>>()?;
+        // A second set for the raw group, to tell the cost of alternating between two sets of
+        // streams (as the rows do: each side has its own) from the safe side's own.
+        let raw_streams2: Vec<OwnedStream> = ctxs
+            .iter()
+            .map(|c| c.new_stream())
+            .collect::<Result<_, _>>()?;
         print_header(
             &format!(
                 "NCCL all-reduce (sum, f32, in place) over {n} rank(s), {}: cuda-stream (Communicator, Group) vs raw ncclAllReduce on the same buffers, each side on streams of its own of the same kind; NCCL {}",
@@ -321,6 +327,29 @@ mod collectives {
                 }
             };
             let mut raw: Body<'_> = Box::new(raw_group);
+            // The same raw group on a second set of streams (for the control of stream sets).
+            let sraw2: Vec<_> = raw_streams2.iter().map(OwnedStream::raw).collect();
+            let raw_group2 = || -> Result<(), Error> {
+                // SAFETY: as for `raw_group`, on the second set's streams (of the same
+                // contexts).
+                unsafe {
+                    nccl_err("ncclGroupStart", start())?;
+                    for i in 0..n {
+                        let p = ptrs[i] as *mut std::ffi::c_void;
+                        let rc = all_reduce(
+                            p,
+                            p,
+                            count,
+                            ncclDataType_t::ncclFloat32,
+                            ncclRedOp_t::ncclSum,
+                            raws[i],
+                            sraw2[i],
+                        );
+                        nccl_err("ncclAllReduce", rc)?;
+                    }
+                    nccl_err("ncclGroupEnd", end())
+                }
+            };
             let bufs_ref = &mut bufs;
             let comms_ref = &comms;
             let streams_ref = &streams;
@@ -380,6 +409,20 @@ mod collectives {
                     label,
                     "GB/s",
                     (gbps(bytes, r) * factor, gbps(bytes, c) * factor),
+                    ratio,
+                    ALL_REDUCE_TARGET,
+                );
+                // The raw group against itself on another set of streams: what alternating
+                // between two sets costs, which the rows' two sides also do.
+                let mut other: Body<'_> = Box::new(raw_group2);
+                let refs2: Vec<&OwnedStream> = raw_streams.iter().chain(&raw_streams2).collect();
+                let (r, o, ratio) =
+                    time_pair(reps, iters, &mut raw, &mut other, &|| sync_all(&refs2))?;
+                print_row(
+                    &format!("control: raw on another set of streams, {n} rank(s)"),
+                    label,
+                    "GB/s",
+                    (gbps(bytes, r) * factor, gbps(bytes, o) * factor),
                     ratio,
                     ALL_REDUCE_TARGET,
                 );
