@@ -51,6 +51,7 @@ impl fmt::Debug for Group<'_> {
 impl<'a> Group<'a> {
     /// An empty group.
     pub fn new() -> Group<'a> {
+        crate::nccl::phase!(start);
         Group {
             plans: InlineList::new(),
         }
@@ -170,7 +171,10 @@ impl<'a> Group<'a> {
         if self.plans.is_empty() {
             return Ok(());
         }
-        self.plans.with_slice(|plans| issue(plans, true))
+        crate::nccl::phase!(0);
+        let out = self.plans.with_slice(|plans| issue(plans, true));
+        crate::nccl::phase!(7);
+        out
     }
 }
 

@@ -55,6 +55,23 @@ pub(crate) mod collectives;
 
 pub(crate) mod group;
 
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod phases;
+
+/// Marks the end of phase `$i` of a group's host time (`phases`; nothing without `test-hooks`).
+macro_rules! phase {
+    (start) => {
+        #[cfg(feature = "test-hooks")]
+        $crate::nccl::phases::start();
+    };
+    ($i:expr) => {
+        #[cfg(feature = "test-hooks")]
+        $crate::nccl::phases::mark($i);
+    };
+}
+pub(crate) use phase;
+
 pub use comm::Communicator;
 pub use group::{Group, group};
 pub use types::{NcclId, NcclType, ReduceOp, nccl_version};

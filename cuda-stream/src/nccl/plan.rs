@@ -210,6 +210,9 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
     for p in plans {
         p.comm.check_async()?;
     }
+    if grouped {
+        crate::nccl::phase!(1);
+    }
     // At most two tracked uses a call; up to four calls' on the stack (no allocation per call).
     let mut tracked: InlineList<TrackedUse<'p>, 8> = InlineList::new();
     for p in plans {
@@ -260,7 +263,10 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
     // bound, so NCCL finds the device it needs current, and the thread's current context is the
     // caller's afterwards.
     let first_ctx = plans.first().map(|p| p.comm.context().raw());
-    tracked.with_slice(|tracked| {
+    if grouped {
+        crate::nccl::phase!(2);
+    }
+    let out = tracked.with_slice(|tracked| {
         around_streams(tracked, |enqueued| {
             if !grouped {
                 let mut out = Ok(());
@@ -271,6 +277,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                 }
                 return out;
             }
+            crate::nccl::phase!(3);
             let start = nccl_fn!(ncclGroupStart);
             let end = nccl_fn!(ncclGroupEnd);
             // Inside a group NCCL only records the calls; its end launches the work of every
@@ -281,6 +288,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                 Some(ctx) => Some(bind_for_nccl(ctx)?),
                 None => None,
             };
+            crate::nccl::phase!(4);
             // SAFETY: no arguments; every start is matched by the end below.
             nccl_check(unsafe { start() }, "ncclGroupStart")?;
             let mut first_err = None;
@@ -294,6 +302,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
             }
             // SAFETY: ends the group started above, whatever happened inside it.
             let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
+            crate::nccl::phase!(5);
             // NCCL may have enqueued part of the group before an error: treat it as enqueued.
             *enqueued = true;
             match first_err {
@@ -301,7 +310,11 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
                 None => ended,
             }
         })
-    })
+    });
+    if grouped {
+        crate::nccl::phase!(6);
+    }
+    out
 }
 
 /// A short list of `Copy` values that allocates nothing up to `N` of them (the rest go to the

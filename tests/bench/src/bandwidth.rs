@@ -439,6 +439,16 @@ mod collectives {
                     },
                 )?;
                 gpu_costs(&mut raw, &mut safe, &raw_streams, &streams, reps)?;
+                #[cfg(feature = "phases")]
+                {
+                    let mut timed = || -> Result<f64, Error> {
+                        let t = Instant::now();
+                        raw_group()?;
+                        Ok(t.elapsed().as_secs_f64())
+                    };
+                    let all: Vec<&OwnedStream> = streams.iter().chain(&raw_streams).collect();
+                    phase_costs(&mut safe, &mut timed, &|| sync_all(&all), iters, reps)?;
+                }
             }
         }
         Ok(())
@@ -507,6 +517,54 @@ fn gpu_costs(
         "| cuda-stream Group | {:.2} | {:.3} |",
         median(sf) * 1e6,
         median(ratios)
+    );
+    Ok(())
+}
+
+/// Where the safe group's host time goes at 1 MiB while the GPU works (batches as in the rows,
+/// the two sides' batches alternating): the crate's phase totals per group
+/// (`cuda_stream::nccl::phases`, whose marks read the clock), against the raw group's
+/// `ncclGroupStart` .. `ncclGroupEnd` timed alone in the same way. Built with the benchmark's
+/// `phases` feature only (a diagnosis: it turns on `cuda-stream`'s `test-hooks`).
+#[cfg(feature = "phases")]
+fn phase_costs(
+    safe: &mut Body<'_>,
+    raw_timed: &mut dyn FnMut() -> Result<f64, Error>,
+    sync: &dyn Fn() -> Result<(), Error>,
+    iters: u32,
+    reps: usize,
+) -> Result<(), Error> {
+    use cuda_stream::nccl::phases;
+    let _ = phases::take();
+    let (mut raw_s, mut raw_groups) = (0.0, 0u64);
+    for _ in 0..reps {
+        sync()?;
+        for _ in 0..iters {
+            safe()?;
+        }
+        sync()?;
+        for _ in 0..iters {
+            raw_s += raw_timed()?;
+            raw_groups += 1;
+        }
+        sync()?;
+    }
+    let (totals, groups) = phases::take();
+    println!();
+    println!(
+        "Probe: the safe group's host time by phase at 1 MiB while the GPU works ({groups} groups; each mark reads the clock), and the raw group timed alone ({raw_groups} groups)"
+    );
+    println!();
+    println!("| phase | ns per group |");
+    println!("| --- | --- |");
+    let per = |ns: u64| ns as f64 / groups.max(1) as f64;
+    for (name, ns) in phases::NAMES.iter().zip(totals) {
+        println!("| {name} | {:.0} |", per(ns));
+    }
+    println!("| all phases | {:.0} |", per(totals.iter().sum()));
+    println!(
+        "| raw: ncclGroupStart, the calls, ncclGroupEnd | {:.0} |",
+        raw_s * 1e9 / raw_groups.max(1) as f64
     );
     Ok(())
 }
