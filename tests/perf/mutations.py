@@ -33,6 +33,7 @@ CAPTURE = "cuda-stream/src/memory/use_tracking/capture.rs"
 ALLOCATION = "cuda-stream/src/memory/allocation.rs"
 PINNED = "cuda-stream/src/memory/pinned.rs"
 BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
+ACROSS = "cuda-stream/src/memory/across.rs"
 
 # (name, file, original, mutated, what the wait is for)
 MUTATIONS = [
@@ -83,14 +84,14 @@ MUTATIONS = [
     (
         "around_waits_for_last_write",
         TRACKING,
-        "            inner.wait_for(stream, w).map_err(not_enqueued)?;\n",
+        "            inner.wait_for(waiter, w).map_err(not_enqueued)?;\n",
         "            let _ = w;\n",
         "a new use waits for the buffer's last write",
     ),
     (
         "around_waits_for_reads",
         TRACKING,
-        "                inner.wait_for(stream, r).map_err(not_enqueued)?;\n",
+        "                inner.wait_for(waiter, r).map_err(not_enqueued)?;\n",
         "                let _ = r;\n",
         "a write waits for the reads since the last write",
     ),
@@ -171,6 +172,14 @@ MUTATIONS = [
         "        if rc != ffi::CUresult::CUDA_SUCCESS {\n            return true;\n        }",
         "        let _ = rc;",
         "a page-locked buffer forgets a copy only once its event has completed",
+    ),
+    (
+        "across_service_waits_for_work",
+        ACROSS,
+        "            hand_over(raw, ctx.raw(), proxy)?;\n",
+        "            let _ = proxy;\n",
+        "the service stream of a peer copy's other context waits for the copy before the other "
+        "buffer's use is recorded there",
     ),
     (
         "replay_waits_for_uses",
