@@ -36,3 +36,29 @@ pub fn run_as_child(name: &str, var: &str, deadline: Duration) -> Option<(ExitSt
     );
     status.map(|s| (s, stdout))
 }
+
+/// The whole body of a GPU test whose case runs in a child: in the child (`var` set) it runs
+/// `case`; in the parent it returns where [`gpu`](crate::gpu) finds no GPU (which says why), else
+/// runs the test `name` again as a child and asserts that the child finished within `deadline`
+/// (else it hung: `hang` says what that means), succeeded and printed `passed`.
+pub fn gpu_case_in_child(
+    name: &str,
+    var: &str,
+    deadline: Duration,
+    passed: &str,
+    hang: &str,
+    case: impl FnOnce(),
+) {
+    if std::env::var_os(var).is_some() {
+        case();
+        return;
+    }
+    if crate::gpu().is_none() {
+        return;
+    }
+    let Some((status, stdout)) = run_as_child(name, var, deadline) else {
+        panic!("the child hung for {deadline:?} ({hang})")
+    };
+    assert!(status.success(), "the child failed: {status}");
+    assert!(stdout.contains(passed), "the child ran no case");
+}

@@ -13,7 +13,8 @@
 //! - [`RawContext`]: a second, non-primary context (`cuCtxCreate`), destroyed on drop.
 //! - [`RawBinding`]: makes a raw context current for a scope, restoring what was current.
 //! - [`Window`]: decides whether a "still pending" observation is meaningful.
-//! - [`run_as_child`]: a test's case in a child process, killed after a deadline.
+//! - [`run_as_child`]: a test's case in a child process, killed after a deadline; [`gpu_case_in_child`]:
+//!   the whole body of a GPU test run that way.
 //! - [`bogus`]: bogus values fed to the safe API, each case in a child process (shared with the
 //!   test driver's suite).
 //! - [`random_programs`]: seeded random programs over the safe API with a reference model (shared
@@ -36,7 +37,7 @@ pub mod random_programs;
 mod saxpy;
 mod window;
 
-pub use child::run_as_child;
+pub use child::{gpu_case_in_child, run_as_child};
 pub use context::{
     HasContext, RawBinding, RawContext, bind, bind_raw, current_context, raw_query,
     raw_stream_create, raw_stream_destroy, set_current_context,

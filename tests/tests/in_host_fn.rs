@@ -16,7 +16,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use cuda_stream::{DeviceBuffer, Error, Result};
-use cuda_stream_tests::{gpu, run_as_child};
+use cuda_stream_tests::{gpu, gpu_case_in_child};
 
 /// How long the child may take; it needs well under a second.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -107,17 +107,12 @@ fn child() {
 
 #[test]
 fn cuda_calls_inside_a_host_function_return_an_error_instead_of_deadlocking() {
-    if std::env::var_os(CHILD_VAR).is_some() {
-        child();
-        return;
-    }
-    if gpu().is_none() {
-        return;
-    }
-    let name = "cuda_calls_inside_a_host_function_return_an_error_instead_of_deadlocking";
-    let Some((status, stdout)) = run_as_child(name, CHILD_VAR, DEADLINE) else {
-        panic!("the child hung for {DEADLINE:?} (a CUDA call inside a host function deadlocked)")
-    };
-    assert!(status.success(), "the child failed: {status}");
-    assert!(stdout.contains(PASSED), "the child ran no case");
+    gpu_case_in_child(
+        "cuda_calls_inside_a_host_function_return_an_error_instead_of_deadlocking",
+        CHILD_VAR,
+        DEADLINE,
+        PASSED,
+        "a CUDA call inside a host function deadlocked",
+        child,
+    );
 }

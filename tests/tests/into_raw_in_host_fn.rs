@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cuda_stream::{DeviceBuffer, Error};
-use cuda_stream_tests::{gpu, run_as_child};
+use cuda_stream_tests::{gpu, gpu_case_in_child};
 
 /// How long the child may take; it needs about half a second.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -79,20 +79,12 @@ fn child() {
 
 #[test]
 fn into_raw_inside_a_host_function_does_not_wait_for_a_record_that_waits_for_it() {
-    if std::env::var_os(CHILD_VAR).is_some() {
-        child();
-        return;
-    }
-    if gpu().is_none() {
-        return;
-    }
-    let name = "into_raw_inside_a_host_function_does_not_wait_for_a_record_that_waits_for_it";
-    let Some((status, stdout)) = run_as_child(name, CHILD_VAR, DEADLINE) else {
-        panic!(
-            "the child hung for {DEADLINE:?} (into_raw waited for the stream's end while the \
-             record under it waited for the host function: a deadlock)"
-        )
-    };
-    assert!(status.success(), "the child failed: {status}");
-    assert!(stdout.contains(PASSED), "the child ran no case");
+    gpu_case_in_child(
+        "into_raw_inside_a_host_function_does_not_wait_for_a_record_that_waits_for_it",
+        CHILD_VAR,
+        DEADLINE,
+        PASSED,
+        "into_raw waited for the stream's end while the record under it waited for the host function: a deadlock",
+        child,
+    );
 }

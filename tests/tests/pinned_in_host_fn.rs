@@ -14,7 +14,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use cuda_stream::{DeviceBuffer, Error, PinnedHostBuffer};
-use cuda_stream_tests::{gpu, run_as_child};
+use cuda_stream_tests::{gpu, gpu_case_in_child};
 
 /// How long the child may take; it needs a fraction of a second.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -65,20 +65,12 @@ fn child() {
 
 #[test]
 fn page_locked_memory_read_inside_a_host_function_never_waits_for_a_waiting_thread() {
-    if std::env::var_os(CHILD_VAR).is_some() {
-        child();
-        return;
-    }
-    if gpu().is_none() {
-        return;
-    }
-    let name = "page_locked_memory_read_inside_a_host_function_never_waits_for_a_waiting_thread";
-    let Some((status, stdout)) = run_as_child(name, CHILD_VAR, DEADLINE) else {
-        panic!(
-            "the child hung for {DEADLINE:?} (the host function waited for the lock the reading \
-             thread held: a deadlock)"
-        )
-    };
-    assert!(status.success(), "the child failed: {status}");
-    assert!(stdout.contains(PASSED), "the child ran no case");
+    gpu_case_in_child(
+        "page_locked_memory_read_inside_a_host_function_never_waits_for_a_waiting_thread",
+        CHILD_VAR,
+        DEADLINE,
+        PASSED,
+        "the host function waited for the lock the reading thread held: a deadlock",
+        child,
+    );
 }

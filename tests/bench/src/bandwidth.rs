@@ -304,8 +304,11 @@ mod collectives {
             let raws: Vec<_> = comms.iter().map(Communicator::raw).collect();
             let sraw: Vec<_> = raw_streams.iter().map(OwnedStream::raw).collect();
             let count = bytes / 4;
-            // One raw group of all-reduces, for the raw column and the control row.
-            let raw_group = || -> Result<(), Error> {
+            let sraw2: Vec<_> = raw_streams2.iter().map(OwnedStream::raw).collect();
+            // One raw group of all-reduces on `on` (one stream per rank): on the raw column's
+            // streams for the raw column and the controls, on the second set for the control of
+            // stream sets.
+            let group_on = |on: &[sys::CUstream]| -> Result<(), Error> {
                 // SAFETY: each buffer holds `count` f32 on its rank's device, alive for the
                 // batch (synchronised after it); each stream is of its rank's context.
                 unsafe {
@@ -319,37 +322,16 @@ mod collectives {
                             ncclDataType_t::ncclFloat32,
                             ncclRedOp_t::ncclSum,
                             raws[i],
-                            sraw[i],
+                            on[i],
                         );
                         nccl_err("ncclAllReduce", rc)?;
                     }
                     nccl_err("ncclGroupEnd", end())
                 }
             };
+            let raw_group = || group_on(&sraw);
+            let raw_group2 = || group_on(&sraw2);
             let mut raw: Body<'_> = Box::new(raw_group);
-            // The same raw group on a second set of streams (for the control of stream sets).
-            let sraw2: Vec<_> = raw_streams2.iter().map(OwnedStream::raw).collect();
-            let raw_group2 = || -> Result<(), Error> {
-                // SAFETY: as for `raw_group`, on the second set's streams (of the same
-                // contexts).
-                unsafe {
-                    nccl_err("ncclGroupStart", start())?;
-                    for i in 0..n {
-                        let p = ptrs[i] as *mut std::ffi::c_void;
-                        let rc = all_reduce(
-                            p,
-                            p,
-                            count,
-                            ncclDataType_t::ncclFloat32,
-                            ncclRedOp_t::ncclSum,
-                            raws[i],
-                            sraw2[i],
-                        );
-                        nccl_err("ncclAllReduce", rc)?;
-                    }
-                    nccl_err("ncclGroupEnd", end())
-                }
-            };
             let bufs_ref = &mut bufs;
             let comms_ref = &comms;
             let streams_ref = &streams;
