@@ -543,7 +543,7 @@ fn launch_with_peer_buffers(
         what: "the kernel's module",
     })?;
     for (a, access) in list {
-        if a.ctx().raw() == ctx {
+        if a.ctx_raw() == ctx {
             continue;
         }
         let needed = match access {

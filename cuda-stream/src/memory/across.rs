@@ -39,7 +39,7 @@ pub(crate) fn enqueue_across(
     list: &[(&Arc<Allocation>, Access)],
     op: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let foreign = |a: &Allocation| a.ctx().raw() != ctx.raw();
+    let foreign = |a: &Allocation| a.ctx_raw() != ctx.raw();
     if !list.iter().any(|(a, _)| foreign(a)) || is_capturing(raw)? {
         return enqueue_with_uses(raw, ctx.raw(), list, op);
     }

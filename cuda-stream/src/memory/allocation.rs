@@ -90,6 +90,12 @@ impl Allocation {
         self.uses.ctx()
     }
 
+    /// The memory's context's handle, read from the allocation itself.
+    #[inline]
+    pub(crate) fn ctx_raw(&self) -> ffi::CUcontext {
+        self.uses.ctx_raw()
+    }
+
     /// `bytes` (> 0) bytes in `ctx` for work on `stream` (of `ctx`, not capturing): from `pool`
     /// (or the device's default pool) on `stream` where the device has pools, recorded as a
     /// write on `stream` so that use on any other stream waits for the allocation; else

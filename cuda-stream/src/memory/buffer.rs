@@ -85,7 +85,7 @@ impl<T: DeviceCopy> fmt::Debug for DeviceBuffer<T> {
         f.debug_struct("DeviceBuffer")
             .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("len", &self.len)
-            .field("ctx", &self.alloc.ctx().raw())
+            .field("ctx", &self.alloc.ctx_raw())
             .field("held_by_graphs", &self.is_held_by_graphs())
             .finish()
     }
@@ -124,7 +124,7 @@ impl<'a> BufferUse<'a> {
 
     /// The allocation's context.
     pub(crate) fn context_raw(&self) -> ffi::CUcontext {
-        self.alloc.ctx().raw()
+        self.alloc.ctx_raw()
     }
 
     /// The allocation and the access, for the launch's

@@ -130,16 +130,16 @@ fn around_replay(
         let list: Vec<_> = allocs.iter().map(|a| (a, Access::Write)).collect();
         return enqueue_with_uses(stream, ctx, &list, launch);
     }
-    if allocs.iter().all(|a| a.ctx().raw() == ctx) {
+    if allocs.iter().all(|a| a.ctx_raw() == ctx) {
         let mut list: Vec<_> = allocs.iter().map(|a| (&a.uses, Access::Write)).collect();
         return Uses::around_all(&mut list, stream, launch);
     }
     // Each other context's service stream stands for the launch there (created before any
     // tracker is locked).
     let mut remote: Vec<(ffi::CUcontext, ffi::CUstream)> = Vec::new();
-    for a in allocs.iter().filter(|a| a.ctx().raw() != ctx) {
-        if !remote.iter().any(|&(c, _)| c == a.ctx().raw()) {
-            remote.push((a.ctx().raw(), a.ctx().service_stream()?));
+    for a in allocs.iter().filter(|a| a.ctx_raw() != ctx) {
+        if !remote.iter().any(|&(c, _)| c == a.ctx_raw()) {
+            remote.push((a.ctx_raw(), a.ctx().service_stream()?));
         }
     }
     let proxy_of = |c: ffi::CUcontext| remote.iter().find(|r| r.0 == c).map_or(stream, |r| r.1);
@@ -148,7 +148,7 @@ fn around_replay(
         .map(|a| TrackedUse {
             uses: &a.uses,
             access: Access::Write,
-            stream: proxy_of(a.ctx().raw()),
+            stream: proxy_of(a.ctx_raw()),
             waiter: None,
         })
         .collect();

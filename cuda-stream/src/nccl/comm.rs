@@ -31,6 +31,16 @@ use crate::nccl::types::NcclId;
 /// [`Error::Refused`], and the destroy (or abort) happens with the last graph.
 pub struct Communicator {
     inner: Arc<CommInner>,
+    /// Copies of `inner`'s handle and context handle, read by every call from the
+    /// `Communicator` itself: a group issued after NCCL's own host work finds little of the
+    /// crate's data in the caches, and each pointer followed costs a miss there.
+    /// (Addresses, so that the `Communicator` stays `Send`.)
+    raw: usize,
+    ctx_raw: usize,
+    /// Whether NCCL refuses a call on a communicator that reported an asynchronous error
+    /// itself (`ncclCommEnsureReady` in every call since NCCL 2.14), so that a call need not
+    /// ask first.
+    nccl_checks_ready: bool,
     rank: usize,
     size: usize,
     // Not `Sync`: NCCL does not allow two threads to call into one communicator at once.
@@ -106,6 +116,10 @@ impl fmt::Debug for Communicator {
     }
 }
 
+/// The first NCCL whose every call checks its communicator's asynchronous error
+/// (`ncclCommEnsureReady`, with the non-blocking communicators of 2.14.3).
+const NCCL_CHECKS_READY: i32 = 21403;
+
 fn count(n: usize, what: &str) -> Result<c_int> {
     c_int::try_from(n)
         .ok()
@@ -177,7 +191,12 @@ impl Communicator {
     }
 
     fn new(raw: ncclComm_t, ctx: Context, rank: usize, size: usize) -> Communicator {
+        // The library is loaded: the communicator was made through it.
+        let version = crate::nccl::call::nccl("ncclGetVersion").map_or(0, |n| n.version());
         Communicator {
+            raw: raw as usize,
+            ctx_raw: ctx.raw() as usize,
+            nccl_checks_ready: version >= NCCL_CHECKS_READY,
             inner: CommInner::new(raw, ctx),
             rank,
             size,
@@ -206,20 +225,54 @@ impl Communicator {
     }
 
     /// The raw `ncclComm_t`, for raw NCCL calls (work they enqueue is not recorded as a use).
+    #[inline]
     pub fn raw(&self) -> ncclComm_t {
-        self.inner.raw
+        self.raw as ncclComm_t
+    }
+
+    /// The context's handle (`context().raw()` without reaching the context).
+    #[inline]
+    pub(crate) fn ctx_raw(&self) -> crate::ffi::CUcontext {
+        self.ctx_raw as crate::ffi::CUcontext
     }
 
     /// The error the communicator has reported asynchronously, if any
     /// (`ncclCommGetAsyncError`): [`Error::Nccl`] with `call` `ncclCommGetAsyncError` and the
-    /// error. Every collective asks first, so an error is reported on the next call.
+    /// error. A collective on a communicator with such an error fails with it, and enqueues
+    /// nothing: NCCL refuses the call itself (since 2.14; before, the crate asks first), and
+    /// the crate reports the communicator's error rather than the call's.
     pub fn check_async(&self) -> Result<()> {
         let f = nccl_fn!(ncclCommGetAsyncError);
         let mut state = ncclResult_t::ncclSuccess;
         // SAFETY: the communicator is live (owned); `state` is a valid out-pointer.
-        let rc = unsafe { f(self.inner.raw, &mut state) };
+        let rc = unsafe { f(self.raw(), &mut state) };
         nccl_check(rc, "ncclCommGetAsyncError")?;
         nccl_check(state, "ncclCommGetAsyncError")
+    }
+
+    /// Before a call: the asynchronous error, where NCCL would not refuse the call itself.
+    #[inline]
+    pub(crate) fn check_async_before_call(&self) -> Result<()> {
+        if self.nccl_checks_ready {
+            return Ok(());
+        }
+        self.check_async()
+    }
+
+    /// After a call that failed with `err`: the communicator's asynchronous error if it has
+    /// one (what made NCCL refuse the call), else `err`.
+    #[cold]
+    pub(crate) fn explain_failure(&self, err: Error) -> Error {
+        self.async_error().unwrap_or(err)
+    }
+
+    /// The communicator's asynchronous error, if NCCL reports one.
+    #[cold]
+    pub(crate) fn async_error(&self) -> Option<Error> {
+        match self.check_async() {
+            Err(e @ Error::Nccl { .. }) => Some(e),
+            _ => None,
+        }
     }
 
     /// Destroys the communicator (`ncclCommDestroy`, after its work), returning NCCL's answer.

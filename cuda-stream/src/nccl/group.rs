@@ -167,12 +167,12 @@ impl<'a> Group<'a> {
     }
 
     /// Issues the calls as one NCCL group (nothing for an empty group).
-    pub fn run(self) -> Result<()> {
+    pub fn run(mut self) -> Result<()> {
         if self.plans.is_empty() {
             return Ok(());
         }
         crate::nccl::phase!(0);
-        let out = self.plans.with_slice(|plans| issue(plans, true));
+        let out = issue(self.plans.as_mut_slice(), true);
         crate::nccl::phase!(7);
         out
     }

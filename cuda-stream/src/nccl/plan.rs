@@ -3,20 +3,31 @@
 //! tracked, or tied to a capture's graph.
 
 use std::ffi::{c_int, c_void};
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::base::error::{Error, Result};
 use crate::driver::capture_query::is_capturing;
 use crate::ffi;
-use crate::ffi::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t};
+use crate::ffi::nccl::{Nccl, ncclComm_t, ncclDataType_t, ncclRedOp_t};
 use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
 use crate::memory::tracked::{TrackedUse, around_streams};
 use crate::memory::use_tracking::Access;
-use crate::nccl::call::{bind_for_nccl, nccl_check, nccl_fn};
+use crate::nccl::call::{bind_for_nccl, nccl, nccl_check};
 use crate::nccl::comm::Communicator;
 use crate::stream::view::bind_if_special;
+
+/// Function `$f` of the NCCL `$n`, or the error saying it is missing.
+macro_rules! nccl_fn_of {
+    ($n:expr, $f:ident) => {
+        $n.$f().map_err(|source| Error::NcclLoad {
+            call: stringify!($f),
+            source,
+        })?
+    };
+}
 
 /// The NCCL call of a plan with its arguments ready (the buffers' addresses, counts checked
 /// against their lengths): plain values, so a plan costs no allocation. Issued on a raw stream
@@ -65,8 +76,21 @@ pub(crate) enum NcclCall {
 }
 
 impl NcclCall {
-    /// Makes the call on `stream` with `comm`.
-    fn issue(self, comm: ncclComm_t, stream: ffi::CUstream) -> Result<()> {
+    /// NCCL's name of the call.
+    fn name(&self) -> &'static str {
+        match self {
+            NcclCall::AllReduce { .. } => "ncclAllReduce",
+            NcclCall::Broadcast { .. } => "ncclBroadcast",
+            NcclCall::AllGather { .. } => "ncclAllGather",
+            NcclCall::ReduceScatter { .. } => "ncclReduceScatter",
+            NcclCall::Send { .. } => "ncclSend",
+            NcclCall::Recv { .. } => "ncclRecv",
+        }
+    }
+
+    /// Makes the call on `stream` with `comm`, through `n` (the process-wide NCCL, looked up by
+    /// the caller on this thread: not inside a host function).
+    fn issue(self, n: &Nccl, comm: ncclComm_t, stream: ffi::CUstream) -> Result<()> {
         match self {
             NcclCall::AllReduce {
                 send,
@@ -75,7 +99,7 @@ impl NcclCall {
                 datatype,
                 op,
             } => {
-                let f = nccl_fn!(ncclAllReduce);
+                let f = nccl_fn_of!(n, ncclAllReduce);
                 // SAFETY: both buffers hold `count` values of `datatype` (checked when planned),
                 // live until the work is done (their uses are recorded, or a capture's graph
                 // holds them).
@@ -89,7 +113,7 @@ impl NcclCall {
                 datatype,
                 root,
             } => {
-                let f = nccl_fn!(ncclBroadcast);
+                let f = nccl_fn_of!(n, ncclBroadcast);
                 // SAFETY: as for all-reduce; NCCL checks the root.
                 let rc = unsafe { f(send, recv, count, datatype, root, comm, stream) };
                 nccl_check(rc, "ncclBroadcast")
@@ -100,7 +124,7 @@ impl NcclCall {
                 count,
                 datatype,
             } => {
-                let f = nccl_fn!(ncclAllGather);
+                let f = nccl_fn_of!(n, ncclAllGather);
                 // SAFETY: `send` holds `count` values, `recv` `count` times the communicator's
                 // size (checked); live as for all-reduce.
                 let rc = unsafe { f(send, recv, count, datatype, comm, stream) };
@@ -113,7 +137,7 @@ impl NcclCall {
                 datatype,
                 op,
             } => {
-                let f = nccl_fn!(ncclReduceScatter);
+                let f = nccl_fn_of!(n, ncclReduceScatter);
                 // SAFETY: `recv` holds `count` values, `send` `count` times the communicator's
                 // size (checked); live as for all-reduce.
                 let rc = unsafe { f(send, recv, count, datatype, op, comm, stream) };
@@ -125,7 +149,7 @@ impl NcclCall {
                 datatype,
                 peer,
             } => {
-                let f = nccl_fn!(ncclSend);
+                let f = nccl_fn_of!(n, ncclSend);
                 // SAFETY: `buf` holds `count` values, live as for all-reduce; NCCL checks the
                 // peer.
                 let rc = unsafe { f(buf, count, datatype, peer, comm, stream) };
@@ -137,7 +161,7 @@ impl NcclCall {
                 datatype,
                 peer,
             } => {
-                let f = nccl_fn!(ncclRecv);
+                let f = nccl_fn_of!(n, ncclRecv);
                 // SAFETY: as for send.
                 let rc = unsafe { f(buf, count, datatype, peer, comm, stream) };
                 nccl_check(rc, "ncclRecv")
@@ -186,11 +210,11 @@ impl<'a> Planned<'a> {
         buffers: Buffers<'a>,
         call: NcclCall,
     ) -> Result<Planned<'a>> {
-        let ctx = comm.context().raw();
+        let ctx = comm.ctx_raw();
         if stream_ctx != ctx {
             return Err(Error::ContextMismatch { what: "the stream" });
         }
-        if buffers.iter().any(|(a, _)| a.ctx().raw() != ctx) {
+        if buffers.iter().any(|(a, _)| a.ctx_raw() != ctx) {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         Ok(Planned {
@@ -202,13 +226,21 @@ impl<'a> Planned<'a> {
     }
 }
 
-/// Issues `plans` (as one NCCL group if `grouped`): asks each communicator for an asynchronous
-/// error first; ties the buffers of calls on capturing streams to the capture's graph; makes
+/// Issues `plans` (as one NCCL group if `grouped`): a communicator with an asynchronous error
+/// fails the call with that error (NCCL refuses the call; an NCCL before 2.14 is asked first);
+/// ties the buffers of calls on capturing streams to the capture's graph; makes
 /// every other stream wait for the earlier uses its buffers conflict with, and records the uses
 /// after the calls are issued (after `ncclGroupEnd` for a group, when NCCL enqueues the work).
 pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
+    // Looked up once for every call below (this refuses a host function before any NCCL call).
+    let first = match (grouped, plans.first()) {
+        (_, None) => return Ok(()),
+        (true, Some(_)) => "ncclGroupStart",
+        (false, Some(p)) => p.call.name(),
+    };
+    let n = nccl(first)?;
     for p in plans {
-        p.comm.check_async()?;
+        p.comm.check_async_before_call()?;
     }
     if grouped {
         crate::nccl::phase!(1);
@@ -216,7 +248,7 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
     // At most two tracked uses a call; up to four calls' on the stack (no allocation per call).
     let mut tracked: InlineList<TrackedUse<'p>, 8> = InlineList::new();
     for p in plans {
-        let ctx = p.comm.context().raw();
+        let ctx = p.comm.ctx_raw();
         let _bound = bind_if_special(p.stream, ctx)?;
         if is_capturing(p.stream)? {
             // The memory layer's rule for captures: buffers from outside are tied to the graph
@@ -262,54 +294,63 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
     // devices on that thread failed. Each call (each group) runs with its communicator's context
     // bound, so NCCL finds the device it needs current, and the thread's current context is the
     // caller's afterwards.
-    let first_ctx = plans.first().map(|p| p.comm.context().raw());
+    let first_ctx = plans.first().map(|p| p.comm.ctx_raw());
     if grouped {
         crate::nccl::phase!(2);
     }
-    let out = tracked.with_slice(|tracked| {
-        around_streams(tracked, |enqueued| {
-            if !grouped {
-                let mut out = Ok(());
-                for p in plans {
-                    let _bound = bind_for_nccl(p.comm.context().raw())?;
-                    out = p.call.issue(p.comm.raw(), p.stream);
-                    *enqueued = out.is_ok();
-                }
-                return out;
-            }
-            crate::nccl::phase!(3);
-            let start = nccl_fn!(ncclGroupStart);
-            let end = nccl_fn!(ncclGroupEnd);
-            // Inside a group NCCL only records the calls; its end launches the work of every
-            // communicator, switching devices as it goes. The whole group runs bound to the first
-            // call's context, which NCCL finds current and leaves so. A call on a default stream is
-            // bound to its own context (NCCL resolves the handle through the current context).
-            let _bound = match first_ctx {
-                Some(ctx) => Some(bind_for_nccl(ctx)?),
-                None => None,
-            };
-            crate::nccl::phase!(4);
-            // SAFETY: no arguments; every start is matched by the end below.
-            nccl_check(unsafe { start() }, "ncclGroupStart")?;
-            let mut first_err = None;
+    let out = around_streams(tracked.as_mut_slice(), |enqueued| {
+        if !grouped {
+            let mut out = Ok(());
             for p in plans {
-                let r = bind_if_special(p.stream, p.comm.context().raw())
-                    .and_then(|_bound| p.call.issue(p.comm.raw(), p.stream));
-                if let Err(e) = r {
-                    first_err = Some(e);
-                    break;
+                let mut bound = bind_for_nccl(p.comm.ctx_raw())?;
+                out = p
+                    .call
+                    .issue(n, p.comm.raw(), p.stream)
+                    .map_err(|e| p.comm.explain_failure(e));
+                if out.is_ok() {
+                    bound.left_as_found();
                 }
+                *enqueued = out.is_ok();
             }
-            // SAFETY: ends the group started above, whatever happened inside it.
-            let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
-            crate::nccl::phase!(5);
-            // NCCL may have enqueued part of the group before an error: treat it as enqueued.
-            *enqueued = true;
-            match first_err {
-                Some(e) => Err(e),
-                None => ended,
+            return out;
+        }
+        crate::nccl::phase!(3);
+        let start = nccl_fn_of!(n, ncclGroupStart);
+        let end = nccl_fn_of!(n, ncclGroupEnd);
+        // Inside a group NCCL only records the calls; its end launches the work of every
+        // communicator, switching devices as it goes. The whole group runs bound to the first
+        // call's context, which NCCL finds current and leaves so. A call on a default stream is
+        // bound to its own context (NCCL resolves the handle through the current context).
+        let mut bound = match first_ctx {
+            Some(ctx) => Some(bind_for_nccl(ctx)?),
+            None => None,
+        };
+        crate::nccl::phase!(4);
+        // SAFETY: no arguments; every start is matched by the end below.
+        nccl_check(unsafe { start() }, "ncclGroupStart")?;
+        let mut first_err = None;
+        for p in plans {
+            let r = bind_if_special(p.stream, p.comm.ctx_raw())
+                .and_then(|_bound| p.call.issue(n, p.comm.raw(), p.stream));
+            if let Err(e) = r {
+                first_err = Some(e);
+                break;
             }
-        })
+        }
+        // SAFETY: ends the group started above, whatever happened inside it.
+        let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
+        crate::nccl::phase!(5);
+        // NCCL may have enqueued part of the group before an error: treat it as enqueued.
+        *enqueued = true;
+        match (first_err, ended) {
+            (None, Ok(())) => {
+                if let Some(b) = bound.as_mut() {
+                    b.left_as_found();
+                }
+                Ok(())
+            }
+            (Some(e), _) | (None, Err(e)) => Err(explain_group_failure(plans, e)),
+        }
     });
     if grouped {
         crate::nccl::phase!(6);
@@ -317,61 +358,105 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
     out
 }
 
-/// A short list of `Copy` values that allocates nothing up to `N` of them (the rest go to the
-/// heap): a group's calls, and the uses they track.
+/// A failed group's error: the first communicator's asynchronous error, if one has one (NCCL
+/// refused its call, and the group with it), else `err`.
+#[cold]
+fn explain_group_failure(plans: &[Planned<'_>], err: Error) -> Error {
+    plans
+        .iter()
+        .find_map(|p| p.comm.async_error())
+        .unwrap_or(err)
+}
+
+/// A short list of `Copy` values that allocates nothing up to `N` of them (past `N` they all move
+/// to the heap), seen as one slice in place: a group's calls, and the uses they track. Nothing
+/// is written for the slots not used, and nothing is copied to make the slice: on the cold path
+/// of a group each line of stack written costs a miss.
 pub(crate) struct InlineList<T: Copy, const N: usize> {
-    /// The first `N` values, filled from the front.
-    inline: [Option<T>; N],
-    more: Vec<T>,
+    /// The first `len` slots are set while nothing spilled.
+    inline: [MaybeUninit<T>; N],
     len: usize,
+    /// Every value, once more than `N` were pushed.
+    spilled: Vec<T>,
 }
 
 impl<T: Copy, const N: usize> InlineList<T, N> {
+    #[inline]
     pub(crate) fn new() -> Self {
         InlineList {
-            inline: [None; N],
-            more: Vec::new(),
+            inline: [MaybeUninit::uninit(); N],
             len: 0,
+            spilled: Vec::new(),
         }
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, value: T) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => *slot = Some(value),
-            None => self.more.push(value),
-        }
-        self.len += 1;
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Runs `f` on a copy of the values as one slice: an array on the stack, or (past `N`) a
-    /// vector.
-    pub(crate) fn with_slice<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
-        let Some(first) = self.inline[0] else {
-            return f(&mut []);
-        };
-        if self.more.is_empty() {
-            let mut values = [first; N];
-            for (to, from) in values.iter_mut().zip(self.inline.iter().flatten()) {
-                *to = *from;
+        if self.spilled.is_empty() {
+            if let Some(slot) = self.inline.get_mut(self.len) {
+                slot.write(value);
+                self.len += 1;
+                return;
             }
-            return f(&mut values[..self.len]);
+            let mut all = Vec::with_capacity(2 * N);
+            all.extend_from_slice(self.as_mut_slice());
+            self.spilled = all;
         }
-        let mut all: Vec<T> = self.inline.iter().flatten().copied().collect();
-        all.extend_from_slice(&self.more);
-        f(&mut all)
+        self.spilled.push(value);
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        if self.spilled.is_empty() {
+            self.len
+        } else {
+            self.spilled.len()
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values, in the order pushed.
+    #[inline]
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        if !self.spilled.is_empty() {
+            return &mut self.spilled;
+        }
+        let set = &mut self.inline[..self.len];
+        // SAFETY: the first `len` slots were written by `push` (a `MaybeUninit<T>` has `T`'s
+        // layout), and `T: Copy` has no drop to mind.
+        unsafe { std::slice::from_raw_parts_mut(set.as_mut_ptr().cast::<T>(), set.len()) }
     }
 }
 
 impl<T: Copy, const N: usize> Default for InlineList<T, N> {
     fn default() -> Self {
         InlineList::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InlineList;
+
+    #[test]
+    fn an_inline_list_keeps_its_order_inline_and_past_its_slots() {
+        let mut l: InlineList<u32, 3> = InlineList::new();
+        assert!(l.is_empty());
+        assert_eq!(l.as_mut_slice(), &mut [] as &mut [u32]);
+        for i in 0..3 {
+            l.push(i);
+        }
+        assert_eq!(l.as_mut_slice(), &mut [0, 1, 2]);
+        for i in 3..8 {
+            l.push(i);
+            assert_eq!(l.len(), i as usize + 1);
+        }
+        assert_eq!(l.as_mut_slice(), &mut [0, 1, 2, 3, 4, 5, 6, 7]);
+        l.as_mut_slice()[7] = 9;
+        assert_eq!(l.as_mut_slice().last(), Some(&9));
     }
 }

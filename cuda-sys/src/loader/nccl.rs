@@ -190,6 +190,7 @@ impl Nccl {
 
     /// The process-wide NCCL, opened by [`Nccl::open_default`] on first use. A failure is
     /// remembered: every later call returns the same error.
+    #[inline]
     pub fn global() -> Result<&'static Nccl, NcclLoadError> {
         GLOBAL
             .get_or_init(Nccl::open_default)

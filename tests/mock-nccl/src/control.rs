@@ -135,6 +135,12 @@ impl MockNccl {
         self.f::<extern "C" fn() -> u64>(b"mock_nccl_live_comms\0")()
     }
 
+    /// Collectives launched (their work reported: at once, or at their group's end) since the
+    /// last reset. A call NCCL refuses launches nothing, nor does a group with a refused call.
+    pub fn launched(&self) -> u64 {
+        self.f::<extern "C" fn() -> u64>(b"mock_nccl_launched\0")()
+    }
+
     /// Groups started and not ended.
     pub fn group_depth(&self) -> i32 {
         self.f::<extern "C" fn() -> c_int>(b"mock_nccl_group_depth\0")()

@@ -6,7 +6,10 @@
 //! The memory each would read and write is reported to the test driver's race detector, through
 //! the hook a test installs ([`MockNccl::set_access_hook`], the driver's
 //! `cuda_mock_stream_access`): as NCCL enqueues its kernels, at the call, or inside a group at
-//! the outermost `ncclGroupEnd` (also when that end fails: NCCL may have enqueued part of it).
+//! the outermost `ncclGroupEnd` (also when a failure injected there fails it: NCCL may have
+//! enqueued part of it; but a group with a call NCCL refused launches nothing). As NCCL since
+//! 2.14, a call on a communicator with an asynchronous error is refused with that error (unless
+//! `MOCK_NCCL_VERSION` gives an older version).
 //! Communicators are handles of this library; `ncclCommInitAll` accepts devices 0 and 1 (the
 //! mock driver's), `ncclCommInitRank` ids made by its `ncclGetUniqueId` and one rank per id
 //! (more would wait for peers that never come). Calls are counted; [`MockNccl::fail`] makes the
@@ -21,13 +24,13 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
 use cuda_stream_sys::nccl::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
 mod accesses;
 mod control;
+mod control_exports;
 mod cudart;
 
 use accesses::{
@@ -65,6 +68,19 @@ struct State {
     last: HashMap<String, (usize, u32, usize)>,
     /// The accesses of the calls of the group under way, reported at its end.
     grouped: Vec<Work>,
+    /// The first error of a call in the group under way: the group's end fails with it and
+    /// launches nothing, as NCCL's does.
+    group_error: Option<ncclResult_t>,
+    /// Collectives launched (their work reported) since the last reset.
+    launched: u64,
+}
+
+/// A call refused with `code`: inside a group, the group fails with it.
+fn refuse(st: &mut State, code: ncclResult_t) -> ncclResult_t {
+    if st.group_depth > 0 {
+        st.group_error.get_or_insert(code);
+    }
+    code
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -113,7 +129,22 @@ macro_rules! tri {
     };
 }
 
-/// `ncclGetVersion`: 22707 (2.27.7).
+/// The version the fake reports: 22707 (2.27.7), or the code in `MOCK_NCCL_VERSION` (read once),
+/// for a process that tests an older NCCL's behaviour.
+fn version() -> c_int {
+    static VERSION: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        std::env::var("MOCK_NCCL_VERSION")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(22707)
+    })
+}
+
+/// The first NCCL that refuses a call on a communicator with an asynchronous error itself.
+const CHECKS_READY: c_int = 21403;
+
+/// `ncclGetVersion`: see [`version`].
 ///
 /// # Safety
 ///
@@ -125,7 +156,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
             return INVALID;
         }
         // SAFETY: non-null; the caller's contract makes it writable.
-        unsafe { version.write(22707) };
+        unsafe { version.write(self::version()) };
         OK
     })
 }
@@ -366,13 +397,21 @@ fn collective(
     let text = name.to_str().unwrap_or_default();
     let mut now = Vec::new();
     let rc = with(text, |st| {
-        let c = tri!(comm(st, c));
+        let c = match comm(st, c) {
+            Ok(c) => c,
+            Err(code) => return refuse(st, code),
+        };
+        // NCCL (since 2.14) refuses a call on a communicator that reported an asynchronous
+        // error (`ncclCommEnsureReady`), with that error; an older one goes on.
+        if c.async_error != OK && version() >= CHECKS_READY {
+            return refuse(st, c.async_error);
+        }
         let null = count > 0 && bufs.iter().any(|b| b.is_null());
         let bad_type = datatype.0 >= ncclDataType_t::ncclNumTypes.0;
         let bad_op = op.is_some_and(|o| o.0 >= ncclRedOp_t::ncclNumOps.0);
         let bad_rank = rank.is_some_and(|r| r < 0 || r >= c.size);
         if null || bad_type || bad_op || bad_rank {
-            return INVALID;
+            return refuse(st, INVALID);
         }
         st.last
             .insert(text.to_string(), (count, datatype.0, stream as usize));
@@ -402,6 +441,7 @@ fn collective(
             st.group_devices.push(c.device);
         } else {
             now.push(work);
+            st.launched += 1;
             cudart::on_devices(&[c.device], |_| ());
         }
         OK
@@ -576,114 +616,20 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
         return ncclResult_t::ncclInvalidUsage;
     }
     st.group_depth -= 1;
-    let (work, devices) = if st.group_depth == 0 {
-        (
-            std::mem::take(&mut st.grouped),
-            std::mem::take(&mut st.group_devices),
-        )
-    } else {
-        (Vec::new(), Vec::new())
-    };
+    if st.group_depth > 0 {
+        return injected.unwrap_or(OK);
+    }
+    let work = std::mem::take(&mut st.grouped);
+    let devices = std::mem::take(&mut st.group_devices);
+    if let Some(code) = st.group_error.take() {
+        // A call of the group failed: NCCL launches none of it.
+        return injected.unwrap_or(code);
+    }
+    st.launched += work.len() as u64;
     drop(g);
     if !devices.is_empty() {
         cudart::on_devices(&devices, |_| ());
     }
     report(work);
     injected.unwrap_or(OK)
-}
-
-// The control functions.
-
-/// Forgets the failure rules, the counts and the records (communicators stay).
-#[unsafe(no_mangle)]
-pub extern "C" fn mock_nccl_reset() {
-    let mut g = lock();
-    let st = g.get_or_insert_with(State::default);
-    st.fail.clear();
-    st.calls.clear();
-    st.last.clear();
-}
-
-/// Makes call `nth` of `name` (every call for 0) return `code`.
-///
-/// # Safety
-///
-/// `name` is a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mock_nccl_fail(name: *const c_char, nth: u64, code: u32) {
-    // SAFETY: the caller's promise.
-    let name = unsafe { CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned();
-    let mut g = lock();
-    let st = g.get_or_insert_with(State::default);
-    st.fail.insert(name, (nth, ncclResult_t(code)));
-}
-
-/// Sets the asynchronous error `comm` reports; 1 if it is a live communicator, else 0.
-#[unsafe(no_mangle)]
-pub extern "C" fn mock_nccl_set_async_error(comm: usize, code: u32) -> c_int {
-    let mut g = lock();
-    let st = g.get_or_insert_with(State::default);
-    match st.comms.get_mut(&comm) {
-        Some(c) => {
-            c.async_error = ncclResult_t(code);
-            1
-        }
-        None => 0,
-    }
-}
-
-/// How many times `name` was called since the last reset.
-///
-/// # Safety
-///
-/// `name` is a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mock_nccl_calls(name: *const c_char) -> u64 {
-    // SAFETY: the caller's promise.
-    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-    let g = lock();
-    g.as_ref()
-        .and_then(|st| st.calls.get(name.as_ref()).copied())
-        .unwrap_or(0)
-}
-
-/// Installs the test driver's `cuda_mock_stream_access` (null: none), to which every collective
-/// reports the memory it touches.
-#[unsafe(no_mangle)]
-pub extern "C" fn mock_nccl_set_access_hook(hook: *const c_void) {
-    HOOK.store(hook as usize, Ordering::Release);
-}
-
-/// Live communicators.
-#[unsafe(no_mangle)]
-pub extern "C" fn mock_nccl_live_comms() -> u64 {
-    lock().as_ref().map_or(0, |st| st.comms.len() as u64)
-}
-
-/// Groups started and not ended.
-#[unsafe(no_mangle)]
-pub extern "C" fn mock_nccl_group_depth() -> c_int {
-    lock().as_ref().map_or(0, |st| st.group_depth)
-}
-
-/// The last call of `name`: writes its count, datatype and stream; 0 if there was none.
-///
-/// # Safety
-///
-/// `name` is a NUL-terminated string; `out` is valid for a write of three values.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mock_nccl_last(name: *const c_char, out: *mut [usize; 3]) -> c_int {
-    // SAFETY: the caller's promise.
-    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-    let g = lock();
-    match g.as_ref().and_then(|st| st.last.get(name.as_ref())) {
-        Some(&(count, datatype, stream)) => {
-            // SAFETY: the caller's promise.
-            unsafe { out.write([count, datatype as usize, stream]) };
-            1
-        }
-        None => 0,
-    }
 }

@@ -101,7 +101,7 @@ impl Uses {
         fallback: impl FnOnce(&Context) -> Result<ffi::CUstream>,
         free: impl FnOnce(ffi::CUstream, &Context, Option<&mut Blocks>) -> Result<()>,
     ) -> Result<()> {
-        let Inner { ctx, state } = &mut self.0;
+        let Inner { ctx, state, .. } = &mut self.0;
         let slot = state.get_mut().unwrap_or_else(|e| e.into_inner());
         // The usual case: one write on a private stream, never waited for elsewhere (a buffer
         // allocated, used and freed on one stream). Freed there, its end locked.
