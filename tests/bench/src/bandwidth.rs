@@ -359,28 +359,23 @@ mod collectives {
             );
             if bytes == MIB && n > 1 {
                 // A control at the size that is host-bound: the raw group again, plus the
-                // calls the safe side makes that the raw group does not (the asynchronous-error
-                // check per communicator, the capture check per stream, the current context
-                // read), against the raw group: how much of the gap is those calls' and how
-                // much the crate's own work.
-                let async_err = load(nccl.ncclCommGetAsyncError(), "ncclCommGetAsyncError")?;
+                // calls the safe side makes that the raw group does not (the capture check per
+                // stream, the current context read; NCCL since 2.14 checks each communicator's
+                // asynchronous error itself), against the raw group: how much of the gap is
+                // those calls' and how much the crate's own work.
                 let capturing = sys::fns::cuStreamIsCapturing().map_err(Error::Load)?;
                 let get_current = sys::fns::cuCtxGetCurrent().map_err(Error::Load)?;
                 // On the raw column's streams (the safe side's stay private).
                 let mut checked: Body<'_> = Box::new(|| {
                     // SAFETY: as for `raw`; the queries take live handles and out-pointers.
                     unsafe {
-                        for i in 0..n {
-                            let mut state = ncclResult_t::ncclSuccess;
-                            nccl_err("ncclCommGetAsyncError", async_err(raws[i], &mut state))?;
+                        for &s in sraw.iter().take(n) {
                             let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-                            let _ = capturing(sraw[i], &mut st);
+                            let _ = capturing(s, &mut st);
                         }
                         let mut cur = std::ptr::null_mut();
                         let _ = get_current(&mut cur);
-                        raw_group()?;
-                        let _ = get_current(&mut cur);
-                        Ok(())
+                        raw_group()
                     }
                 });
                 let refs: Vec<&OwnedStream> = raw_streams.iter().collect();
