@@ -611,8 +611,17 @@ pub(crate) fn free_when_done(
 
 /// Makes the frees whose uses have all completed (`cuEventQuery`), and gives their events back
 /// to their context; retries the frees that waited for a capture begun elsewhere. One atomic
-/// load when none is pending. Not inside a host function.
+/// load when none is pending (inline), and one for orphaned blocks. Not inside a host function.
+#[inline]
 pub(crate) fn poll_pending_frees() {
+    if block_cache::orphans_pending() || PENDING_COUNT.load(Ordering::Acquire) != 0 {
+        poll_pending_frees_now();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn poll_pending_frees_now() {
     if block_cache::orphans_pending() && !must_defer_free() {
         block_cache::free_orphans(|ctx| synchronize_context_outside_captures(ctx.raw()));
     }

@@ -178,7 +178,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
         op: impl FnOnce(ffi::CUstream) -> Result<()>,
     ) -> Result<()> {
         let (raw, stream_ctx) = stream.enqueue_handle();
-        let ctx = self.context().raw();
+        let ctx = self.ctx_raw();
         if stream_ctx != ctx {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
@@ -277,7 +277,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
         };
         if self.byte_len() == 0 {
             // Still checked: a stream of another context is an error whatever the length.
-            if stream.enqueue_handle().1 != self.context().raw() {
+            if stream.enqueue_handle().1 != self.ctx_raw() {
                 return Err(Error::ContextMismatch { what: "the buffer" });
             }
             return Ok(());
@@ -295,12 +295,12 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
                 actual: src.len(),
             });
         }
-        if src.context().raw() != self.context().raw() {
+        if src.ctx_raw() != self.ctx_raw() {
             return Err(Error::ContextMismatch {
                 what: "the source buffer",
             });
         }
-        if stream.enqueue_handle().1 != self.context().raw() {
+        if stream.enqueue_handle().1 != self.ctx_raw() {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         if self.byte_len() == 0 || src.device_ptr() == self.device_ptr() {
@@ -409,7 +409,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
     /// [`Error::Capturing`] on a capturing stream (of the buffer's context).
     fn refuse_capture(&self, stream: &impl Enqueue, op: &'static str) -> Result<()> {
         let (raw, stream_ctx) = stream.enqueue_handle();
-        if stream_ctx != self.context().raw() {
+        if stream_ctx != self.ctx_raw() {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         let _bound = bind_if_special(raw, stream_ctx)?;
@@ -435,7 +435,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
                 actual: src.len(),
             });
         }
-        if stream.enqueue_handle().1 != self.context().raw() {
+        if stream.enqueue_handle().1 != self.ctx_raw() {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         let bytes = self.byte_len();
@@ -466,7 +466,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
                 actual: dst.len(),
             });
         }
-        if stream.enqueue_handle().1 != self.context().raw() {
+        if stream.enqueue_handle().1 != self.ctx_raw() {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }
         let bytes = self.byte_len();
@@ -485,7 +485,7 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
     /// See `DeviceBuffer::keep_alive_in`.
     pub(crate) fn keep_alive_in(&self, stream: &impl Enqueue) -> Result<()> {
         let (raw, stream_ctx) = stream.enqueue_handle();
-        let ctx = self.context().raw();
+        let ctx = self.ctx_raw();
         if stream_ctx != ctx {
             return Err(Error::ContextMismatch { what: "the buffer" });
         }

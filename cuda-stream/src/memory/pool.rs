@@ -335,15 +335,23 @@ fn slot(device: Device) -> Option<usize> {
         .filter(|&d| d < CACHED_DEVICES)
 }
 
-/// The raw default pool of `device` (`cuDeviceGetDefaultMemPool`), looked up once per device.
+/// The raw default pool of `device` (`cuDeviceGetDefaultMemPool`), looked up once per device
+/// (inline: one load on an allocation's path once known).
+#[inline]
 pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
-    let slot = slot(device);
-    if let Some(i) = slot {
+    if let Some(i) = slot(device) {
         let raw = DEFAULT_POOLS[i].load(Ordering::Acquire);
         if raw != 0 {
             return Ok(raw as ffi::CUmemoryPool);
         }
     }
+    look_up_default_pool(device)
+}
+
+#[cold]
+#[inline(never)]
+fn look_up_default_pool(device: Device) -> Result<ffi::CUmemoryPool> {
+    let slot = slot(device);
     let f = driver_fn!(cuDeviceGetDefaultMemPool);
     let mut raw = ptr::null_mut();
     // SAFETY: `raw` is a valid out-pointer; the device came from the driver.
@@ -363,17 +371,24 @@ pub(crate) fn default_pool_raw(device: Device) -> Result<ffi::CUmemoryPool> {
 /// Whether `ctx`'s device allocates stream-ordered memory: the driver has
 /// `cuMemAllocFromPoolAsync` and `cuMemFreeAsync` (CUDA 11.2) and the device says
 /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`. Asked once per device; a driver error is
-/// `false` (the plain path is always correct).
+/// `false` (the plain path is always correct). Inline: one load once known.
+#[inline]
 pub(crate) fn pools_supported(ctx: &Context) -> bool {
     let device = ctx.device();
-    let slot = slot(device);
-    if let Some(i) = slot {
+    if let Some(i) = slot(device) {
         match SUPPORTED[i].load(Ordering::Acquire) {
             1 => return false,
             2 => return true,
             _ => {}
         }
     }
+    ask_pools_supported(device)
+}
+
+#[cold]
+#[inline(never)]
+fn ask_pools_supported(device: Device) -> bool {
+    let slot = slot(device);
     let attribute =
         device.attribute(ffi::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
     if let Err(Error::InHostFunction { .. }) = attribute {

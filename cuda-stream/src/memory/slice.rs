@@ -72,6 +72,12 @@ impl<'a, T: DeviceCopy> Span<'a, T> {
         self.alloc.ctx()
     }
 
+    /// The context's handle, read from the allocation (see `Allocation::ctx_raw`).
+    #[inline]
+    pub(crate) fn ctx_raw(&self) -> ffi::CUcontext {
+        self.alloc.ctx_raw()
+    }
+
     pub(crate) fn alloc_ref(&self) -> &'a Arc<Allocation> {
         self.alloc
     }
