@@ -286,7 +286,6 @@ impl Program {
 #[cfg(test)]
 mod tests {
     use super::super::{Config, generate};
-    use super::*;
 
     /// Whether `j` waits for `i`, directly or through the operations it waits for.
     fn after(deps: &[Vec<usize>], j: usize, i: usize) -> bool {
