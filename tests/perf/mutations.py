@@ -34,6 +34,7 @@ ALLOCATION = "cuda-stream/src/memory/allocation.rs"
 PINNED = "cuda-stream/src/memory/pinned.rs"
 BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
 ACROSS = "cuda-stream/src/memory/across.rs"
+ALLOC_CALLS = "cuda-stream/src/memory/alloc_calls.rs"
 
 # (name, file, original, mutated, what the wait is for)
 MUTATIONS = [
@@ -126,7 +127,7 @@ MUTATIONS = [
     ),
     (
         "into_raw_synchronizes",
-        ALLOCATION,
+        ALLOC_CALLS,
         'check(unsafe { f(ev) }, "cuEventSynchronize")?;',
         "let _ = (f, ev);",
         "into_raw waits on the host for every use",
