@@ -138,7 +138,7 @@ fn main() {
         // (if asked for): the median over 30 pairs of each side's ns per group, and of the
         // differences.
         let mut buf = vec![0u8; evict_bytes];
-        let mut batch = |f: &mut dyn FnMut(), buf: &mut [u8]| {
+        let batch = |f: &mut dyn FnMut(), buf: &mut [u8]| {
             let t = std::time::Instant::now();
             for _ in 0..iters {
                 f();
