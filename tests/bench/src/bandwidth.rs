@@ -248,13 +248,20 @@ mod collectives {
 
     /// All-reduce (sum, f32, in place) over one communicator per device of `ctxs`, each rank on
     /// its own stream, one NCCL group per operation on both sides.
-    pub(super) fn all_reduce_rows(ctxs: &[Context], quick: bool, reps: usize) -> Result<(), Error> {
+    pub(super) fn all_reduce_rows(
+        ctxs: &[Context],
+        quick: bool,
+        reps: usize,
+        pin_cpu: Option<usize>,
+    ) -> Result<(), Error> {
         let nccl = load(Nccl::global(), "ncclGetVersion")?;
         let all_reduce = load(nccl.ncclAllReduce(), "ncclAllReduce")?;
         let start = load(nccl.ncclGroupStart(), "ncclGroupStart")?;
         let end = load(nccl.ncclGroupEnd(), "ncclGroupEnd")?;
         let devices: Vec<Device> = ctxs.iter().map(Context::device).collect();
         let comms = Communicator::init_all(&devices)?;
+        // After NCCL's initialisation, whose threads would otherwise inherit the pinning.
+        super::pin_after_init(pin_cpu)?;
         let n = comms.len();
         let streams: Vec<OwnedStream> = ctxs
             .iter()
@@ -623,8 +630,17 @@ fn host_costs(
     Ok(())
 }
 
+/// Pins the measuring thread to `cpu` (`--pin-cpu`), saying so; after NCCL's initialisation in
+/// the multi-GPU rows, so that the threads NCCL starts keep the process's CPUs.
+fn pin_after_init(cpu: Option<usize>) -> Result<(), Error> {
+    let Some(cpu) = cpu else { return Ok(()) };
+    crate::pin::pin_this_thread(cpu).map_err(|reason| Error::InvalidArgument { reason })?;
+    println!("the measuring thread pinned to CPU {cpu} (after NCCL's initialisation)");
+    Ok(())
+}
+
 /// `--multi-gpu`: the two-GPU rows; `Ok(false)` (with the reason printed) on fewer than two.
-pub(crate) fn multi_gpu(quick: bool) -> Result<bool, Error> {
+pub(crate) fn multi_gpu(quick: bool, pin_cpu: Option<usize>) -> Result<bool, Error> {
     let n = Device::count()?;
     if n < 2 {
         println!("skipped: the multi-GPU rows need 2 GPUs, this machine has {n}");
@@ -639,10 +655,14 @@ pub(crate) fn multi_gpu(quick: bool) -> Result<bool, Error> {
     );
     let reps = if quick { 2 } else { 8 };
     #[cfg(feature = "nccl")]
-    if let Err(e) = collectives::all_reduce_rows(&[c0.clone(), c1.clone()], quick, reps) {
+    if let Err(e) = collectives::all_reduce_rows(&[c0.clone(), c1.clone()], quick, reps, pin_cpu)
+    {
         println!("all-reduce rows failed: {}", chain(&e));
         return Err(e);
     }
+    // Without NCCL the thread is pinned here (with it, after NCCL's initialisation).
+    #[cfg(not(feature = "nccl"))]
+    pin_after_init(pin_cpu)?;
     peer_rows(&c0, &c1, quick, reps)?;
     Ok(true)
 }
@@ -653,7 +673,8 @@ pub(crate) fn one_gpu(ctx: &Context, quick: bool) {
     #[cfg(feature = "nccl")]
     {
         let reps = if quick { 2 } else { 8 };
-        if let Err(e) = collectives::all_reduce_rows(std::slice::from_ref(ctx), quick, reps) {
+        if let Err(e) = collectives::all_reduce_rows(std::slice::from_ref(ctx), quick, reps, None)
+        {
             println!();
             println!("NCCL rows skipped: {}", chain(&e));
         }

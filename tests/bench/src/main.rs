@@ -53,7 +53,9 @@ fn usage() -> &'static str {
        --quick       few iterations: a smoke test, the numbers are not meaningful\n  \
        --reps N      repetitions per row (even: half run raw first; default 16, 4 with --quick)\n  \
        --no-cudarc   leave the cudarc column out (raw and cuda-stream only)\n  \
-       --pin-cpu N   run the measuring thread on CPU N only (the driver's threads stay free)\n  \
+       --pin-cpu N   run the measuring thread on CPU N only (the driver's threads stay free;\n  \
+                     with --multi-gpu, from after NCCL's initialisation, whose threads keep\n  \
+                     every CPU)\n  \
        --json FILE   also write the results as JSON to FILE (read by tests/bench/combine.py)\n  \
        --only G,...  only these groups of rows (create, hot_path, host_fn, pool_async_scope,\n  \
                      graphs, memory, temporaries, launches, nvrtc), without the first-use and\n  \
@@ -157,7 +159,7 @@ fn main() -> ExitCode {
             eprintln!("no CUDA driver found: {}", chain(&e));
             return ExitCode::from(2);
         }
-        return match bandwidth::multi_gpu(cfg.quick) {
+        return match bandwidth::multi_gpu(cfg.quick, pin_cpu) {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("cuda-stream-bench: {}", chain(&e));
