@@ -655,8 +655,7 @@ pub(crate) fn multi_gpu(quick: bool, pin_cpu: Option<usize>) -> Result<bool, Err
     );
     let reps = if quick { 2 } else { 8 };
     #[cfg(feature = "nccl")]
-    if let Err(e) = collectives::all_reduce_rows(&[c0.clone(), c1.clone()], quick, reps, pin_cpu)
-    {
+    if let Err(e) = collectives::all_reduce_rows(&[c0.clone(), c1.clone()], quick, reps, pin_cpu) {
         println!("all-reduce rows failed: {}", chain(&e));
         return Err(e);
     }
@@ -673,8 +672,7 @@ pub(crate) fn one_gpu(ctx: &Context, quick: bool) {
     #[cfg(feature = "nccl")]
     {
         let reps = if quick { 2 } else { 8 };
-        if let Err(e) = collectives::all_reduce_rows(std::slice::from_ref(ctx), quick, reps, None)
-        {
+        if let Err(e) = collectives::all_reduce_rows(std::slice::from_ref(ctx), quick, reps, None) {
             println!();
             println!("NCCL rows skipped: {}", chain(&e));
         }
