@@ -43,9 +43,10 @@ pub(super) fn memset_word(pattern: &[u8], bytes: usize) -> Option<(usize, u32)> 
     } else {
         return None;
     };
+    // `period` is 1, 2 or 4: a mask, not a division, per byte.
     let mut word = [0u8; 4];
     for (i, b) in word[..width].iter_mut().enumerate() {
-        *b = pattern[i % period];
+        *b = pattern[i & (period - 1)];
     }
     Some((width, u32::from_le_bytes(word)))
 }
