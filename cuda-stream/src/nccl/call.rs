@@ -27,17 +27,28 @@ pub(crate) fn nccl(call: &'static str) -> Result<&'static Nccl> {
     Nccl::global().map_err(|source| Error::NcclLoad { call, source })
 }
 
+/// Function `$f` of the NCCL `$n` (a `&Nccl` the caller looked up through [`nccl`]), or
+/// (returned from the enclosing function) the error saying it is missing.
+macro_rules! nccl_fn_of {
+    ($n:expr, $f:ident) => {
+        match $n.$f() {
+            Ok(f) => f,
+            Err(source) => {
+                return Err($crate::base::error::Error::NcclLoad {
+                    call: stringify!($f),
+                    source,
+                });
+            }
+        }
+    };
+}
+pub(crate) use nccl_fn_of;
+
 /// The process-wide NCCL's function `$f`, or the error saying why it is unavailable.
 macro_rules! nccl_fn {
     ($f:ident) => {
-        match $crate::nccl::call::nccl(stringify!($f)).and_then(|n| {
-            n.$f()
-                .map_err(|source| $crate::base::error::Error::NcclLoad {
-                    call: stringify!($f),
-                    source,
-                })
-        }) {
-            Ok(f) => f,
+        match $crate::nccl::call::nccl(stringify!($f)) {
+            Ok(n) => $crate::nccl::call::nccl_fn_of!(n, $f),
             Err(e) => return Err(e),
         }
     };

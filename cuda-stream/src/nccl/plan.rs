@@ -15,19 +15,9 @@ use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
 use crate::memory::tracked::{TrackedUse, around_streams};
 use crate::memory::use_tracking::Access;
-use crate::nccl::call::{bind_for_nccl, nccl, nccl_check};
+use crate::nccl::call::{bind_for_nccl, nccl, nccl_check, nccl_fn_of};
 use crate::nccl::comm::Communicator;
 use crate::stream::view::bind_if_special;
-
-/// Function `$f` of the NCCL `$n`, or the error saying it is missing.
-macro_rules! nccl_fn_of {
-    ($n:expr, $f:ident) => {
-        $n.$f().map_err(|source| Error::NcclLoad {
-            call: stringify!($f),
-            source,
-        })?
-    };
-}
 
 /// The NCCL call of a plan with its arguments ready (the buffers' addresses, counts checked
 /// against their lengths): plain values, so a plan costs no allocation. Issued on a raw stream

@@ -6,8 +6,6 @@
 //! each collective reads and writes to the test driver's race detector, and every test fails on
 //! a race.
 
-use std::process::Command;
-
 use cuda_mock_driver::MockDriver;
 use cuda_mock_nccl::partial_nccl_path;
 use cuda_stream::ffi::nccl::{Nccl, NcclLoadError, ncclDataType_t, ncclResult_t};
@@ -16,7 +14,7 @@ use cuda_stream::{CaptureMode, Context, Device, DeviceBuffer, Error, drain_defer
 
 mod fixture;
 
-use fixture::{CHILD_VAR, fake, in_child};
+use fixture::{fake, in_child, in_child_with};
 
 #[test]
 fn communicators_of_one_process_are_made_and_destroyed() {
@@ -532,23 +530,6 @@ fn nccl_calls_inside_a_host_function_are_refused_before_nccl() {
     assert_eq!(n.calls("ncclAllReduce"), reduces + 1);
 }
 
-/// Runs `test` again in a child process with `CUDA_SYS_LIBNCCL=nccl` (and the child flag).
-fn in_child_with(test: &str, nccl: &std::path::Path) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD_VAR, test)
-        .env("CUDA_SYS_LIBNCCL", nccl)
-        .output()
-        .expect("the test binary runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{test} in a child:\n{text}");
-    text
-}
-
 #[test]
 fn a_missing_nccl_is_an_error_value() {
     match in_child().as_deref() {
@@ -577,7 +558,7 @@ fn a_missing_nccl_is_an_error_value() {
         None => {
             let out = in_child_with(
                 "a_missing_nccl_is_an_error_value",
-                std::path::Path::new("/nonexistent/libnccl.so.2"),
+                &[("CUDA_SYS_LIBNCCL", "/nonexistent/libnccl.so.2".as_ref())],
             );
             assert!(
                 out.contains("child: ncclCommInitAll: no usable NCCL"),
@@ -624,7 +605,10 @@ fn an_nccl_missing_a_function_is_an_error_value() {
         Some(_) => {}
         None => {
             let path = partial_nccl_path();
-            let out = in_child_with("an_nccl_missing_a_function_is_an_error_value", &path);
+            let out = in_child_with(
+                "an_nccl_missing_a_function_is_an_error_value",
+                &[("CUDA_SYS_LIBNCCL", path.as_os_str())],
+            );
             assert!(
                 out.contains("child: ncclCommInitAll: no usable NCCL"),
                 "{out}"

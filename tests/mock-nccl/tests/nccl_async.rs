@@ -3,8 +3,6 @@
 //! since 2.14 refuses such a call itself, so the crate asks only once a call failed; before 2.14
 //! (the fake reporting an older version, in a child process) the crate asks before every call.
 
-use std::process::Command;
-
 use cuda_mock_nccl::MockNccl;
 use cuda_stream::ffi::nccl::ncclResult_t;
 use cuda_stream::nccl::{Communicator, Group, ReduceOp};
@@ -12,7 +10,7 @@ use cuda_stream::{Device, DeviceBuffer, Error};
 
 mod fixture;
 
-use fixture::{CHILD_VAR, fake, in_child};
+use fixture::{fake, in_child, in_child_with};
 
 /// The case, against an NCCL that refuses a call on a broken communicator itself (2.14 and
 /// later) or not: the calls NCCL saw after the error tell which side refused.
@@ -73,18 +71,7 @@ fn an_nccl_before_2_14_is_asked_for_the_async_error_before_each_call() {
         }
         Some(_) => {}
         None => {
-            let out = Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-                .env(CHILD_VAR, NAME)
-                .env("MOCK_NCCL_VERSION", "21212")
-                .output()
-                .expect("the test binary runs");
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.status.success(), "{NAME} in a child:\n{text}");
+            let text = in_child_with(NAME, &[("MOCK_NCCL_VERSION", "21212".as_ref())]);
             assert!(text.contains("1 passed"), "{text}");
         }
     }
