@@ -26,21 +26,43 @@ impl FlavourRun {
             .collect()
     }
 
-    /// A report of a failed run: the flavour, the exit status, and the end of both outputs.
+    /// A report of a failed run: the flavour, the exit status, every panic's message (the
+    /// panics tests expect included: the failing test's may be far from the end), and the end
+    /// of both outputs.
     pub fn failure_report(&self) -> String {
         let tail = |s: &str| {
             let lines: Vec<&str> = s.lines().collect();
             lines[lines.len().saturating_sub(60)..].join("\n")
         };
         format!(
-            "=== {} ({}): {}\n--- stdout (end)\n{}\n--- stderr (end)\n{}",
+            "=== {} ({}): {}\n--- panics\n{}\n--- stdout (end)\n{}\n--- stderr (end)\n{}",
             self.flavour.name,
             self.flavour.key(),
             self.status,
+            panic_messages(&self.stderr),
             tail(&self.stdout),
             tail(&self.stderr)
         )
     }
+}
+
+/// Each `thread '..' panicked at ..` line of `stderr` with the message lines after it (up to
+/// its backtrace or note, 20 lines at most).
+fn panic_messages(stderr: &str) -> String {
+    let mut out = Vec::new();
+    let mut lines = stderr.lines();
+    while let Some(l) = lines.next() {
+        if l.starts_with("thread '") && l.contains("panicked at") {
+            out.push(l);
+            out.extend(
+                lines
+                    .by_ref()
+                    .take_while(|m| !m.starts_with("stack backtrace:") && !m.starts_with("note:"))
+                    .take(20),
+            );
+        }
+    }
+    out.join("\n")
 }
 
 /// Runs the running test executable again once per flavour, all at once, each child with
@@ -86,4 +108,28 @@ pub fn run_in_each_flavour(
 pub fn report(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_messages;
+
+    #[test]
+    fn a_report_keeps_each_panics_message_and_not_its_backtrace() {
+        let stderr = "noise\n\
+            thread 'a' (1) panicked at x.rs:1:2:\n\
+            assertion `left == right` failed\n  left: 1\n right: 2\n\
+            stack backtrace:\n   0: frame\n\
+            thread 'b' (2) panicked at y.rs:3:4:\n\
+            expected\n\
+            note: run with `RUST_BACKTRACE=1`\n\
+            more noise\n";
+        assert_eq!(
+            panic_messages(stderr),
+            "thread 'a' (1) panicked at x.rs:1:2:\n\
+             assertion `left == right` failed\n  left: 1\n right: 2\n\
+             thread 'b' (2) panicked at y.rs:3:4:\n\
+             expected"
+        );
+    }
 }
