@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::base::error::{Error, Result, check, driver_fn};
+use crate::driver::capture_query::is_capturing;
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
@@ -31,7 +32,7 @@ use crate::memory::use_tracking::{
     Access, Uses, synchronize_context_outside_captures, waits_for_a_capture,
 };
 use crate::stream::block_cache;
-use crate::stream::known_streams;
+use crate::stream::known_streams::{self, StreamEnd};
 use crate::stream::view::bind_if_special;
 
 /// Where the memory came from, and so how it is freed.
@@ -96,18 +97,21 @@ impl Allocation {
         self.uses.ctx_raw()
     }
 
-    /// `bytes` (> 0) bytes in `ctx` for work on `stream` (of `ctx`, not capturing): from `pool`
-    /// (or the device's default pool) on `stream` where the device has pools, recorded as a
-    /// write on `stream` so that use on any other stream waits for the allocation; else
-    /// `cuMemAlloc` (with no use recorded: the memory is ready when the call returns). Pool
-    /// memory is taken from the blocks kept on `stream` where one has the size (no driver
-    /// call: see `stream::block_cache`); an allocation the driver refuses
-    /// for lack of memory is made again once every block kept in the context is freed.
+    /// `bytes` (> 0) bytes in `ctx` for work on `stream` (of `ctx`): from `pool` (or the device's
+    /// default pool) on `stream` where the device has pools, recorded as a write on `stream` so
+    /// that use on any other stream waits for the allocation; else `cuMemAlloc` (with no use
+    /// recorded: the memory is ready when the call returns). Pool memory is taken from the
+    /// blocks kept on `stream` where one has the size (no driver call: see
+    /// `stream::block_cache`); an allocation the driver refuses for lack of memory is made again
+    /// once every block kept in the context is freed. With `refuse`, an allocation that asks the
+    /// driver is refused on a capturing stream (`Error::Capturing { op: refuse }`): there it
+    /// would be a graph memory node. A kept block needs no such check (see `stream::block_cache`).
     pub(crate) fn new(
         ctx: &Context,
         stream: ffi::CUstream,
         bytes: usize,
         pool: Option<&MemPool>,
+        refuse: Option<&'static str>,
     ) -> Result<Arc<Allocation>> {
         // Frees that host functions queued, and plain frees whose uses are done, are made
         // before more memory is taken.
@@ -118,46 +122,43 @@ impl Allocation {
                 return Err(Error::ContextMismatch { what: "the pool" });
             }
         } else if !pools_supported(ctx) {
+            refuse_capturing(ctx, stream, refuse)?;
             return Allocation::plain(ctx, bytes).map(Arc::new);
         }
         let raw_pool = match pool {
             Some(p) => p.raw(),
             None => default_pool_raw(ctx.device())?,
         };
-        let end = known_streams::end_of(stream);
-        // A block kept on `stream`: every use of it is ordered before the stream's later work,
-        // and the new buffer's first use is a write on `stream`, like a fresh allocation's.
-        let kept = end.as_ref().and_then(|e| e.take_block(raw_pool, bytes));
-        let ptr = match kept {
-            Some(ptr) => ptr,
-            None => match alloc_from_pool(ctx, stream, bytes, raw_pool) {
-                Err(e)
-                    if e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
-                        && known_streams::free_kept_blocks_before(ctx.raw(), stream) > 0 =>
-                {
-                    // The kept blocks are free again, in their streams' order, which `stream`
-                    // now follows: once more.
-                    alloc_from_pool(ctx, stream, bytes, raw_pool)?
-                }
-                r => r?,
-            },
-        };
-        // The allocation is the memory's first use: a write on `stream`. Built in place in its
-        // `Arc` (the value is large: each move is a copy).
+        // Built in place in its `Arc` (the value is large: each move is a copy).
         let origin = Origin::Pool(pool.cloned(), bytes);
-        match end {
-            Some(end) => Ok(Arc::new(Allocation {
-                ptr,
-                uses: Uses::written_on_private(ctx, stream, end),
-                origin,
-            })),
-            None => {
-                let (uses, made) = Uses::written_on_unknown(ctx, stream);
-                let alloc = Arc::new(Allocation { ptr, uses, origin });
-                // Allocated, but the use could not be marked: the drop frees it after the use.
-                made.map(|()| alloc)
+        if let Some(end) = known_streams::end_of(stream) {
+            if let Some(ptr) = on_private(ctx, &end, bytes, raw_pool, refuse)? {
+                // The allocation is the memory's first use: a lazy write on `stream`.
+                return Ok(Arc::new(Allocation {
+                    ptr,
+                    uses: Uses::written_on_private(ctx, stream, end),
+                    origin,
+                }));
             }
+            // The epoch ended since the lookup: the stream is treated as any other.
         }
+        refuse_capturing(ctx, stream, refuse)?;
+        let ptr = match alloc_from_pool(ctx, stream, bytes, raw_pool) {
+            Err(e)
+                if out_of_memory(&e)
+                    && known_streams::free_kept_blocks_before(ctx.raw(), stream) > 0 =>
+            {
+                // The kept blocks are free again, in their streams' order, which `stream` now
+                // follows: once more.
+                alloc_from_pool(ctx, stream, bytes, raw_pool)?
+            }
+            r => r?,
+        };
+        // The allocation is the memory's first use: a write on `stream`, marked by an event.
+        let (uses, made) = Uses::written_on_unknown(ctx, stream);
+        let alloc = Arc::new(Allocation { ptr, uses, origin });
+        // Allocated, but the use could not be marked: the drop frees it after the use.
+        made.map(|()| alloc)
     }
 
     /// `bytes` (> 0) bytes in `ctx` with no stream: on the context's service stream where the
@@ -165,7 +166,7 @@ impl Allocation {
     pub(crate) fn new_unordered(ctx: &Context, bytes: usize) -> Result<Arc<Allocation>> {
         if pools_supported(ctx) {
             let service = ctx.service_stream()?;
-            Allocation::new(ctx, service, bytes, None)
+            Allocation::new(ctx, service, bytes, None, None)
         } else {
             deferred_destroy::drain_if_pending();
             poll_pending_frees();
@@ -478,6 +479,70 @@ impl Allocation {
             }
         }
     }
+}
+
+/// Memory of `bytes` bytes from `pool` on the private stream of `end` (of `ctx`), with the
+/// end locked throughout: a block kept there, or a new allocation (refused on a capturing stream
+/// with `refuse`), made while the epoch lasts, so that its lazy write is covered by whatever
+/// ends the epoch (a settling event recorded after the allocation). `None` when the epoch has
+/// ended (the caller treats the stream as any other). An allocation that runs out of memory
+/// frees every block kept in the context (not under this lock) and is made once more.
+fn on_private(
+    ctx: &Context,
+    end: &StreamEnd,
+    bytes: usize,
+    pool: ffi::CUmemoryPool,
+    refuse: Option<&'static str>,
+) -> Result<Option<ffi::CUdeviceptr>> {
+    let stream = end.stream();
+    let mut retried = false;
+    loop {
+        let mut guard = end.lock();
+        let Some(blocks) = guard.blocks() else {
+            return Ok(None);
+        };
+        // A kept block: every use of it is ordered before the stream's later work, and the new
+        // buffer's first use is a write on `stream`, like a fresh allocation's. No capture
+        // check: while this crate captures the stream no block is kept in its epoch (see
+        // `stream::block_cache`).
+        if let Some(ptr) = blocks.take(pool, bytes) {
+            return Ok(Some(ptr));
+        }
+        refuse_capturing(ctx, stream, refuse)?;
+        match alloc_from_pool(ctx, stream, bytes, pool) {
+            Err(e) if out_of_memory(&e) && !retried => {
+                drop(guard);
+                // The kept blocks are freed, in their streams' order, which `stream` then
+                // follows: once more.
+                if known_streams::free_kept_blocks_before(ctx.raw(), stream) == 0 {
+                    return Err(e);
+                }
+                retried = true;
+            }
+            r => return r.map(Some),
+        }
+    }
+}
+
+/// Refuses (`Error::Capturing { op }`, with `refuse` = `Some(op)`) an allocation on `stream` (of
+/// `ctx`) while it is being captured, where it would be a graph memory node.
+fn refuse_capturing(
+    ctx: &Context,
+    stream: ffi::CUstream,
+    refuse: Option<&'static str>,
+) -> Result<()> {
+    if let Some(op) = refuse {
+        let _bound = bind_if_special(stream, ctx.raw())?;
+        if is_capturing(stream)? {
+            return Err(Error::Capturing { op });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the driver refused for lack of memory.
+fn out_of_memory(e: &Error) -> bool {
+    e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 #[cold]

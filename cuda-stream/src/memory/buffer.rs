@@ -146,18 +146,14 @@ pub(crate) fn byte_size<T>(len: usize) -> Result<usize> {
         })
 }
 
-/// Checks `stream` for an allocation in `ctx`: same context, not capturing.
+/// Checks `stream` for an allocation in `ctx`: the same context. Whether it is capturing is
+/// asked where the allocation asks the driver (`Allocation::new`).
 fn alloc_stream(
     ctx: &Context,
     (raw, stream_ctx): (ffi::CUstream, ffi::CUcontext),
-    op: &'static str,
 ) -> Result<ffi::CUstream> {
     if stream_ctx != ctx.raw() {
         return Err(Error::ContextMismatch { what: "the stream" });
-    }
-    let _bound = bind_if_special(raw, ctx.raw())?;
-    if is_capturing(raw)? {
-        return Err(Error::Capturing { op });
     }
     Ok(raw)
 }
@@ -208,15 +204,15 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// pools. The contents are undefined bytes. Refused on a capturing stream
     /// ([`Error::Capturing`]).
     pub fn alloc_on(ctx: &Context, stream: &impl Enqueue, len: usize) -> Result<DeviceBuffer<T>> {
-        let raw = alloc_stream(ctx, stream.enqueue_handle(), "DeviceBuffer::alloc_on")?;
-        DeviceBuffer::alloc_raw(ctx, raw, len, None)
+        let raw = alloc_stream(ctx, stream.enqueue_handle())?;
+        DeviceBuffer::alloc_raw(ctx, raw, len, None, "DeviceBuffer::alloc_on")
     }
 
     /// [`alloc_on`](DeviceBuffer::alloc_on) from `pool` (whose context must be the stream's).
     pub fn alloc_in(pool: &MemPool, stream: &impl Enqueue, len: usize) -> Result<DeviceBuffer<T>> {
         let ctx = pool.context();
-        let raw = alloc_stream(ctx, stream.enqueue_handle(), "DeviceBuffer::alloc_in")?;
-        DeviceBuffer::alloc_raw(ctx, raw, len, Some(pool))
+        let raw = alloc_stream(ctx, stream.enqueue_handle())?;
+        DeviceBuffer::alloc_raw(ctx, raw, len, Some(pool), "DeviceBuffer::alloc_in")
     }
 
     fn alloc_raw(
@@ -224,13 +220,19 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         raw: ffi::CUstream,
         len: usize,
         pool: Option<&MemPool>,
+        op: &'static str,
     ) -> Result<DeviceBuffer<T>> {
         let bytes = byte_size::<T>(len)?;
         if bytes == 0 {
+            // Nothing is allocated, but a capturing stream is refused all the same.
+            let _bound = bind_if_special(raw, ctx.raw())?;
+            if is_capturing(raw)? {
+                return Err(Error::Capturing { op });
+            }
             return Ok(DeviceBuffer::empty(ctx));
         }
         Ok(DeviceBuffer::from_shared(
-            Allocation::new(ctx, raw, bytes, pool)?,
+            Allocation::new(ctx, raw, bytes, pool, Some(op))?,
             len,
         ))
     }

@@ -16,6 +16,17 @@
 //! still lives and is not capturing. Blocks are never handed out on another stream, and
 //! allocations in a capture are graph memory nodes, which never touch a cache.
 //!
+//! A hit asks the driver nothing, not even whether `s` is being captured. This crate captures a
+//! private stream only through exclusive access (`&mut` to its owner, or a pool stream leased to
+//! one fork), after settling its epoch: the blocks are freed then, or the epoch is replaced by a
+//! new one that no use holds. While the capture lasts nothing can keep a block in the stream's
+//! epoch: a block is kept only by the free of a buffer whose lazy use holds that epoch, and no
+//! use is recorded on a capturing stream (an allocation there asks the driver first, and is
+//! refused). A private stream that joined a capture begun elsewhere (by waiting on captured
+//! work) may hand out a kept block: the memory is real and ordered as above, and every later use
+//! of the buffer checks its stream (a use on `s` is refused in that capture, and a wait for the
+//! lazy write from another stream is refused while `s` is captured).
+//!
 //! # Sizes
 //!
 //! A block serves a later request of exactly its size. PyTorch's caching allocator rounds

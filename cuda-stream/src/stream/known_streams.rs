@@ -179,16 +179,6 @@ impl StreamEnd {
         }
     }
 
-    /// A block of `pool` of `bytes` bytes kept on the stream, taken out (while the epoch lasts).
-    #[inline]
-    pub(crate) fn take_block(
-        &self,
-        pool: ffi::CUmemoryPool,
-        bytes: usize,
-    ) -> Option<ffi::CUdeviceptr> {
-        self.lock().blocks()?.take(pool, bytes)
-    }
-
     /// Frees the blocks kept (of `pool`, where given) on the stream while the epoch lasts, then,
     /// if any was freed, calls `then` with the end still locked (the stream live and not
     /// captured); how many.

@@ -10,8 +10,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cuda_mock_driver::{MockDriver, Serialized};
+use cuda_stream::ffi;
 use cuda_stream::ffi::CUresult;
-use cuda_stream::{CaptureMode, Context, DeviceBuffer, MemPool};
+use cuda_stream::{CaptureMode, Context, DeviceBuffer, Error, MemPool};
 use cuda_stream_tests::gate;
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -41,11 +42,12 @@ fn cached(ctx: &Context) -> u64 {
     MemPool::default_for(ctx).unwrap().usage().unwrap().cached
 }
 
-fn calls(m: &MockDriver) -> [u64; 3] {
+fn calls(m: &MockDriver) -> [u64; 4] {
     [
         m.calls("cuMemAllocFromPoolAsync"),
         m.calls("cuMemFreeAsync"),
         m.calls("cuEventRecord"),
+        m.calls("cuStreamIsCapturing"),
     ]
 }
 
@@ -62,7 +64,11 @@ fn a_block_freed_on_its_stream_serves_the_next_allocation_there_with_no_driver_c
     let before = calls(m);
     let y = DeviceBuffer::<u32>::alloc_on(&ctx, &s, 64).unwrap();
     assert_eq!(y.device_ptr(), first, "the kept block");
-    assert_eq!(calls(m), before, "no allocation, free or event");
+    assert_eq!(
+        calls(m),
+        before,
+        "no allocation, free, event or capture check"
+    );
     assert_eq!(cached(&ctx), 0);
     y.fill(&s, 9).unwrap();
     assert_eq!(y.to_vec(&s).unwrap(), [9; 64]);
@@ -323,4 +329,109 @@ fn threads_on_streams_of_their_own_reuse_their_own_blocks() {
     );
     assert_eq!(cached(&ctx), 0);
     assert_eq!((m.bad_uses(), m.races()), (0, 0));
+}
+
+#[test]
+fn an_allocation_while_another_thread_takes_the_handle_is_ordered_before_the_settling() {
+    // An allocation on a private stream made while another thread takes the stream's handle
+    // (ending its epoch): the allocation is a lazy write on the epoch, so it must come before the
+    // epoch's settling event on the stream, or a use elsewhere that waits for that event would
+    // run unordered with it. The allocating thread is held right after its capture check, with
+    // the epoch looked up and the allocation not made yet.
+    let (_lock, m, ctx) = mock();
+    let s = std::sync::Arc::new(ctx.new_stream().unwrap());
+    let t = ctx.new_stream().unwrap();
+    // Everything on `s` waits behind the gate: a use on `t` that does not wait for the
+    // allocation runs before it.
+    let hold = gate(&s);
+    m.pause_after("cuStreamIsCapturing");
+    let (c, s1) = (ctx.clone(), s.clone());
+    let allocating =
+        std::thread::spawn(move || DeviceBuffer::<u32>::alloc_on(&c, &*s1, 64).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !m.paused() {
+        assert!(Instant::now() < deadline, "the allocation never asked");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let s2 = s.clone();
+    let lending = std::thread::spawn(move || {
+        let _ = s2.raw();
+    });
+    // The hand-over's settling record, if it does not wait for the allocation, is made now.
+    std::thread::sleep(Duration::from_millis(50));
+    m.resume();
+    let x = allocating.join().unwrap();
+    lending.join().unwrap();
+    x.fill(&t, 3).unwrap();
+    drop(hold);
+    assert_eq!(x.to_vec(&t).unwrap(), [3; 64]);
+    drop(x);
+    settle(m);
+    assert_eq!((m.bad_uses(), m.races()), (0, 0), "{:?}", m.race_reports());
+}
+
+/// Begins a capture on `s` with raw calls, as a framework would (thread-local mode).
+fn raw_begin(s: ffi::CUstream) {
+    let mode = ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: a live stream.
+    let rc = unsafe { cuda_stream_sys::cuStreamBeginCapture(s, mode) };
+    assert_eq!(rc, CUresult::CUDA_SUCCESS);
+}
+
+/// Ends the raw capture of `s` and destroys its graph: the driver's answer.
+fn raw_end(s: ffi::CUstream) -> CUresult {
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the capture was begun on this thread.
+    let rc = unsafe { cuda_stream_sys::cuStreamEndCapture(s, &mut graph) };
+    if !graph.is_null() {
+        // SAFETY: the capture handed the graph over.
+        let destroyed = unsafe { cuda_stream_sys::cuGraphDestroy(graph) };
+        assert_eq!(destroyed, CUresult::CUDA_SUCCESS);
+    }
+    rc
+}
+
+#[test]
+fn a_stream_that_joined_a_capture_begun_elsewhere_hands_out_its_block_and_refuses_its_uses() {
+    // A kept block is handed out with no capture check; on a private stream that joined a
+    // framework's capture the memory is still real, and every use of the buffer is refused
+    // while the capture lasts, which survives.
+    let (_lock, m, ctx) = mock();
+    let framework = ctx.new_stream().unwrap();
+    let raw = framework.raw();
+    let (j, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let x = DeviceBuffer::<u32>::zeroed(&ctx, &j, 16).unwrap();
+    let kept = x.device_ptr();
+    drop(x);
+    assert_eq!(cached(&ctx), 64);
+    raw_begin(raw);
+    j.wait_stream(&framework).unwrap(); // `j` joins the framework's capture
+    let y = DeviceBuffer::<u32>::alloc_on(&ctx, &j, 16).unwrap();
+    assert_eq!(y.device_ptr(), kept, "the kept block");
+    match DeviceBuffer::<u32>::alloc_on(&ctx, &j, 17) {
+        Err(Error::Capturing { .. }) => {}
+        other => panic!("an allocation that asks the driver on a joined stream: {other:?}"),
+    }
+    match y.fill(&t, 7) {
+        Err(Error::Refused { reason, .. }) if reason.contains("joined a capture") => {}
+        other => panic!("a use waiting for a stream in a capture begun elsewhere: {other:?}"),
+    }
+    match y.fill(&j, 7) {
+        Err(Error::Refused { reason, .. }) if reason.contains("begun elsewhere") => {}
+        other => panic!("a use in a capture begun elsewhere: {other:?}"),
+    }
+    drop(y);
+    framework.wait_stream(&j).unwrap(); // joined back
+    assert_eq!(
+        raw_end(raw),
+        CUresult::CUDA_SUCCESS,
+        "the framework's capture"
+    );
+    let z = DeviceBuffer::<u32>::alloc_on(&ctx, &j, 16).unwrap();
+    assert_eq!(z.device_ptr(), kept, "kept again by the drop");
+    z.fill(&t, 5).unwrap();
+    assert_eq!(z.to_vec(&t).unwrap(), [5; 16]);
+    drop((z, j, t, framework));
+    settle(m);
+    assert_eq!((m.bad_uses(), m.races()), (0, 0), "{:?}", m.race_reports());
 }
