@@ -15,10 +15,23 @@ pub(super) fn bytes_of<T: DeviceCopy>(value: &T) -> &[u8] {
 }
 
 /// The widest memset (1, 2 or 4 bytes) and its word that writes `bytes` of repeated `pattern`,
-/// if the pattern repeats every 1, 2 or 4 bytes. Byte comparisons only (no slice comparisons,
-/// which call `memcmp`): it runs on every fill.
-#[inline]
+/// if the pattern repeats every 1, 2 or 4 bytes. It runs on every fill: a value of 4 bytes
+/// (`u32`, `f32`, ...) over a multiple of 4 bytes is its own word, a byte is repeated, and other
+/// values take the general way, out of line.
+#[inline(always)]
 pub(super) fn memset_word(pattern: &[u8], bytes: usize) -> Option<(usize, u32)> {
+    match *pattern {
+        // Any 4 bytes repeat every 4; a 4-byte word is the widest.
+        [a, b, c, d] if bytes & 3 == 0 => Some((4, u32::from_le_bytes([a, b, c, d]))),
+        [a] if bytes & 3 == 0 => Some((4, u32::from(a) * 0x0101_0101)),
+        _ => memset_word_general(pattern, bytes),
+    }
+}
+
+/// [`memset_word`] for any pattern. Byte comparisons only (no slice comparisons, which call
+/// `memcmp`).
+#[inline(never)]
+fn memset_word_general(pattern: &[u8], bytes: usize) -> Option<(usize, u32)> {
     let n = pattern.len();
     if n == 0 {
         // A zero-sized type: there are no bytes to set.
@@ -63,7 +76,7 @@ pub(super) fn unfillable(pattern: &[u8]) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::memset_word;
+    use super::{memset_word, memset_word_general};
 
     #[test]
     fn memset_words() {
@@ -80,5 +93,30 @@ mod tests {
             Some((4, 0x0201_0201))
         );
         assert_eq!(memset_word(&[1, 2, 3], 9), None);
+        assert_eq!(memset_word(&[1, 2, 3, 4], 6), None);
+        assert_eq!(memset_word(&[0, 0, 0, 0], 6), Some((2, 0)));
+        assert_eq!(memset_word(&[7], 8), Some((4, 0x0707_0707)));
+    }
+
+    #[test]
+    fn the_fast_words_are_the_general_ones() {
+        for bytes in 0..32 {
+            for p in [
+                [0u8, 0, 0, 0],
+                [1, 2, 3, 4],
+                [5, 5, 5, 5],
+                [1, 2, 1, 2],
+                [9, 9, 9, 8],
+            ] {
+                assert_eq!(
+                    memset_word(&p, bytes),
+                    memset_word_general(&p, bytes),
+                    "{p:?} over {bytes}"
+                );
+            }
+            for b in [0u8, 7, 255] {
+                assert_eq!(memset_word(&[b], bytes), memset_word_general(&[b], bytes));
+            }
+        }
     }
 }

@@ -122,10 +122,17 @@ pub(crate) fn is_special(raw: ffi::CUstream) -> bool {
 #[inline(always)]
 pub(crate) fn bind_if_special(raw: ffi::CUstream, ctx: ffi::CUcontext) -> Result<Option<Bound>> {
     if is_special(raw) {
-        bind(ctx).map(Some)
+        bind_special(ctx)
     } else {
         Ok(None)
     }
+}
+
+/// [`bind_if_special`] for a default stream: out of line, so that the calls on created streams
+/// (nearly all) carry no binding code between theirs.
+#[inline(never)]
+fn bind_special(ctx: ffi::CUcontext) -> Result<Option<Bound>> {
+    bind(ctx).map(Some)
 }
 
 /// Binds `ctx` for a copy on `raw` (a stream of `ctx`): as [`bind_if_special`] for a default

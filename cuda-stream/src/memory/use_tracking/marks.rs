@@ -50,6 +50,7 @@ pub(crate) static IN_CTX_SYNCHRONIZE: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
 impl Inner {
+    #[inline]
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -383,7 +383,35 @@ impl Uses {
     /// records the use once `op` has succeeded. If `op` fails nothing is recorded; if the use
     /// cannot be marked after `op` succeeded (no event could be recorded), it is recorded as
     /// covered by the context's completion only, and the error returned.
+    #[inline]
     pub(crate) fn around<R>(
+        &self,
+        stream: ffi::CUstream,
+        access: Access,
+        op: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        // The hot path of a buffer used again and again on one private stream, kept apart and
+        // small (it runs right after a driver call, with little of the crate's code cached): the
+        // use repeats the last one there (see `around_tracked`), so only the work runs, under the
+        // lock, and the use takes a new number.
+        let inner = &self.0;
+        let mut state = inner.lock();
+        let s = &mut *state;
+        if let Some(u) = repeated(inner, s, stream, access) {
+            let out = op();
+            if u.end.as_ref().is_some_and(|e| e.has_ended()) {
+                // The handle was taken meanwhile (see `Recheck`).
+                inner.mark_now(u);
+            }
+            return out;
+        }
+        drop(state);
+        self.around_again(stream, access, op)
+    }
+
+    /// [`around`](Uses::around) past its hot path: the lock taken again, every case.
+    #[inline(never)]
+    fn around_again<R>(
         &self,
         stream: ffi::CUstream,
         access: Access,
@@ -446,28 +474,15 @@ impl Uses {
         // they are (the same stream's lazy mark in a live epoch, nothing to wait for), so only
         // the work runs, under the lock, and the use it repeats takes a new number (a host
         // completion seen before it must not cover it).
-        let lazy_here = |u: &Use| u.mark == Mark::Lazy && inner.same_stream(u, stream);
         let split = waiter != stream;
-        let repeated = match access {
-            // Work on another stream than the one it is recorded on: the marks' stream is not the
-            // work's, so their order does not cover the work.
-            _ if split => None,
-            Access::Write if s.reads.is_empty() => s.write.as_mut().filter(|w| lazy_here(w)),
-            Access::Write => None,
-            Access::Read
-                if s.write
-                    .as_ref()
-                    .is_none_or(|w| w.mark == Mark::Done || inner.same_stream(w, stream)) =>
-            {
-                s.reads.iter_mut().find(|u| lazy_here(u))
-            }
-            Access::Read => None,
+        // Work on another stream than the one it is recorded on: the marks' stream is not the
+        // work's, so their order does not cover the work.
+        let repeated = if split {
+            None
+        } else {
+            repeated(inner, s, stream, access)
         };
         if let Some(u) = repeated {
-            // Renumbered even if the work then fails: a later number only makes a host
-            // completion cover the use later.
-            s.seq += 1;
-            u.seq = s.seq;
             let _recheck = Recheck { inner, u };
             return op();
         }
@@ -558,6 +573,39 @@ impl Uses {
     pub(crate) fn key(&self) -> usize {
         &self.0 as *const Inner as usize
     }
+}
+
+/// The use that work of kind `access` on `stream` would repeat, if it leaves the marks as they
+/// are: the same stream's lazy mark in a live epoch, with nothing to wait for (a write after a
+/// lone write there; a read after reads, with the write done or on the same stream). It is
+/// renumbered then, even if the work fails: a later number only makes a host completion cover
+/// the use later.
+#[inline(always)]
+fn repeated<'s>(
+    inner: &Inner,
+    s: &'s mut State,
+    stream: ffi::CUstream,
+    access: Access,
+) -> Option<&'s mut Use> {
+    let State {
+        write, reads, seq, ..
+    } = s;
+    let lazy_here = |u: &Use| u.mark == Mark::Lazy && inner.same_stream(u, stream);
+    let u = match access {
+        Access::Write if reads.is_empty() => write.as_mut().filter(|w| lazy_here(w)),
+        Access::Write => None,
+        Access::Read
+            if write
+                .as_ref()
+                .is_none_or(|w| w.mark == Mark::Done || inner.same_stream(w, stream)) =>
+        {
+            reads.iter_mut().find(|u| lazy_here(u))
+        }
+        Access::Read => None,
+    }?;
+    *seq += 1;
+    u.seq = *seq;
+    Some(u)
 }
 
 /// Checks, once the work of a use on the stream and epoch of the last one has been enqueued (it
