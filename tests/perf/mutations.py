@@ -11,6 +11,11 @@ random_programs`, with its race detector) until the first failure or `--ops` ope
 unmutated source runs first and must pass. The table printed says, for each mutation, whether it
 was caught, after how many programs' operations, and the first problem seen.
 
+A wait that only a precise interleaving of two threads needs (another thread taking a stream's
+handle between a check and the work) is out of the random programs' reach: such a mutation names
+the test that holds a thread at that point (a sixth field, `cargo test` arguments), which runs
+first; the mutation is caught when that test fails.
+
     tests/perf/mutations.py                   # every mutation, 300,000 operations each at most
     tests/perf/mutations.py --ops 1000000 --only wait_for_event
     tests/perf/mutations.py --list
@@ -36,7 +41,7 @@ BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
 ACROSS = "cuda-stream/src/memory/across.rs"
 ALLOC_CALLS = "cuda-stream/src/memory/alloc_calls.rs"
 
-# (name, file, original, mutated, what the wait is for)
+# (name, file, original, mutated, what the wait is for[, the dedicated test's cargo arguments])
 MUTATIONS = [
     (
         "wait_for_lazy_mark",
@@ -197,6 +202,34 @@ MUTATIONS = [
         "work recorded into a capture waits, inside the graph, for a conflicting use on another "
         "stream of the capture",
     ),
+    (
+        "repeated_use_rechecks_its_epoch",
+        TRACKING,
+        "                // The handle was taken meanwhile (see `Recheck`).\n"
+        "                inner.mark_now(u);",
+        "                // The handle was taken meanwhile (see `Recheck`).\n"
+        "                let _ = u;",
+        "a use that repeated the last one on its stream gets an event of its own if the stream's "
+        "epoch ended while its work was enqueued (the handle taken on another thread)",
+        "-p cuda-mock-nccl --test nccl_views "
+        "a_repeated_use_whose_stream_is_lent_meanwhile_is_marked_after_its_work",
+    ),
+    (
+        "alloc_under_end_lock",
+        ALLOCATION,
+        "        refuse_capturing(ctx, stream, refuse)?;\n"
+        "        match alloc_from_pool(ctx, stream, bytes, pool) {\n"
+        "            Err(e) if out_of_memory(&e) && !retried => {\n"
+        "                drop(guard);\n",
+        "        drop(guard);\n"
+        "        refuse_capturing(ctx, stream, refuse)?;\n"
+        "        match alloc_from_pool(ctx, stream, bytes, pool) {\n"
+        "            Err(e) if out_of_memory(&e) && !retried => {\n",
+        "an allocation on a private stream is made while its epoch's end is locked, so that the "
+        "epoch's settling event comes after it",
+        "-p cuda-mock-driver --test block_cache "
+        "an_allocation_while_another_thread_takes_the_handle_is_ordered_before_the_settling",
+    ),
 ]
 
 
@@ -250,6 +283,20 @@ def run_programs(src, target, ops, seconds):
     return ("failed", out.strip().splitlines()[-3:], n_ops)
 
 
+def run_test(src, target, cargo_args):
+    """A dedicated test against the mutated source: `caught` when it fails."""
+    env = dict(os.environ)
+    env.update(CARGO_TARGET_DIR=target, CARGO_TERM_COLOR="never")
+    r = sh(f"cargo test -q {cargo_args}", src, env, timeout=1800)
+    if r.returncode == 0:
+        return ("passed", [], 0)
+    out = r.stdout + r.stderr
+    first = re.search(r"panicked at ([^\n]*)\n(.*)", out)
+    if first:
+        return ("caught", ["(test)", f"{first.group(1)} {first.group(2)}"[:160]], 0)
+    return ("failed", out.strip().splitlines()[-3:], 0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--ops", type=int, default=300_000, help="operations per mutation at most")
@@ -262,15 +309,15 @@ def main():
     root = sh("git rev-parse --show-toplevel", os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     muts = [m for m in MUTATIONS if not args.only or m[0] in args.only]
     if args.list:
-        for name, path, _, _, what in muts:
-            print(f"{name:32} {path}: {what}")
+        for name, path, _, _, what, *test in muts:
+            print(f"{name:32} {path}: {what}{' (test: ' + test[0] + ')' if test else ''}")
         return 0
     work = os.path.abspath(args.work or os.path.join(root, "target", "mutations"))
     shutil.rmtree(os.path.join(work, "src"), ignore_errors=True)
     src = copy_tree(root, work)
     target = os.path.join(work, "target")
     pristine = {}
-    for _, path, original, _, _ in muts:
+    for _, path, original, *_ in muts:
         text = open(os.path.join(src, path)).read()
         pristine[path] = text
         n = text.count(original)
@@ -284,11 +331,15 @@ def main():
         print(f"unmutated: {status} ({n} operations) {' '.join(detail)}", flush=True)
         if status != "passed":
             return 1
-    for name, path, original, mutated, what in muts:
+    for name, path, original, mutated, what, *test in muts:
         full = os.path.join(src, path)
         open(full, "w").write(pristine[path].replace(original, mutated, 1))
         t0 = time.time()
-        status, detail, n = run_programs(src, target, args.ops, args.seconds)
+        status = None
+        if test:
+            status, detail, n = run_test(src, target, test[0])
+        if status != "caught":
+            status, detail, n = run_programs(src, target, args.ops, args.seconds)
         open(full, "w").write(pristine[path])
         rows.append((name, status, n, time.time() - t0, detail))
         print(f"{name}: {status} after {n} operations ({time.time() - t0:.0f} s) {' '.join(detail)}", flush=True)

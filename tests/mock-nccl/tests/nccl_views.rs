@@ -2,6 +2,8 @@
 //! lengths are the views', a collective on a view waits for the buffer's earlier write on another
 //! stream, and a later raw write not ordered after it is a race (the fake NCCL reports each
 //! collective's memory to the race detector); overlapping views in one group do not compile.
+//! And a collective that repeats a buffer's last use on its stream while another thread takes
+//! the stream's handle is still waited for by a later use elsewhere.
 
 use cuda_stream::nccl::{Communicator, ReduceOp, group};
 use cuda_stream::{Device, DeviceBuffer, Error};
@@ -64,4 +66,47 @@ fn collectives_take_views_of_buffers() {
     );
     s.synchronize().unwrap();
     t.synchronize().unwrap();
+}
+
+#[test]
+fn a_repeated_use_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
+    // The in-place all-reduce repeats the buffer's last use, a lazy write on `s`: it takes the
+    // small path (no wait, no event). The thread is held once the use was found to repeat and
+    // before NCCL enqueued anything (its binding of the communicator's context asks what is
+    // current), while another thread takes `s`'s handle, which records the epoch's settling
+    // event now, before the collective. A later fill on `t` must wait for the collective itself.
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, _n, m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let s = std::sync::Arc::new(ctx.new_stream().unwrap());
+    let t = ctx.new_stream().unwrap();
+    let mut b = DeviceBuffer::<u32>::zeroed(&ctx, &*s, 64).unwrap();
+    s.synchronize().unwrap();
+    m.pause_after("cuCtxGetCurrent");
+    let s1 = s.clone();
+    let reducing = std::thread::spawn(move || {
+        group(|g| g.all_reduce_in_place(&comm, &*s1, &mut b, ReduceOp::Sum)).unwrap();
+        (b, comm)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !m.paused() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group never bound its context"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    let _ = s.raw(); // the epoch ends: its settling event is recorded on `s` now
+    m.resume();
+    let (b, comm) = reducing.join().unwrap();
+    b.fill(&t, 1).unwrap();
+    t.synchronize().unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(m.races(), 0, "{:?}", m.race_reports());
+    drop((b, comm));
 }
