@@ -202,7 +202,12 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     /// default pool (`cuMemAllocFromPoolAsync`), so work enqueued on `stream` afterwards may use
     /// it and work on other streams waits for the allocation; `cuMemAlloc` on a device without
     /// pools. The contents are undefined bytes. Refused on a capturing stream
-    /// ([`Error::Capturing`]).
+    /// ([`Error::Capturing`]), where it would be a graph allocation
+    /// ([`GraphBuffer`](crate::GraphBuffer) is that). A block freed earlier on the same stream
+    /// and kept there for reuse is handed out without asking the driver anything: this crate
+    /// never captures a stream while blocks are kept on it, and on a stream of this crate that
+    /// joined another library's capture (by waiting on its work) the block is real memory, whose
+    /// every use is then refused until that capture has ended.
     pub fn alloc_on(ctx: &Context, stream: &impl Enqueue, len: usize) -> Result<DeviceBuffer<T>> {
         let raw = alloc_stream(ctx, stream.enqueue_handle())?;
         DeviceBuffer::alloc_raw(ctx, raw, len, None, "DeviceBuffer::alloc_on")
