@@ -205,9 +205,9 @@ MUTATIONS = [
     (
         "repeated_use_rechecks_its_epoch",
         TRACKING,
-        "                // The handle was taken meanwhile (see `Recheck`).\n"
-        "                inner.mark_now(u);",
-        "                // The handle was taken meanwhile (see `Recheck`).\n"
+        "                // The handle was taken meanwhile: the settling event may precede the work.\n"
+        "                self.inner.mark_now(u);",
+        "                // The handle was taken meanwhile: the settling event may precede the work.\n"
         "                let _ = u;",
         "a use that repeated the last one on its stream gets an event of its own if the stream's "
         "epoch ended while its work was enqueued (the handle taken on another thread)",

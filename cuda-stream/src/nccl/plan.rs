@@ -14,7 +14,7 @@ use crate::graph::user_objects::keep_alive;
 use crate::memory::allocation::{Allocation, InCapture};
 use crate::memory::buffer_ops::{capture_graph, tie_to_graph};
 use crate::memory::tracked::{TrackedUse, around_streams};
-use crate::memory::use_tracking::Access;
+use crate::memory::use_tracking::{Access, Repeated};
 use crate::nccl::call::{bind_for_nccl, nccl, nccl_check, nccl_fn_of};
 use crate::nccl::comm::Communicator;
 use crate::stream::view::bind_if_special;
@@ -233,6 +233,17 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
         p.comm.check_async_before_call()?;
     }
     if grouped {
+        if let Some(out) = issue_repeated(plans, n) {
+            return out;
+        }
+    }
+    issue_general(plans, grouped, n)
+}
+
+/// [`issue`] past its hot path ([`issue_repeated`]): every case.
+#[inline(never)]
+fn issue_general<'p>(plans: &[Planned<'p>], grouped: bool, n: &Nccl) -> Result<()> {
+    if grouped {
         crate::nccl::phase!(1);
     }
     // At most two tracked uses a call; up to four calls' on the stack (no allocation per call).
@@ -346,6 +357,95 @@ pub(crate) fn issue<'p>(plans: &[Planned<'p>], grouped: bool) -> Result<()> {
         crate::nccl::phase!(6);
     }
     out
+}
+
+/// The most buffers [`issue_repeated`] takes.
+const REPEATED_MAX: usize = 4;
+
+/// The hot path of a group (`issue` with `grouped`) whose calls are all on created streams
+/// outside any capture, each buffer's use repeating its last use on its call's stream (the same
+/// buffers reduced again and again on their streams): the trackers are locked, the group runs,
+/// and the uses stay as they are (renumbered). Kept apart and small: it runs right after NCCL's
+/// previous group, with little of the crate's code still cached. The trackers are taken in the
+/// calls' order without waiting ([`Uses::try_repeat`]): a busy one (another thread's, or a buffer
+/// listed twice) sends the group the general way, which takes them in their global order, so
+/// that two threads cannot deadlock. `None`, having enqueued nothing and holding no lock, for any
+/// other group (a default stream, a capturing stream, graph memory, more than
+/// [`REPEATED_MAX`] buffers, a use that does not repeat): [`issue`]'s general way takes it.
+///
+/// [`Uses::try_repeat`]: crate::memory::use_tracking::Uses::try_repeat
+fn issue_repeated(plans: &[Planned<'_>], n: &Nccl) -> Option<Result<()>> {
+    let mut held: [Option<Repeated<'_>>; REPEATED_MAX] = [const { None }; REPEATED_MAX];
+    let mut len = 0;
+    for p in plans {
+        if (p.stream as usize) <= 2 {
+            return None;
+        }
+        match is_capturing(p.stream) {
+            Ok(false) => {}
+            Ok(true) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        for (a, access) in p.buffers.iter() {
+            if len == REPEATED_MAX || a.check_outside_capture().is_err() {
+                return None;
+            }
+            // A use that does not repeat, or a busy tracker, lets every lock go (the numbers
+            // taken stay: a later number only makes a host completion cover a use later).
+            held[len] = Some(a.uses.try_repeat(p.stream, access)?);
+            len += 1;
+        }
+    }
+    let out = run_group(plans, n);
+    // Released in the reverse order, each epoch checked again.
+    for h in held[..len].iter_mut().rev() {
+        drop(h.take());
+    }
+    if out.is_err() {
+        // As the general way does once work may have been enqueued: nothing of it is running
+        // when the error is returned.
+        synchronize_streams(plans);
+    }
+    Some(out)
+}
+
+/// `ncclGroupStart`, every call, `ncclGroupEnd`, bound to the first call's context (see
+/// [`issue`]); the error of a failed group.
+fn run_group(plans: &[Planned<'_>], n: &Nccl) -> Result<()> {
+    let start = nccl_fn_of!(n, ncclGroupStart);
+    let end = nccl_fn_of!(n, ncclGroupEnd);
+    let mut bound = match plans.first() {
+        Some(p) => Some(bind_for_nccl(p.comm.ctx_raw())?),
+        None => None,
+    };
+    // SAFETY: no arguments; every start is matched by the end below.
+    nccl_check(unsafe { start() }, "ncclGroupStart")?;
+    let mut first_err = None;
+    for p in plans {
+        if let Err(e) = p.call.issue(n, p.comm.raw(), p.stream) {
+            first_err = Some(e);
+            break;
+        }
+    }
+    // SAFETY: ends the group started above, whatever happened inside it.
+    let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
+    match (first_err, ended) {
+        (None, Ok(())) => {
+            if let Some(b) = bound.as_mut() {
+                b.left_as_found();
+            }
+            Ok(())
+        }
+        (Some(e), _) | (None, Err(e)) => Err(explain_group_failure(plans, e)),
+    }
+}
+
+/// Synchronises the streams of `plans` (errors ignored), after a group failed.
+#[cold]
+fn synchronize_streams(plans: &[Planned<'_>]) {
+    for p in plans {
+        let _ = crate::memory::tracked::synchronize(p.stream);
+    }
 }
 
 /// A failed group's error: the first communicator's asynchronous error, if one has one (NCCL

@@ -3,7 +3,8 @@
 //! stream, and a later raw write not ordered after it is a race (the fake NCCL reports each
 //! collective's memory to the race detector); overlapping views in one group do not compile.
 //! And a collective that repeats a buffer's last use on its stream while another thread takes
-//! the stream's handle is still waited for by a later use elsewhere.
+//! the stream's handle is still waited for by a later use elsewhere; a group whose buffer another
+//! thread is using waits for it.
 
 use cuda_stream::nccl::{Communicator, ReduceOp, group};
 use cuda_stream::{Device, DeviceBuffer, Error};
@@ -109,4 +110,48 @@ fn a_repeated_use_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
     s.synchronize().unwrap();
     assert_eq!(m.races(), 0, "{:?}", m.race_reports());
     drop((b, comm));
+}
+
+#[test]
+fn a_group_whose_buffer_another_thread_is_using_waits_for_it() {
+    // A group of calls that repeat their buffers' last uses takes the trackers without waiting;
+    // one held by another thread (a fill of the buffer, held inside its driver call) sends the
+    // group the general way, which waits for it in the trackers' order.
+    if in_child().is_some() {
+        return;
+    }
+    let (_g, _n, m) = fake();
+    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
+        .unwrap()
+        .remove(0);
+    let ctx = comm.context().clone();
+    let s = ctx.new_stream().unwrap();
+    let b = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    let mut c = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    // `b` read and `c` written on `s`: the same call again repeats both uses.
+    comm.all_reduce(&s, &b, &mut c, ReduceOp::Sum).unwrap();
+    let resumed = std::sync::atomic::AtomicBool::new(false);
+    m.pause_after("cuMemsetD32Async");
+    std::thread::scope(|sc| {
+        let filling = sc.spawn(|| b.fill(&s, 7).unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !m.paused() {
+            assert!(std::time::Instant::now() < deadline, "the fill never ran");
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        // The communicator stays on this thread: another lets the fill go on later.
+        sc.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+            m.resume();
+        });
+        group(|g| g.all_reduce(&comm, &s, &b, &mut c, ReduceOp::Sum)).unwrap();
+        assert!(
+            resumed.load(std::sync::atomic::Ordering::SeqCst),
+            "the group went ahead while the fill held the buffer"
+        );
+        filling.join().unwrap();
+    });
+    s.synchronize().unwrap();
+    assert_eq!(m.races(), 0, "{:?}", m.race_reports());
 }
