@@ -17,7 +17,7 @@ use crate::memory::tracked::{TrackedUse, around_streams};
 use crate::memory::use_tracking::{Access, Repeated};
 use crate::nccl::call::{bind_for_nccl, nccl, nccl_check, nccl_fn_of};
 use crate::nccl::comm::Communicator;
-use crate::stream::view::bind_if_special;
+use crate::stream::view::{bind_if_special, is_special};
 
 /// The NCCL call of a plan with its arguments ready (the buffers' addresses, counts checked
 /// against their lengths): plain values, so a plan costs no allocation. Issued on a raw stream
@@ -295,7 +295,6 @@ fn issue_general<'p>(plans: &[Planned<'p>], grouped: bool, n: &Nccl) -> Result<(
     // devices on that thread failed. Each call (each group) runs with its communicator's context
     // bound, so NCCL finds the device it needs current, and the thread's current context is the
     // caller's afterwards.
-    let first_ctx = plans.first().map(|p| p.comm.ctx_raw());
     if grouped {
         crate::nccl::phase!(2);
     }
@@ -315,43 +314,7 @@ fn issue_general<'p>(plans: &[Planned<'p>], grouped: bool, n: &Nccl) -> Result<(
             }
             return out;
         }
-        crate::nccl::phase!(3);
-        let start = nccl_fn_of!(n, ncclGroupStart);
-        let end = nccl_fn_of!(n, ncclGroupEnd);
-        // Inside a group NCCL only records the calls; its end launches the work of every
-        // communicator, switching devices as it goes. The whole group runs bound to the first
-        // call's context, which NCCL finds current and leaves so. A call on a default stream is
-        // bound to its own context (NCCL resolves the handle through the current context).
-        let mut bound = match first_ctx {
-            Some(ctx) => Some(bind_for_nccl(ctx)?),
-            None => None,
-        };
-        crate::nccl::phase!(4);
-        // SAFETY: no arguments; every start is matched by the end below.
-        nccl_check(unsafe { start() }, "ncclGroupStart")?;
-        let mut first_err = None;
-        for p in plans {
-            let r = bind_if_special(p.stream, p.comm.ctx_raw())
-                .and_then(|_bound| p.call.issue(n, p.comm.raw(), p.stream));
-            if let Err(e) = r {
-                first_err = Some(e);
-                break;
-            }
-        }
-        // SAFETY: ends the group started above, whatever happened inside it.
-        let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
-        crate::nccl::phase!(5);
-        // NCCL may have enqueued part of the group before an error: treat it as enqueued.
-        *enqueued = true;
-        match (first_err, ended) {
-            (None, Ok(())) => {
-                if let Some(b) = bound.as_mut() {
-                    b.left_as_found();
-                }
-                Ok(())
-            }
-            (Some(e), _) | (None, Err(e)) => Err(explain_group_failure(plans, e)),
-        }
+        run_group(plans, n, enqueued)
     });
     if grouped {
         crate::nccl::phase!(6);
@@ -378,7 +341,7 @@ fn issue_repeated(plans: &[Planned<'_>], n: &Nccl) -> Option<Result<()>> {
     let mut held: [Option<Repeated<'_>>; REPEATED_MAX] = [const { None }; REPEATED_MAX];
     let mut len = 0;
     for p in plans {
-        if (p.stream as usize) <= 2 {
+        if is_special(p.stream) {
             return None;
         }
         match is_capturing(p.stream) {
@@ -396,12 +359,13 @@ fn issue_repeated(plans: &[Planned<'_>], n: &Nccl) -> Option<Result<()>> {
             len += 1;
         }
     }
-    let out = run_group(plans, n);
+    let mut enqueued = false;
+    let out = run_group(plans, n, &mut enqueued);
     // Released in the reverse order, each epoch checked again.
     for h in held[..len].iter_mut().rev() {
         drop(h.take());
     }
-    if out.is_err() {
+    if out.is_err() && enqueued {
         // As the general way does once work may have been enqueued: nothing of it is running
         // when the error is returned.
         synchronize_streams(plans);
@@ -409,26 +373,38 @@ fn issue_repeated(plans: &[Planned<'_>], n: &Nccl) -> Option<Result<()>> {
     Some(out)
 }
 
-/// `ncclGroupStart`, every call, `ncclGroupEnd`, bound to the first call's context (see
-/// [`issue`]); the error of a failed group.
-fn run_group(plans: &[Planned<'_>], n: &Nccl) -> Result<()> {
+/// `ncclGroupStart`, every call, `ncclGroupEnd`; the error of a failed group. `enqueued` is set
+/// once the group has started: NCCL may have enqueued part of it before an error.
+///
+/// Inside a group NCCL only records the calls; its end launches the work of every communicator,
+/// switching devices as it goes. The whole group runs bound to the first call's context, which
+/// NCCL finds current and leaves so. A call on a default stream is bound to its own context
+/// (NCCL resolves the handle through the current context).
+#[inline(always)]
+fn run_group(plans: &[Planned<'_>], n: &Nccl, enqueued: &mut bool) -> Result<()> {
+    crate::nccl::phase!(3);
     let start = nccl_fn_of!(n, ncclGroupStart);
     let end = nccl_fn_of!(n, ncclGroupEnd);
     let mut bound = match plans.first() {
         Some(p) => Some(bind_for_nccl(p.comm.ctx_raw())?),
         None => None,
     };
+    crate::nccl::phase!(4);
     // SAFETY: no arguments; every start is matched by the end below.
     nccl_check(unsafe { start() }, "ncclGroupStart")?;
+    *enqueued = true;
     let mut first_err = None;
     for p in plans {
-        if let Err(e) = p.call.issue(n, p.comm.raw(), p.stream) {
+        let r = bind_if_special(p.stream, p.comm.ctx_raw())
+            .and_then(|_bound| p.call.issue(n, p.comm.raw(), p.stream));
+        if let Err(e) = r {
             first_err = Some(e);
             break;
         }
     }
     // SAFETY: ends the group started above, whatever happened inside it.
     let ended = nccl_check(unsafe { end() }, "ncclGroupEnd");
+    crate::nccl::phase!(5);
     match (first_err, ended) {
         (None, Ok(())) => {
             if let Some(b) = bound.as_mut() {
