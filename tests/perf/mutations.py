@@ -40,6 +40,7 @@ PINNED = "cuda-stream/src/memory/pinned.rs"
 BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
 ACROSS = "cuda-stream/src/memory/across.rs"
 ALLOC_CALLS = "cuda-stream/src/memory/alloc_calls.rs"
+REPEAT = "cuda-stream/src/memory/use_tracking/repeat.rs"
 
 # (name, file, original, mutated, what the wait is for[, the dedicated test's cargo arguments])
 MUTATIONS = [
@@ -204,7 +205,7 @@ MUTATIONS = [
     ),
     (
         "repeated_use_rechecks_its_epoch",
-        TRACKING,
+        REPEAT,
         "                // The handle was taken meanwhile: the settling event may precede the work.\n"
         "                self.inner.mark_now(u);",
         "                // The handle was taken meanwhile: the settling event may precede the work.\n"
@@ -216,7 +217,7 @@ MUTATIONS = [
     ),
     (
         "alloc_under_end_lock",
-        ALLOCATION,
+        ALLOC_CALLS,
         "        refuse_capturing(ctx, stream, refuse)?;\n"
         "        match alloc_from_pool(ctx, stream, bytes, pool) {\n"
         "            Err(e) if out_of_memory(&e) && !retried => {\n"

@@ -1,11 +1,14 @@
 //! The driver calls of `allocation` that touch no state of its own: a stream-ordered allocation
-//! from a pool, host waits for events and polls of them, and the plain free.
+//! from a pool (on a private stream, with its epoch's end locked: a kept block or a new
+//! allocation), host waits for events and polls of them, and the plain free.
 
 use crate::base::capture_mode::CaptureMode;
-use crate::base::error::{Result, check, driver_fn, lookup};
+use crate::base::error::{Error, Result, check, driver_fn, lookup};
+use crate::driver::capture_query::is_capturing;
 use crate::driver::context::{Context, bind};
 use crate::ffi;
 use crate::graph::capture_mode_guard::exchange_capture_mode;
+use crate::stream::known_streams::{self, StreamEnd};
 use crate::stream::view::bind_if_special;
 
 /// `cuMemAllocFromPoolAsync` of `bytes` from `pool` on `stream` (of `ctx`).
@@ -23,6 +26,70 @@ pub(crate) fn alloc_from_pool(
     let rc = unsafe { f(&mut ptr, bytes, pool, stream) };
     check(rc, "cuMemAllocFromPoolAsync")?;
     Ok(ptr)
+}
+
+/// Memory of `bytes` bytes from `pool` on the private stream of `end` (of `ctx`), with the
+/// end locked throughout: a block kept there, or a new allocation (refused on a capturing stream
+/// with `refuse`), made while the epoch lasts, so that its lazy write is covered by whatever
+/// ends the epoch (a settling event recorded after the allocation). `None` when the epoch has
+/// ended (the caller treats the stream as any other). An allocation that runs out of memory
+/// frees every block kept in the context (not under this lock) and is made once more.
+pub(crate) fn on_private(
+    ctx: &Context,
+    end: &StreamEnd,
+    bytes: usize,
+    pool: ffi::CUmemoryPool,
+    refuse: Option<&'static str>,
+) -> Result<Option<ffi::CUdeviceptr>> {
+    let stream = end.stream();
+    let mut retried = false;
+    loop {
+        let mut guard = end.lock();
+        let Some(blocks) = guard.blocks() else {
+            return Ok(None);
+        };
+        // A kept block: every use of it is ordered before the stream's later work, and the new
+        // buffer's first use is a write on `stream`, like a fresh allocation's. No capture
+        // check: while this crate captures the stream no block is kept in its epoch (see
+        // `stream::block_cache`).
+        if let Some(ptr) = blocks.take(pool, bytes) {
+            return Ok(Some(ptr));
+        }
+        refuse_capturing(ctx, stream, refuse)?;
+        match alloc_from_pool(ctx, stream, bytes, pool) {
+            Err(e) if out_of_memory(&e) && !retried => {
+                drop(guard);
+                // The kept blocks are freed, in their streams' order, which `stream` then
+                // follows: once more.
+                if known_streams::free_kept_blocks_before(ctx.raw(), stream) == 0 {
+                    return Err(e);
+                }
+                retried = true;
+            }
+            r => return r.map(Some),
+        }
+    }
+}
+
+/// Refuses (`Error::Capturing { op }`, with `refuse` = `Some(op)`) an allocation on `stream` (of
+/// `ctx`) while it is being captured, where it would be a graph memory node.
+pub(crate) fn refuse_capturing(
+    ctx: &Context,
+    stream: ffi::CUstream,
+    refuse: Option<&'static str>,
+) -> Result<()> {
+    if let Some(op) = refuse {
+        let _bound = bind_if_special(stream, ctx.raw())?;
+        if is_capturing(stream)? {
+            return Err(Error::Capturing { op });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the driver refused for lack of memory.
+pub(crate) fn out_of_memory(e: &Error) -> bool {
+    e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 pub(crate) fn synchronize_events(events: &[ffi::CUevent]) -> Result<()> {

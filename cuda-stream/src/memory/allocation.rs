@@ -20,19 +20,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::base::error::{Error, Result, check, driver_fn};
-use crate::driver::capture_query::is_capturing;
 use crate::driver::context::{Context, bind};
 use crate::driver::deferred_destroy::{self, Deferred, in_host_fn, must_defer_free};
 use crate::driver::device::Device;
 use crate::ffi;
 use crate::graph::capture::begun_here;
-use crate::memory::alloc_calls::{all_done, alloc_from_pool, free_plain_now, synchronize_events};
+use crate::memory::alloc_calls::{
+    all_done, alloc_from_pool, free_plain_now, on_private, out_of_memory, refuse_capturing,
+    synchronize_events,
+};
 use crate::memory::pool::{MemPool, PoolAccess, default_pool_raw, granted, pools_supported};
 use crate::memory::use_tracking::{
     Access, Uses, synchronize_context_outside_captures, waits_for_a_capture,
 };
 use crate::stream::block_cache;
-use crate::stream::known_streams::{self, StreamEnd};
+use crate::stream::known_streams;
 use crate::stream::view::bind_if_special;
 
 /// Where the memory came from, and so how it is freed.
@@ -479,70 +481,6 @@ impl Allocation {
             }
         }
     }
-}
-
-/// Memory of `bytes` bytes from `pool` on the private stream of `end` (of `ctx`), with the
-/// end locked throughout: a block kept there, or a new allocation (refused on a capturing stream
-/// with `refuse`), made while the epoch lasts, so that its lazy write is covered by whatever
-/// ends the epoch (a settling event recorded after the allocation). `None` when the epoch has
-/// ended (the caller treats the stream as any other). An allocation that runs out of memory
-/// frees every block kept in the context (not under this lock) and is made once more.
-fn on_private(
-    ctx: &Context,
-    end: &StreamEnd,
-    bytes: usize,
-    pool: ffi::CUmemoryPool,
-    refuse: Option<&'static str>,
-) -> Result<Option<ffi::CUdeviceptr>> {
-    let stream = end.stream();
-    let mut retried = false;
-    loop {
-        let mut guard = end.lock();
-        let Some(blocks) = guard.blocks() else {
-            return Ok(None);
-        };
-        // A kept block: every use of it is ordered before the stream's later work, and the new
-        // buffer's first use is a write on `stream`, like a fresh allocation's. No capture
-        // check: while this crate captures the stream no block is kept in its epoch (see
-        // `stream::block_cache`).
-        if let Some(ptr) = blocks.take(pool, bytes) {
-            return Ok(Some(ptr));
-        }
-        refuse_capturing(ctx, stream, refuse)?;
-        match alloc_from_pool(ctx, stream, bytes, pool) {
-            Err(e) if out_of_memory(&e) && !retried => {
-                drop(guard);
-                // The kept blocks are freed, in their streams' order, which `stream` then
-                // follows: once more.
-                if known_streams::free_kept_blocks_before(ctx.raw(), stream) == 0 {
-                    return Err(e);
-                }
-                retried = true;
-            }
-            r => return r.map(Some),
-        }
-    }
-}
-
-/// Refuses (`Error::Capturing { op }`, with `refuse` = `Some(op)`) an allocation on `stream` (of
-/// `ctx`) while it is being captured, where it would be a graph memory node.
-fn refuse_capturing(
-    ctx: &Context,
-    stream: ffi::CUstream,
-    refuse: Option<&'static str>,
-) -> Result<()> {
-    if let Some(op) = refuse {
-        let _bound = bind_if_special(stream, ctx.raw())?;
-        if is_capturing(stream)? {
-            return Err(Error::Capturing { op });
-        }
-    }
-    Ok(())
-}
-
-/// Whether the driver refused for lack of memory.
-fn out_of_memory(e: &Error) -> bool {
-    e.driver_code() == Some(ffi::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 #[cold]

@@ -139,7 +139,7 @@
 //!   has ended: the launch's `# Safety` contract covers it
 //!   ([`Function::launch`](crate::Function::launch)).
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::base::error::{Error, Result};
 use crate::driver::context::Context;
@@ -148,6 +148,11 @@ use crate::stream::known_streams::StreamEnd;
 
 mod capture;
 mod marks;
+mod repeat;
+
+#[cfg(feature = "nccl")]
+pub(crate) use repeat::Repeated;
+use repeat::{Recheck, repeated};
 
 /// See `marks::IN_CTX_SYNCHRONIZE`.
 #[cfg(feature = "test-hooks")]
@@ -401,39 +406,6 @@ impl Uses {
         self.around_again(stream, access, op)
     }
 
-    /// Locks the tracker for work of kind `access` on `stream` that repeats the last use there
-    /// (the same stream's lazy mark in a live epoch, with nothing to wait for: see
-    /// [`around`](Uses::around)), renumbering that use: the caller enqueues the work while the
-    /// lock is held, and as it goes the epoch is checked again (another thread may have taken
-    /// the stream's handle meanwhile, ending the epoch with a settling event that may precede
-    /// the work, which then gets an event of its own). `None`, unlocked, for any other work.
-    #[inline]
-    pub(crate) fn repeat(&self, stream: ffi::CUstream, access: Access) -> Option<Repeated<'_>> {
-        let inner = &self.0;
-        let mut state = inner.lock();
-        let which = repeated(inner, &mut state, stream, access)?;
-        Some(Repeated {
-            inner,
-            state,
-            which,
-        })
-    }
-
-    /// [`repeat`](Uses::repeat) without waiting for the lock: `None` also when another thread
-    /// (or the caller) holds it. For work on several trackers at once that takes them in any
-    /// order, and takes its general way, in the trackers' order, when one is busy.
-    #[inline]
-    pub(crate) fn try_repeat(&self, stream: ffi::CUstream, access: Access) -> Option<Repeated<'_>> {
-        let inner = &self.0;
-        let mut state = inner.state.try_lock().ok()?;
-        let which = repeated(inner, &mut state, stream, access)?;
-        Some(Repeated {
-            inner,
-            state,
-            which,
-        })
-    }
-
     /// [`around`](Uses::around) past its hot path: the lock taken again, every case.
     #[inline(never)]
     fn around_again<R>(
@@ -597,91 +569,6 @@ impl Uses {
     /// cannot deadlock. Stable while the tracker is borrowed.
     pub(crate) fn key(&self) -> usize {
         &self.0 as *const Inner as usize
-    }
-}
-
-/// Which recorded use a [`Repeated`] holds.
-#[derive(Clone, Copy)]
-enum Which {
-    Write,
-    Read(usize),
-}
-
-impl State {
-    fn use_of(&mut self, which: Which) -> Option<&mut Use> {
-        match which {
-            Which::Write => self.write.as_mut(),
-            Which::Read(i) => self.reads.get_mut(i),
-        }
-    }
-}
-
-/// The use that work of kind `access` on `stream` would repeat, if it leaves the marks as they
-/// are: the same stream's lazy mark in a live epoch, with nothing to wait for (a write after a
-/// lone write there; a read after reads, with the write done or on the same stream). It is
-/// renumbered then, even if the work fails: a later number only makes a host completion cover
-/// the use later.
-#[inline(always)]
-fn repeated(inner: &Inner, s: &mut State, stream: ffi::CUstream, access: Access) -> Option<Which> {
-    let State {
-        write, reads, seq, ..
-    } = s;
-    let lazy_here = |u: &Use| u.mark == Mark::Lazy && inner.same_stream(u, stream);
-    let (which, u) = match access {
-        Access::Write if reads.is_empty() => {
-            (Which::Write, write.as_mut().filter(|w| lazy_here(w))?)
-        }
-        Access::Write => return None,
-        Access::Read
-            if write
-                .as_ref()
-                .is_none_or(|w| w.mark == Mark::Done || inner.same_stream(w, stream)) =>
-        {
-            let i = reads.iter().position(lazy_here)?;
-            (Which::Read(i), &mut reads[i])
-        }
-        Access::Read => return None,
-    };
-    *seq += 1;
-    u.seq = *seq;
-    Some(which)
-}
-
-/// A tracker locked by [`Uses::repeat`] for work that repeats its last use on a stream: the
-/// lock is held until it drops, and the epoch of that use is checked again then.
-pub(crate) struct Repeated<'a> {
-    inner: &'a Inner,
-    state: MutexGuard<'a, State>,
-    which: Which,
-}
-
-impl Drop for Repeated<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(u) = self.state.use_of(self.which) {
-            if u.end.as_ref().is_some_and(|e| e.has_ended()) {
-                // The handle was taken meanwhile: the settling event may precede the work.
-                self.inner.mark_now(u);
-            }
-        }
-    }
-}
-
-/// Checks, once the work of a use on the stream and epoch of the last one has been enqueued (it
-/// drops after the work's result is made), that the epoch did not end meanwhile: the handle was
-/// taken (`raw()`) on another thread, whose settling event may then precede the work, which gets
-/// an event of its own (the stream cannot be captured while this call is in progress).
-struct Recheck<'a> {
-    inner: &'a Inner,
-    u: &'a mut Use,
-}
-
-impl Drop for Recheck<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if self.u.end.as_ref().is_some_and(|e| e.has_ended()) {
-            self.inner.mark_now(self.u);
-        }
     }
 }
 
