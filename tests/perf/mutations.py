@@ -206,10 +206,10 @@ MUTATIONS = [
     (
         "repeated_use_rechecks_its_epoch",
         REPEAT,
-        "                // The handle was taken meanwhile: the settling event may precede the work.\n"
-        "                self.inner.mark_now(u);",
-        "                // The handle was taken meanwhile: the settling event may precede the work.\n"
-        "                let _ = u;",
+        "    if u.end.as_ref().is_some_and(|e| e.has_ended()) {\n"
+        "        inner.mark_now(u);\n"
+        "    }",
+        "    let _ = (inner, u);",
         "a use that repeated the last one on its stream gets an event of its own if the stream's "
         "epoch ended while its work was enqueued (the handle taken on another thread)",
         "-p cuda-mock-nccl --test nccl_views "

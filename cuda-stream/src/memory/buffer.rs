@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use crate::base::error::{Error, Result};
 use crate::base::plain_data::DeviceCopy;
-use crate::driver::capture_query::is_capturing;
 use crate::driver::context::Context;
 use crate::ffi;
+use crate::memory::alloc_calls::refuse_capturing;
 use crate::memory::allocation::Allocation;
 use crate::memory::pool::MemPool;
 use crate::memory::use_tracking::Access;
-use crate::stream::view::{AsStream, Enqueue, bind_if_special};
+use crate::stream::view::{AsStream, Enqueue};
 
 /// `len` values of `T` in device memory of one context, freed once its last owner is gone: the
 /// buffer, or a graph that work on it was captured into.
@@ -230,10 +230,7 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
         let bytes = byte_size::<T>(len)?;
         if bytes == 0 {
             // Nothing is allocated, but a capturing stream is refused all the same.
-            let _bound = bind_if_special(raw, ctx.raw())?;
-            if is_capturing(raw)? {
-                return Err(Error::Capturing { op });
-            }
+            refuse_capturing(ctx, raw, Some(op))?;
             return Ok(DeviceBuffer::empty(ctx));
         }
         Ok(DeviceBuffer::from_shared(

@@ -361,10 +361,8 @@ fn issue_repeated(plans: &[Planned<'_>], n: &Nccl) -> Option<Result<()>> {
     }
     let mut enqueued = false;
     let out = run_group(plans, n, &mut enqueued);
-    // Released in the reverse order, each epoch checked again.
-    for h in held[..len].iter_mut().rev() {
-        drop(h.take());
-    }
+    // The locks go, each use's epoch checked again.
+    drop(held);
     if out.is_err() && enqueued {
         // As the general way does once work may have been enqueued: nothing of it is running
         // when the error is returned.

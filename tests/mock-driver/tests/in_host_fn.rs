@@ -62,15 +62,6 @@ fn inside<T: Send + 'static>(
     rx.recv().expect("the host function ran")
 }
 
-/// Waits until the mock's pause holds a caller (`what` names the call, for the failure).
-fn wait_until_paused(m: &MockDriver, what: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !m.paused() {
-        assert!(std::time::Instant::now() < deadline, "{what}");
-        std::thread::sleep(std::time::Duration::from_micros(100));
-    }
-}
-
 /// Asserts that `r` is `Error::InHostFunction` naming a driver function (the first one the
 /// operation would have called).
 #[track_caller]
@@ -218,7 +209,7 @@ fn a_hand_over_inside_a_host_function_does_not_wait_for_a_record_under_the_ends_
     std::thread::scope(|sc| {
         m.pause_after("cuEventRecord");
         let fill = sc.spawn(|| b.fill(&other, 7));
-        wait_until_paused(m, "the record never came");
+        m.wait_until_paused("the record never came");
         runner
             .launch_host_func(move || {
                 let _ = tx.send(s.into_raw() as usize);
@@ -308,7 +299,7 @@ fn into_raw_of_a_buffer_inside_a_host_function_never_waits_for_a_streams_end() {
     std::thread::scope(|sc| {
         m.pause_after("cuEventRecord");
         let fill = sc.spawn(|| held.fill(&other, 7));
-        wait_until_paused(m, "the record never came");
+        m.wait_until_paused("the record never came");
         runner
             .launch_host_func(move || {
                 let refused = match handed.into_raw() {
@@ -351,7 +342,7 @@ fn a_hand_over_inside_a_host_function_leaves_a_lock_holders_view_of_the_end_alon
     let freeing = std::thread::spawn(move || {
         let _ = freed_tx.send(b.free());
     });
-    wait_until_paused(m, "the free never asked");
+    m.wait_until_paused("the free never asked");
     runner
         .launch_host_func(move || {
             let _ = tx.send(s.into_raw() as usize);

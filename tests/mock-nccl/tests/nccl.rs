@@ -14,7 +14,7 @@ use cuda_stream::{CaptureMode, Context, Device, DeviceBuffer, Error, drain_defer
 
 mod fixture;
 
-use fixture::{fake, in_child, in_child_with};
+use fixture::{fake, in_child, in_child_with, one_rank};
 
 #[test]
 fn communicators_of_one_process_are_made_and_destroyed() {
@@ -96,9 +96,7 @@ fn collectives_pass_their_arguments_and_check_theirs() {
         return;
     }
     let (_g, n, _m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let s = ctx.new_stream().unwrap();
     let a = DeviceBuffer::<i64>::zeroed(&ctx, &s, 100).unwrap();
@@ -148,9 +146,7 @@ fn groups_always_end_and_record_their_calls() {
         return;
     }
     let (_g, n, _m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let s = ctx.new_stream().unwrap();
     let x = DeviceBuffer::<u8>::zeroed(&ctx, &s, 32).unwrap();
@@ -203,9 +199,7 @@ fn a_group_past_its_inline_calls_issues_and_tracks_them_all() {
         return;
     }
     let (_g, n, _m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let streams: Vec<_> = (0..6).map(|_| ctx.new_stream().unwrap()).collect();
     let sends: Vec<_> = (0..6u8)
@@ -237,9 +231,7 @@ fn a_collective_in_a_capture_ties_its_buffers_to_the_graph() {
         return;
     }
     let (_g, n, m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let mut s = ctx.new_stream().unwrap();
     let mut x = DeviceBuffer::<f64>::zeroed(&ctx, &s, 16).unwrap();
@@ -268,9 +260,7 @@ fn collectives_report_their_buffers_to_the_race_detector() {
         return;
     }
     let (_g, _n, m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let mut s = ctx.new_stream().unwrap();
     let t = ctx.new_stream().unwrap();
@@ -483,9 +473,7 @@ fn nccl_calls_inside_a_host_function_are_refused_before_nccl() {
         return;
     }
     let (_g, n, m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let s = ctx.new_stream().unwrap();
     let other = ctx.new_stream().unwrap();

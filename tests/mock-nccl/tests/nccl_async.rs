@@ -5,20 +5,18 @@
 
 use cuda_mock_nccl::MockNccl;
 use cuda_stream::ffi::nccl::ncclResult_t;
-use cuda_stream::nccl::{Communicator, Group, ReduceOp};
-use cuda_stream::{Device, DeviceBuffer, Error};
+use cuda_stream::nccl::{Group, ReduceOp};
+use cuda_stream::{DeviceBuffer, Error};
 
 mod fixture;
 
-use fixture::{fake, in_child, in_child_with};
+use fixture::{fake, in_child, in_child_with, one_rank};
 
 /// The case, against an NCCL that refuses a call on a broken communicator itself (2.14 and
 /// later) or not: the calls NCCL saw after the error tell which side refused.
 fn async_error_case(n: &MockNccl, nccl_refuses: bool) {
     let alive = n.live_comms();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let s = ctx.new_stream().unwrap();
     let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &s, 64).unwrap();

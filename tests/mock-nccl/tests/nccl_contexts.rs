@@ -9,7 +9,7 @@ use cuda_stream::nccl::{Communicator, Group, ReduceOp};
 use cuda_stream::{
     CaptureMode, Context, Device, DeviceBuffer, Error, current_context_raw, drain_deferred,
 };
-use fixture::{fake, in_child};
+use fixture::{fake, in_child, one_rank};
 
 /// NCCL makes the communicator's device current for its work and then the device it found
 /// (device 0 when nothing was current; the fake does the same through the mock driver): every
@@ -94,9 +94,7 @@ fn a_graph_holding_a_collective_keeps_its_communicator() {
     let (_g, n, _m) = fake();
     let alive = n.live_comms();
     for end in ["drop", "close", "abort"] {
-        let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-            .unwrap()
-            .remove(0);
+        let comm = one_rank();
         let ctx = comm.context().clone();
         let mut s = ctx.new_stream().unwrap();
         let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &s, 16).unwrap();

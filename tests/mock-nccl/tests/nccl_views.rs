@@ -6,12 +6,12 @@
 //! the stream's handle is still waited for by a later use elsewhere; a group whose buffer another
 //! thread is using waits for it.
 
-use cuda_stream::nccl::{Communicator, ReduceOp, group};
-use cuda_stream::{Device, DeviceBuffer, Error};
+use cuda_stream::nccl::{ReduceOp, group};
+use cuda_stream::{DeviceBuffer, Error};
 
 mod fixture;
 
-use fixture::{fake, in_child};
+use fixture::{fake, in_child, one_rank};
 
 #[test]
 fn collectives_take_views_of_buffers() {
@@ -19,9 +19,7 @@ fn collectives_take_views_of_buffers() {
         return;
     }
     let (_g, n, m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let mut x = DeviceBuffer::<f32>::zeroed(&ctx, &s, 64).unwrap();
@@ -80,9 +78,7 @@ fn a_repeated_use_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
         return;
     }
     let (_g, _n, m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let s = std::sync::Arc::new(ctx.new_stream().unwrap());
     let t = ctx.new_stream().unwrap();
@@ -94,14 +90,7 @@ fn a_repeated_use_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
         group(|g| g.all_reduce_in_place(&comm, &*s1, &mut b, ReduceOp::Sum)).unwrap();
         (b, comm)
     });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !m.paused() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the group never bound its context"
-        );
-        std::thread::sleep(std::time::Duration::from_micros(100));
-    }
+    m.wait_until_paused("the group never bound its context");
     let _ = s.raw(); // the epoch ends: its settling event is recorded on `s` now
     m.resume();
     let (b, comm) = reducing.join().unwrap();
@@ -121,9 +110,7 @@ fn a_group_whose_buffer_another_thread_is_using_waits_for_it() {
         return;
     }
     let (_g, _n, m) = fake();
-    let comm = Communicator::init_all(&[Device::new(0).unwrap()])
-        .unwrap()
-        .remove(0);
+    let comm = one_rank();
     let ctx = comm.context().clone();
     let s = ctx.new_stream().unwrap();
     let b = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
@@ -134,11 +121,7 @@ fn a_group_whose_buffer_another_thread_is_using_waits_for_it() {
     m.pause_after("cuMemsetD32Async");
     std::thread::scope(|sc| {
         let filling = sc.spawn(|| b.fill(&s, 7).unwrap());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !m.paused() {
-            assert!(std::time::Instant::now() < deadline, "the fill never ran");
-            std::thread::sleep(std::time::Duration::from_micros(100));
-        }
+        m.wait_until_paused("the fill never ran");
         // The communicator stays on this thread: another lets the fill go on later.
         sc.spawn(|| {
             std::thread::sleep(std::time::Duration::from_millis(50));

@@ -108,10 +108,7 @@ impl Drop for Repeated<'_> {
     #[inline]
     fn drop(&mut self) {
         if let Some(u) = self.state.use_of(self.which) {
-            if u.end.as_ref().is_some_and(|e| e.has_ended()) {
-                // The handle was taken meanwhile: the settling event may precede the work.
-                self.inner.mark_now(u);
-            }
+            recheck(self.inner, u);
         }
     }
 }
@@ -128,8 +125,16 @@ pub(super) struct Recheck<'a> {
 impl Drop for Recheck<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.u.end.as_ref().is_some_and(|e| e.has_ended()) {
-            self.inner.mark_now(self.u);
-        }
+        recheck(self.inner, self.u);
+    }
+}
+
+/// Gives `u`, a use whose work was just enqueued on its stream in what was its epoch, an event of
+/// its own if that epoch has ended meanwhile: the handle was taken (`raw()`) on another thread,
+/// whose settling event may precede the work.
+#[inline(always)]
+fn recheck(inner: &Inner, u: &mut Use) {
+    if u.end.as_ref().is_some_and(|e| e.has_ended()) {
+        inner.mark_now(u);
     }
 }
