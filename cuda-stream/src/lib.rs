@@ -279,6 +279,13 @@ pub use driver::deferred_destroy::{deferred_failed, deferred_total};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use memory::buffer::{pending_frees, poll_pending_frees};
+/// Points inside the crate where a test holds a thread (feature `test-hooks`; hidden, not part
+/// of the API).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod hold_point {
+    pub use crate::base::hold_point::{hold_at, release, wait_until_held};
+}
 
 /// Which of the crate's global locks (and stream ends' locks) are held now, with their address
 /// ranges, and how many threads wait in a context synchronisation for a use nothing marks: for a

@@ -216,6 +216,17 @@ MUTATIONS = [
         "a_repeated_use_whose_stream_is_lent_meanwhile_is_marked_after_its_work",
     ),
     (
+        "repeated_fill_rechecks_its_epoch",
+        REPEAT,
+        "        let _recheck = Recheck { inner, u };\n",
+        "        let _ = u;\n",
+        "a fill (or any single-buffer use) that repeated the last use on its stream gets an event "
+        "of its own if the stream's epoch ended before its work was enqueued (the handle taken on "
+        "another thread)",
+        "-p cuda-mock-driver --test ordering_holes "
+        "a_repeated_fill_whose_stream_is_lent_meanwhile_is_marked_after_its_work",
+    ),
+    (
         "alloc_under_end_lock",
         ALLOC_CALLS,
         "        refuse_capturing(ctx, stream, refuse)?;\n"

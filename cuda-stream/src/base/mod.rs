@@ -21,3 +21,6 @@ pub(crate) mod newest_abi;
 
 #[cfg(feature = "test-hooks")]
 pub(crate) mod lock_probe;
+
+#[cfg(feature = "test-hooks")]
+pub(crate) mod hold_point;

@@ -547,3 +547,30 @@ fn conflicting_uses_on_two_forks_of_a_capture_are_ordered_in_its_graph() {
     freed_back_to(m, live);
     assert_clean(m);
 }
+
+#[test]
+fn a_repeated_fill_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
+    // A fill that repeats the buffer's last use (its allocation's lazy write on `s`) takes the
+    // hot path: no wait, no event. The filling thread is held once the use was found to repeat
+    // and before the fill is enqueued (no driver call lies between), while this thread takes
+    // `s`'s handle, which records the epoch's settling event now, before the fill. A later fill
+    // on `t` waits for the old epoch: it must wait for the first fill itself.
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let x = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    cuda_stream::hold_point::hold_at("repeated use");
+    std::thread::scope(|sc| {
+        let filling = sc.spawn(|| x.fill(&s, 7).unwrap());
+        cuda_stream::hold_point::wait_until_held("the fill never repeated its use");
+        let _ = s.raw(); // the epoch ends: its settling event is recorded on `s` now
+        cuda_stream::hold_point::release();
+        filling.join().unwrap();
+    });
+    x.fill(&t, 1).unwrap();
+    assert_eq!(x.to_vec(&t).unwrap(), [1; 64]);
+    s.synchronize().unwrap();
+    assert_eq!(m.races(), 0, "{:?}", m.race_reports());
+    drop(x);
+    assert_clean(m);
+}

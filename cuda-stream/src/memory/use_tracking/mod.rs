@@ -398,12 +398,10 @@ impl Uses {
         // The hot path of a buffer used again and again on one private stream, kept apart and
         // small (it runs right after a driver call, with little of the crate's code cached): the
         // use repeats the last one there, so only the work runs, under the lock.
-        if let Some(held) = self.repeat(stream, access) {
-            let out = op();
-            drop(held);
-            return out;
+        match self.run_repeated(stream, access, op) {
+            Ok(out) => out,
+            Err(op) => self.around_again(stream, access, op),
         }
-        self.around_again(stream, access, op)
     }
 
     /// [`around`](Uses::around) past its hot path: the lock taken again, every case.
@@ -479,7 +477,7 @@ impl Uses {
         } else {
             repeated(inner, s, stream, access)
         };
-        if let Some(u) = which.and_then(|w| s.use_of(w)) {
+        if let Some((_, u)) = which {
             let _recheck = Recheck { inner, u };
             return op();
         }

@@ -2,40 +2,55 @@
 //! tracker locked, the use renumbered, the work enqueued under the lock, and the epoch of the
 //! use checked again as the lock goes.
 
+#[cfg(feature = "nccl")]
 use std::sync::MutexGuard;
 
+use crate::base::error::Result;
 use crate::ffi;
 
 use super::{Access, Inner, Mark, State, Use, Uses};
 
 impl Uses {
-    /// Locks the tracker for work of kind `access` on `stream` that repeats the last use there
-    /// (the same stream's lazy mark in a live epoch, with nothing to wait for: see
-    /// [`around`](Uses::around)), renumbering that use: the caller enqueues the work while the
-    /// lock is held, and as it goes the epoch is checked again (another thread may have taken
-    /// the stream's handle meanwhile, ending the epoch with a settling event that may precede
-    /// the work, which then gets an event of its own). `None`, unlocked, for any other work.
-    #[inline]
-    pub(crate) fn repeat(&self, stream: ffi::CUstream, access: Access) -> Option<Repeated<'_>> {
+    /// Runs `op`, which enqueues work of kind `access` on `stream`, with the tracker locked, if
+    /// the work repeats the last use there (the same stream's lazy mark in a live epoch, with
+    /// nothing to wait for: see [`around`](Uses::around)), renumbering that use; as the lock
+    /// goes the epoch is checked again (another thread may have taken the stream's handle
+    /// meanwhile, ending the epoch with a settling event that may precede the work, which then
+    /// gets an event of its own). `Err(op)`, unrun and unlocked, for any other work.
+    // Always inline, the lock a local of the caller's: the hot path is this and the work, in
+    // one function (across codegen units a plain `#[inline]`, and the drop of a guard value,
+    // were not followed, and the path took more lines of code).
+    #[inline(always)]
+    pub(crate) fn run_repeated<R, F: FnOnce() -> Result<R>>(
+        &self,
+        stream: ffi::CUstream,
+        access: Access,
+        op: F,
+    ) -> std::result::Result<Result<R>, F> {
         let inner = &self.0;
         let mut state = inner.lock();
-        let which = repeated(inner, &mut state, stream, access)?;
-        Some(Repeated {
-            inner,
-            state,
-            which,
-        })
+        let Some((_, u)) = repeated(inner, &mut state, stream, access) else {
+            return Err(op);
+        };
+        // Checked as this returns (or unwinds), before the lock goes.
+        let _recheck = Recheck { inner, u };
+        #[cfg(feature = "test-hooks")]
+        crate::base::hold_point::reached(crate::base::hold_point::REPEATED_USE);
+        Ok(op())
     }
 
-    /// [`repeat`](Uses::repeat) without waiting for the lock: `None` also when another thread
-    /// (or the caller) holds it. For work on several trackers at once that takes them in any
-    /// order, and takes its general way, in the trackers' order, when one is busy.
-    #[inline]
+    /// Locks the tracker for work of kind `access` on `stream` that repeats the last use there
+    /// (as [`run_repeated`](Uses::run_repeated) would run it), renumbering that use, without
+    /// waiting for the lock: the caller enqueues the work while the guard lives, and as it drops
+    /// the epoch is checked again. `None`, unlocked, for any other work, and also when another
+    /// thread (or the caller) holds the lock. For work on several trackers at once that takes
+    /// them in any order, and takes its general way, in the trackers' order, when one is busy.
+    #[inline(always)]
     #[cfg(feature = "nccl")]
     pub(crate) fn try_repeat(&self, stream: ffi::CUstream, access: Access) -> Option<Repeated<'_>> {
         let inner = &self.0;
         let mut state = inner.state.try_lock().ok()?;
-        let which = repeated(inner, &mut state, stream, access)?;
+        let (which, _) = repeated(inner, &mut state, stream, access)?;
         Some(Repeated {
             inner,
             state,
@@ -44,13 +59,15 @@ impl Uses {
     }
 }
 
-/// Which recorded use a [`Repeated`] holds.
+/// Which recorded use a repeated use is (what a `Repeated` holds, with NCCL).
 #[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
 pub(super) enum Which {
     Write,
     Read(usize),
 }
 
+#[cfg(feature = "nccl")]
 impl State {
     pub(super) fn use_of(&mut self, which: Which) -> Option<&mut Use> {
         match which {
@@ -66,12 +83,12 @@ impl State {
 /// renumbered then, even if the work fails: a later number only makes a host completion cover
 /// the use later.
 #[inline(always)]
-pub(super) fn repeated(
+pub(super) fn repeated<'s>(
     inner: &Inner,
-    s: &mut State,
+    s: &'s mut State,
     stream: ffi::CUstream,
     access: Access,
-) -> Option<Which> {
+) -> Option<(Which, &'s mut Use)> {
     let State {
         write, reads, seq, ..
     } = s;
@@ -93,19 +110,21 @@ pub(super) fn repeated(
     };
     *seq += 1;
     u.seq = *seq;
-    Some(which)
+    Some((which, u))
 }
 
-/// A tracker locked by [`Uses::repeat`] for work that repeats its last use on a stream: the
+/// A tracker locked by [`Uses::try_repeat`] for work that repeats its last use on a stream: the
 /// lock is held until it drops, and the epoch of that use is checked again then.
+#[cfg(feature = "nccl")]
 pub(crate) struct Repeated<'a> {
     inner: &'a Inner,
     state: MutexGuard<'a, State>,
     which: Which,
 }
 
+#[cfg(feature = "nccl")]
 impl Drop for Repeated<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         if let Some(u) = self.state.use_of(self.which) {
             recheck(self.inner, u);
