@@ -559,6 +559,14 @@ fn a_repeated_fill_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
     let ctx = Context::primary(0).unwrap();
     let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let x = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
+    // Disarmed and released however the test ends: a point left armed would hold a later test.
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            cuda_stream::hold_point::release();
+        }
+    }
+    let _release = Release;
     cuda_stream::hold_point::hold_at("repeated use");
     std::thread::scope(|sc| {
         let filling = sc.spawn(|| x.fill(&s, 7).unwrap());
