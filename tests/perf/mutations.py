@@ -41,6 +41,7 @@ BUFFER_OPS = "cuda-stream/src/memory/buffer_ops.rs"
 ACROSS = "cuda-stream/src/memory/across.rs"
 ALLOC_CALLS = "cuda-stream/src/memory/alloc_calls.rs"
 REPEAT = "cuda-stream/src/memory/use_tracking/repeat.rs"
+KNOWN_STREAMS = "cuda-stream/src/stream/known_streams.rs"
 
 # (name, file, original, mutated, what the wait is for[, the dedicated test's cargo arguments])
 MUTATIONS = [
@@ -225,6 +226,16 @@ MUTATIONS = [
         "another thread)",
         "-p cuda-mock-driver --test ordering_holes "
         "a_repeated_fill_whose_stream_is_lent_meanwhile_is_marked_after_its_work",
+    ),
+    (
+        "unheld_end_counted_under_lock",
+        KNOWN_STREAMS,
+        "        let mut state = end.lock();\n        if Arc::strong_count(&end) == 1 {",
+        "        let mut state = end.lock();\n        if true {",
+        "an epoch found unheld as its stream is forgotten is settled if an allocation took it from "
+        "its thread's cache before the end's lock was taken",
+        "-p cuda-mock-driver --test ordering_holes "
+        "an_allocation_on_a_stream_lent_meanwhile_is_never_recorded_in_its_capture",
     ),
     (
         "alloc_under_end_lock",

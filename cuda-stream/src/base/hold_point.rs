@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 /// enqueueing of its work (`Uses::run_repeated`).
 pub(crate) const REPEATED_USE: &str = "repeated use";
 
+/// The point where a stream's epoch that no value holds ends (its handle taken, or the stream
+/// destroyed), found unheld and not locked yet (`known_streams::ending`).
+pub(crate) const UNHELD_END: &str = "unheld end";
+
 struct Hold {
     /// The point armed: the next thread to reach it is held.
     armed: Option<&'static str>,
@@ -48,7 +52,7 @@ pub(crate) fn reached(point: &'static str) {
 
 /// Arms `point` (one of this module's names): the next thread to reach it is held.
 pub fn hold_at(point: &str) {
-    let known = [REPEATED_USE];
+    let known = [REPEATED_USE, UNHELD_END];
     let p = known
         .into_iter()
         .find(|k| *k == point)

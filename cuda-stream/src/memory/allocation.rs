@@ -133,7 +133,7 @@ impl Allocation {
         };
         // Built in place in its `Arc` (the value is large: each move is a copy).
         let origin = Origin::Pool(pool.cloned(), bytes);
-        if let Some(end) = known_streams::end_of(stream) {
+        if let Some(end) = known_streams::end_for_allocation(stream) {
             if let Some(ptr) = on_private(ctx, &end, bytes, raw_pool, refuse)? {
                 // The allocation is the memory's first use: a lazy write on `stream`.
                 return Ok(Arc::new(Allocation {

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::base::error::{Error, Result, check, driver_fn};
 use crate::driver::capture_query::is_capturing;
@@ -308,11 +308,20 @@ pub(crate) fn ending(raw: ffi::CUstream) {
         return;
     }
     if Arc::strong_count(&end) == 1 {
-        // Nobody refers to the stream, and nobody can find it any more: only its kept blocks
-        // are left to free.
-        end.lock().let_go_of_blocks(end.stream());
-        end.ended.store(true, Ordering::Release);
-        return;
+        // Nobody held the epoch when it was forgotten. A thread's cache of the last epoch it
+        // allocated on (`end_for_allocation`) can still find it until it is marked ended, so
+        // the count is asked again under the lock: still unheld, only the kept blocks are left
+        // to free, and the epoch ends as lost, which covers nobody's work (an allocation that
+        // locks it later finds it over); held meanwhile, it is settled as any held epoch.
+        #[cfg(feature = "test-hooks")]
+        crate::base::hold_point::reached(crate::base::hold_point::UNHELD_END);
+        let mut state = end.lock();
+        if Arc::strong_count(&end) == 1 {
+            state.let_go_of_blocks(end.stream());
+            *state = End::Lost;
+            end.ended.store(true, Ordering::Release);
+            return;
+        }
     }
     // A failed record leaves the end lost: the context's completion covers its work.
     let _ = end.finish();
@@ -392,6 +401,43 @@ pub(crate) fn settle(raw: ffi::CUstream) -> Result<()> {
         std::mem::replace(e, fresh)
     };
     old.finish()
+}
+
+thread_local! {
+    /// The last end this thread found for an allocation (by handle): the next allocation on the
+    /// same stream takes it from here, with no lock of the map. Weak: a cached end keeps no
+    /// epoch (nor its settling event) alive.
+    static LAST_END: std::cell::RefCell<(usize, Weak<StreamEnd>)> =
+        const { std::cell::RefCell::new((0, Weak::new())) };
+}
+
+/// [`end_of`] for an allocation on `raw`, a stream the caller borrows, through the thread's cache
+/// of the last end found. A cached end that has not ended is `raw`'s current one: the stream
+/// cannot end while borrowed, and `settle` replaces an epoch only with exclusive access to the
+/// stream, when no allocation on it can run. The caller locks the end and checks that the epoch
+/// lasts (a cached end can be found after its stream was forgotten: see `ending`).
+#[inline]
+pub(crate) fn end_for_allocation(raw: ffi::CUstream) -> Option<Arc<StreamEnd>> {
+    let cached = LAST_END
+        .try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            if c.0 != raw as usize {
+                return None;
+            }
+            c.1.upgrade().filter(|e| !e.has_ended())
+        })
+        .ok()
+        .flatten();
+    if cached.is_some() {
+        return cached;
+    }
+    let end = end_of(raw)?;
+    let _ = LAST_END.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            *c = (raw as usize, Arc::downgrade(&end));
+        }
+    });
+    Some(end)
 }
 
 /// The end of `raw` if this crate created it and it has not ended; `None` for any other stream,

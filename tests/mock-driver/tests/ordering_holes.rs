@@ -582,3 +582,45 @@ fn a_repeated_fill_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
     drop(x);
     assert_clean(m);
 }
+
+#[test]
+fn an_allocation_on_a_stream_lent_meanwhile_is_never_recorded_in_its_capture() {
+    // An allocation takes its stream's epoch from the thread's cache of the last one it
+    // allocated on, with no lock of the map: it can find the epoch after another thread, taking
+    // the handle, forgot the stream and found the epoch unheld. The lending thread is held there;
+    // the allocation takes the epoch, a lazy write. Once the stream has left the crate a
+    // framework captures it: a fill of the buffer on another stream must neither record the
+    // allocation's mark inside that capture (joining it) nor break it.
+    let (_g, m) = mock();
+    let ctx = Context::primary(0).unwrap();
+    let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let live = m.live_allocations();
+    // This thread's cache now holds `s`'s epoch, which nothing holds once the buffer is gone.
+    drop(DeviceBuffer::<u32>::alloc_on(&ctx, &s, 64).unwrap());
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            cuda_stream::hold_point::release();
+        }
+    }
+    let _release = Release;
+    cuda_stream::hold_point::hold_at("unheld end");
+    let (x, raw) = std::thread::scope(|sc| {
+        let lending = sc.spawn(|| s.raw() as usize);
+        cuda_stream::hold_point::wait_until_held("the handle was never taken");
+        let x = DeviceBuffer::<u32>::alloc_on(&ctx, &s, 64).unwrap();
+        cuda_stream::hold_point::release();
+        (x, lending.join().unwrap() as ffi::CUstream)
+    });
+    raw_begin(raw);
+    let filled = x.fill(&t, 7);
+    assert_eq!(raw_end(raw), SUCCESS, "the framework's capture");
+    if let Err(e) = &filled {
+        panic!("the fill: {e}");
+    }
+    assert_eq!(x.to_vec(&t).unwrap(), [7; 64]);
+    assert_eq!(m.races(), 0, "{:?}", m.race_reports());
+    drop(x);
+    freed_back_to(m, live);
+    assert_clean(m);
+}
