@@ -11,17 +11,10 @@
 # By default the driver is the mock (target/release/libcuda_mock_driver.so), whose own costs are
 # not libcuda's: compare cases that make the same driver calls.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
 LOW=${LOW:-200}
 HIGH=${HIGH:-2200}
-export CUDA_SYS_LIBCUDA=${DRIVER:-$root/target/release/libcuda_mock_driver.so}
-bin=${PROBE:-$root/target/release/examples/probe}
-if [ -z "${PROBE:-}" ]; then
-    cargo build -q --release -p cuda-mock-driver -p cuda-stream-tests --example probe
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=probe-setup.sh
+source "$(dirname "$0")/probe-setup.sh"
 for case in "$@"; do
     for n in "$LOW" "$HIGH"; do
         valgrind -q --tool=callgrind --separate-threads=yes \

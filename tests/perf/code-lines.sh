@@ -9,16 +9,9 @@
 #   tests/perf/code-lines.sh CASE...           # e.g. fill-raw fill-safe
 #   ITERS=3000 DRIVER=path/to/libcuda.so PROBE=path/to/probe tests/perf/code-lines.sh CASE...
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
 ITERS=${ITERS:-3000}
-export CUDA_SYS_LIBCUDA=${DRIVER:-$root/target/release/libcuda_mock_driver.so}
-bin=${PROBE:-$root/target/release/examples/probe}
-if [ -z "${PROBE:-}" ]; then
-    cargo build -q --release -p cuda-mock-driver -p cuda-stream-tests --example probe
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=probe-setup.sh
+source "$(dirname "$0")/probe-setup.sh"
 for case in "$@"; do
     rm -f "$work"/cg.*
     valgrind -q --tool=callgrind --dump-instr=yes --callgrind-out-file="$work/cg.%p" \

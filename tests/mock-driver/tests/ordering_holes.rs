@@ -97,6 +97,20 @@ fn assert_clean(m: &MockDriver) {
     );
 }
 
+/// Arms the crate's hold point `point` (`cuda_stream::hold_point`) until the value drops, which
+/// releases a held thread and disarms the point however the test ends: a point left armed would
+/// hold a later test.
+fn hold_at(point: &str) -> impl Drop {
+    struct Release;
+    impl Drop for Release {
+        fn drop(&mut self) {
+            cuda_stream::hold_point::release();
+        }
+    }
+    cuda_stream::hold_point::hold_at(point);
+    Release
+}
+
 /// Begins a capture on `s` with raw calls, as a framework would (thread-local mode).
 fn raw_begin(s: ffi::CUstream) {
     let mode = ffi::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
@@ -559,15 +573,7 @@ fn a_repeated_fill_whose_stream_is_lent_meanwhile_is_marked_after_its_work() {
     let ctx = Context::primary(0).unwrap();
     let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let x = DeviceBuffer::<u32>::zeroed(&ctx, &s, 64).unwrap();
-    // Disarmed and released however the test ends: a point left armed would hold a later test.
-    struct Release;
-    impl Drop for Release {
-        fn drop(&mut self) {
-            cuda_stream::hold_point::release();
-        }
-    }
-    let _release = Release;
-    cuda_stream::hold_point::hold_at("repeated use");
+    let _held = hold_at("repeated use");
     std::thread::scope(|sc| {
         let filling = sc.spawn(|| x.fill(&s, 7).unwrap());
         cuda_stream::hold_point::wait_until_held("the fill never repeated its use");
@@ -597,14 +603,7 @@ fn an_allocation_on_a_stream_lent_meanwhile_is_never_recorded_in_its_capture() {
     let live = m.live_allocations();
     // This thread's cache now holds `s`'s epoch, which nothing holds once the buffer is gone.
     drop(DeviceBuffer::<u32>::alloc_on(&ctx, &s, 64).unwrap());
-    struct Release;
-    impl Drop for Release {
-        fn drop(&mut self) {
-            cuda_stream::hold_point::release();
-        }
-    }
-    let _release = Release;
-    cuda_stream::hold_point::hold_at("unheld end");
+    let _held = hold_at("unheld end");
     let (x, raw) = std::thread::scope(|sc| {
         let lending = sc.spawn(|| s.raw() as usize);
         cuda_stream::hold_point::wait_until_held("the handle was never taken");
