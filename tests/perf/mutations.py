@@ -42,6 +42,7 @@ ACROSS = "cuda-stream/src/memory/across.rs"
 ALLOC_CALLS = "cuda-stream/src/memory/alloc_calls.rs"
 REPEAT = "cuda-stream/src/memory/use_tracking/repeat.rs"
 KNOWN_STREAMS = "cuda-stream/src/stream/known_streams.rs"
+BLOCK_CACHE = "cuda-stream/src/stream/block_cache.rs"
 
 # (name, file, original, mutated, what the wait is for[, the dedicated test's cargo arguments])
 MUTATIONS = [
@@ -252,6 +253,28 @@ MUTATIONS = [
         "epoch's settling event comes after it",
         "-p cuda-mock-driver --test block_cache "
         "an_allocation_while_another_thread_takes_the_handle_is_ordered_before_the_settling",
+    ),
+    (
+        "spare_given_back_when_let_go",
+        BLOCK_CACHE,
+        "            if std::mem::take(&mut bin.spare) {\n"
+        "                bin.stats.sub(bin.bytes as u64);\n"
+        "            }\n"
+        "            for ptr in bin.ptrs.drain(..) {",
+        "            for ptr in bin.ptrs.drain(..) {",
+        "a cache that lets go of its blocks gives its spare's count back to the pool",
+        "-p cuda-mock-driver --test block_cache "
+        "a_block_taken_back_keeps_its_count_for_its_return_and_gives_it_back_when_let_go",
+    ),
+    (
+        "one_spare_per_bin",
+        BLOCK_CACHE,
+        "        if std::mem::replace(&mut bin.spare, true) {\n"
+        "            bin.stats.sub(bytes as u64);\n"
+        "        }",
+        "        bin.spare = true;",
+        "a second hit in a row gives the first spare's count back to the pool",
+        "-p cuda-mock-driver --test block_cache two_blocks_taken_back_count_one_spare",
     ),
 ]
 

@@ -241,7 +241,10 @@ impl MemPool {
     /// The pool's usage now and its high-water marks, with the bytes kept for reuse apart.
     pub fn usage(&self) -> Result<PoolUsage> {
         use ffi::CUmemPool_attribute as A;
-        let cached = block_cache::pool_cache_if_any(self.0.raw).map_or(0, |c| c.cached());
+        // Kept blocks on the streams and orphans (the pool's counter also counts spares).
+        let cached = block_cache::pool_cache_if_any(self.0.raw).map_or(0, |c| {
+            known_streams::kept_bytes(self.0.raw) + block_cache::orphan_bytes(&c)
+        });
         Ok(PoolUsage {
             reserved: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
             reserved_high: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
@@ -263,6 +266,11 @@ impl MemPool {
     /// Blocks are never reused on another stream; an allocation that runs out of memory frees
     /// every kept block of its context and tries once more; a stream's blocks are freed when
     /// it is destroyed, its handle leaves the crate (`raw()`), or a capture begins on it.
+    ///
+    /// The limit also counts, for each stream and size, one block that an allocation took back
+    /// from the stream's cache (its return fits in that count, with no shared counter touched:
+    /// threads allocating on their own streams do not contend). [`usage`](Self::usage) reports
+    /// the kept blocks alone.
     pub fn cache_limit(&self) -> u64 {
         block_cache::pool_cache(self.0.raw, &self.0.ctx).limit()
     }
@@ -272,7 +280,7 @@ impl MemPool {
     pub fn set_cache_limit(&self, bytes: u64) {
         let cache = block_cache::pool_cache(self.0.raw, &self.0.ctx);
         cache.set_limit(bytes);
-        if cache.cached() > bytes {
+        if cache.counted() > bytes {
             self.release_cached();
         }
     }

@@ -40,7 +40,13 @@
 //!
 //! Each pool has a limit on the bytes its blocks may hold in all caches together (a quarter of
 //! the device's memory unless set: [`MemPool::set_cache_limit`](crate::MemPool::set_cache_limit));
-//! a free past it goes to the driver. An allocation that fails for lack of memory empties every
+//! a free past it goes to the driver. A cache counts its blocks against the limit in the pool's
+//! shared counter, and keeps the count of one block of each size after a hit takes it out (a
+//! *spare*): the block that comes back to the cache at that buffer's free fits in it, so a
+//! stream that allocates and frees the same sizes again and again touches no shared counter (a
+//! shared atomic on every hit and free would cost each of them two atomic operations on a line
+//! that every thread's streams contend for). A spare counts against the limit until its cache
+//! lets go of its blocks; [`MemPool::usage`](crate::MemPool::usage) reports kept blocks only. An allocation that fails for lack of memory empties every
 //! cache of its context and tries once more; trimming a pool, dropping a pool of the caller's
 //! and ending a stream empty the caches concerned. A block that cannot be freed on its stream
 //! (the stream joined a capture begun elsewhere, or its epoch ended inside a host function) is
@@ -63,8 +69,9 @@ pub(crate) struct PoolCache {
 }
 
 impl PoolCache {
-    /// Bytes its blocks hold now, in all caches.
-    pub(crate) fn cached(&self) -> u64 {
+    /// Bytes counted against the limit now, in all caches: kept blocks and spares (see the
+    /// module docs; `MemPool::usage` counts the blocks alone).
+    pub(crate) fn counted(&self) -> u64 {
         self.cached.load(Ordering::Acquire)
     }
 
@@ -144,6 +151,9 @@ struct Bin {
     /// The memory's context (held while a block of it is kept).
     ctx: Context,
     ptrs: Vec<ffi::CUdeviceptr>,
+    /// Whether the bin counts one block more than it keeps in `stats` (a spare: see the module
+    /// docs): after a hit, until the next free into the bin fills it.
+    spare: bool,
 }
 
 /// The blocks one epoch of a private stream keeps (see the module docs). Lives in the epoch's
@@ -176,12 +186,22 @@ static ORPHANS: Mutex<Vec<Orphan>> = Mutex::new(Vec::new());
 static ORPHAN_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 impl Blocks {
-    /// Whether no block is kept.
+    /// Whether nothing is kept or counted: no block, no spare.
     pub(crate) fn is_empty(&self) -> bool {
-        self.bins.iter().all(|b| b.ptrs.is_empty())
+        self.bins.is_empty()
     }
 
-    /// A kept block of `pool` of `bytes` bytes, taken out.
+    /// The bytes of the blocks of `pool` kept here.
+    pub(crate) fn kept_bytes(&self, pool: ffi::CUmemoryPool) -> u64 {
+        self.bins
+            .iter()
+            .filter(|b| b.pool == pool as usize)
+            .map(|b| b.ptrs.len() as u64 * b.bytes as u64)
+            .sum()
+    }
+
+    /// A kept block of `pool` of `bytes` bytes, taken out. Its count stays as the bin's spare
+    /// (a spare the bin already had goes back to the pool's counter).
     #[inline]
     pub(crate) fn take(
         &mut self,
@@ -193,7 +213,9 @@ impl Blocks {
             .iter_mut()
             .find(|b| b.pool == pool as usize && b.bytes == bytes)?;
         let ptr = bin.ptrs.pop()?;
-        bin.stats.sub(bytes as u64);
+        if std::mem::replace(&mut bin.spare, true) {
+            bin.stats.sub(bytes as u64);
+        }
         Some(ptr)
     }
 
@@ -219,12 +241,21 @@ impl Blocks {
                     stats: pool_cache(pool, ctx),
                     ctx: ctx.clone(),
                     ptrs: Vec::new(),
+                    spare: false,
                 });
                 self.bins.len() - 1
             }
         };
         let bin = &mut self.bins[i];
-        if !bin.stats.try_add(bytes as u64) {
+        // The spare's count, if the limit has not been lowered under what is counted (then the
+        // count goes back and the block is freed); else a count of its own.
+        if bin.spare {
+            bin.spare = false;
+            if bin.stats.counted() > bin.stats.limit() {
+                bin.stats.sub(bytes as u64);
+                return false;
+            }
+        } else if !bin.stats.try_add(bytes as u64) {
             return false;
         }
         bin.ptrs.push(ptr);
@@ -243,6 +274,9 @@ impl Blocks {
         self.bins.retain_mut(|bin| {
             if pool.is_some_and(|p| p as usize != bin.pool) {
                 return true;
+            }
+            if std::mem::take(&mut bin.spare) {
+                bin.stats.sub(bin.bytes as u64);
             }
             for ptr in bin.ptrs.drain(..) {
                 if free_async(ptr, stream).is_ok() {
@@ -266,6 +300,9 @@ impl Blocks {
     /// on a stream that can no longer be freed on).
     pub(crate) fn orphan_all(&mut self) {
         for bin in self.bins.drain(..) {
+            if bin.spare {
+                bin.stats.sub(bin.bytes as u64);
+            }
             for ptr in bin.ptrs {
                 orphan(Orphan {
                     ctx: bin.ctx.clone(),
@@ -279,7 +316,8 @@ impl Blocks {
 }
 
 impl Drop for Blocks {
-    /// Blocks still kept when the cache goes (an epoch ended without freeing them) are orphans.
+    /// Blocks still kept when the cache goes (an epoch ended without freeing them) are orphans;
+    /// spares go back to their pools' counters.
     fn drop(&mut self) {
         if !self.is_empty() {
             self.orphan_all();
@@ -305,6 +343,17 @@ fn free_async(ptr: ffi::CUdeviceptr, stream: ffi::CUstream) -> Result<()> {
 #[cfg(feature = "test-hooks")]
 pub(crate) fn orphan_count() -> usize {
     ORPHAN_COUNT.load(Ordering::Acquire)
+}
+
+/// The bytes of the orphans of the pool counted in `cache`.
+pub(crate) fn orphan_bytes(cache: &Arc<PoolCache>) -> u64 {
+    ORPHANS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|o| Arc::ptr_eq(&o.stats, cache))
+        .map(|o| o.bytes as u64)
+        .sum()
 }
 
 /// Whether orphans wait (one atomic load).

@@ -469,6 +469,18 @@ pub(crate) fn free_kept_blocks_with(
     ends.iter().map(|e| e.free_blocks(pool, &mut then)).sum()
 }
 
+/// The bytes of the blocks of `pool` kept on every known stream now.
+pub(crate) fn kept_bytes(pool: ffi::CUmemoryPool) -> u64 {
+    let mut ends = Vec::new();
+    for shard in &KNOWN {
+        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        ends.extend(map.iter().flat_map(|m| m.values().cloned()));
+    }
+    ends.iter()
+        .map(|e| e.lock().blocks().map_or(0, |b| b.kept_bytes(pool)))
+        .sum()
+}
+
 /// [`free_kept_blocks_with`] and nothing after.
 pub(crate) fn free_kept_blocks(
     pool: Option<ffi::CUmemoryPool>,

@@ -131,6 +131,17 @@ const CASES: &[(&str, &str)] = &[
         "DeviceBuffer::alloc_in of 1 MiB + drop, from a pool whose cache limit is 0",
     ),
     (
+        "miss-raw",
+        "alloc-free-miss-safe's driver calls by hand: cuStreamIsCapturing + \
+         cuMemAllocFromPoolAsync + cuMemFreeAsync of 1 MiB from a pool whose cache limit is 0",
+    ),
+    (
+        "miss-raw-plus:K",
+        "miss-raw with bookkeeping of the shape the safe side does, K a sum of: 1 a 224-byte \
+         Box made and dropped, 2 six Arc clone + drop pairs, 4 two Mutex lock + unlock pairs, \
+         8 two thread-local reads (each split around the driver calls like the safe side's)",
+    ),
+    (
         "copy-raw",
         "cuStreamIsCapturing + cuMemcpyDtoDAsync of one word",
     ),

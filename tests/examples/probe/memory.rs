@@ -4,12 +4,19 @@
 //! fixture's private stream, whose handle never leaves the crate (a stream whose handle was taken
 //! with `raw()` may be captured by other code: every buffer use on it records an event).
 
+use std::cell::Cell;
 use std::hint::black_box;
+use std::sync::{Arc, Mutex};
 
 use cuda_stream::DeviceBuffer;
 use cuda_stream_sys as sys;
 
 use crate::{Case, Fixture, ok};
+
+thread_local! {
+    /// What `miss-raw-plus:8` reads, as the safe side reads its thread's state.
+    static LOCAL: Cell<u64> = const { Cell::new(0) };
+}
 
 impl Fixture {
     /// Runs a memory case `c`; false if `c` is not one.
@@ -57,6 +64,49 @@ impl Fixture {
                     drop(black_box(b));
                 }
                 self.private.synchronize().expect("synchronize");
+            }
+            "miss-raw" | "miss-raw-plus" => {
+                let alloc = sys::fns::cuMemAllocFromPoolAsync().expect("cuMemAllocFromPoolAsync");
+                let free = sys::fns::cuMemFreeAsync().expect("cuMemFreeAsync");
+                let pool = cuda_stream::MemPool::new(&self.ctx).expect("a pool");
+                pool.set_cache_limit(0);
+                let raw_pool = pool.raw();
+                let k = if name == "miss-raw" {
+                    0
+                } else {
+                    c.us.expect("miss-raw-plus:K")
+                };
+                let counts: Vec<Arc<u64>> = (0..6).map(Arc::new).collect();
+                let locks: Vec<Mutex<u64>> = (0..2).map(Mutex::new).collect();
+                for _ in 0..iters {
+                    // Before the allocation: a thread-local read, three counts, a lock.
+                    if k & 8 != 0 {
+                        black_box(LOCAL.with(|l| l.get()));
+                    }
+                    let c3 = (k & 2 != 0).then(|| [0, 1, 2].map(|i| counts[i].clone()));
+                    let guard = (k & 4 != 0).then(|| locks[0].lock().expect("lock"));
+                    capturing(s);
+                    let mut p = 0;
+                    // SAFETY: a valid out-pointer, a live pool and stream; freed below.
+                    ok(unsafe { alloc(&mut p, black_box(1 << 20), raw_pool, s) });
+                    drop(black_box(guard));
+                    let boxed = (k & 1 != 0).then(|| Box::new(black_box([p; 28])));
+                    let boxed = black_box(boxed);
+                    // Before the free: a thread-local read, the other three counts, a lock.
+                    if k & 8 != 0 {
+                        black_box(LOCAL.with(|l| l.get()));
+                    }
+                    let c6 = (k & 2 != 0).then(|| [3, 4, 5].map(|i| counts[i].clone()));
+                    let guard = (k & 4 != 0).then(|| locks[1].lock().expect("lock"));
+                    // SAFETY: allocated above on the same stream, freed once.
+                    ok(unsafe { free(black_box(p), s) });
+                    drop(black_box(guard));
+                    drop(black_box(c3));
+                    drop(black_box(c6));
+                    drop(boxed);
+                }
+                // The pool goes after its frees have run.
+                self.stream.synchronize().expect("synchronize");
             }
             "fill-raw" | "fill-safe" => {
                 let buf = DeviceBuffer::<u32>::zeroed(&self.ctx, &self.private, 1).expect("zeroed");

@@ -237,6 +237,81 @@ fn the_limit_bounds_what_is_kept_and_release_and_trim_free_it() {
 }
 
 #[test]
+fn a_block_taken_back_keeps_its_count_for_its_return_and_gives_it_back_when_let_go() {
+    let (_lock, m, ctx) = mock();
+    let (s, t) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let pool = MemPool::new(&ctx).unwrap();
+    // Room for one block of 256 bytes.
+    pool.set_cache_limit(300);
+    drop(DeviceBuffer::<u32>::zeroed_in(&pool, &s, 64).unwrap());
+    assert_eq!(pool.usage().unwrap().cached, 256);
+    let y = DeviceBuffer::<u32>::alloc_in(&pool, &s, 64).unwrap();
+    assert_eq!(
+        pool.usage().unwrap().cached,
+        0,
+        "a block taken back is in use, not kept"
+    );
+    // The taken block's count stays with `s` for its return: `t` finds no room.
+    let frees = m.calls("cuMemFreeAsync");
+    drop(DeviceBuffer::<u32>::zeroed_in(&pool, &t, 64).unwrap());
+    assert_eq!(m.calls("cuMemFreeAsync"), frees + 1, "t's block freed");
+    assert_eq!(pool.usage().unwrap().cached, 0);
+    // Its return fits in the count: kept again, with no free.
+    drop(y);
+    assert_eq!(m.calls("cuMemFreeAsync"), frees + 1, "y's block kept");
+    assert_eq!(pool.usage().unwrap().cached, 256);
+    // Taken once more, then the caches let go: the count goes back to the pool, and `t` may
+    // keep a block again.
+    let y = DeviceBuffer::<u32>::alloc_in(&pool, &s, 64).unwrap();
+    assert_eq!(ctx.release_cached(), 0, "no block kept, only a count");
+    drop(DeviceBuffer::<u32>::zeroed_in(&pool, &t, 64).unwrap());
+    assert_eq!(pool.usage().unwrap().cached, 256, "t's block kept");
+    // `y` comes back past the limit now: freed.
+    let frees = m.calls("cuMemFreeAsync");
+    drop(y);
+    assert_eq!(m.calls("cuMemFreeAsync"), frees + 1, "y's block freed");
+    assert_eq!(pool.usage().unwrap().cached, 256);
+    // A lower limit: what is counted goes, and nothing is kept past it.
+    let z = DeviceBuffer::<u32>::alloc_in(&pool, &t, 64).unwrap();
+    pool.set_cache_limit(0);
+    drop(z);
+    assert_eq!(pool.usage().unwrap().cached, 0, "limit 0 keeps nothing");
+    pool.set_cache_limit(300);
+    drop(DeviceBuffer::<u32>::zeroed_in(&pool, &s, 64).unwrap());
+    assert_eq!(pool.usage().unwrap().cached, 256, "every count went back");
+    drop((s, t));
+    settle(m);
+    assert_eq!((m.bad_uses(), m.races()), (0, 0));
+}
+
+#[test]
+fn two_blocks_taken_back_count_one_spare() {
+    let (_lock, m, ctx) = mock();
+    let s = ctx.new_stream().unwrap();
+    let pool = MemPool::new(&ctx).unwrap();
+    // Room for two blocks of 256 bytes.
+    pool.set_cache_limit(600);
+    let (x, y) = (
+        DeviceBuffer::<u32>::zeroed_in(&pool, &s, 64).unwrap(),
+        DeviceBuffer::<u32>::zeroed_in(&pool, &s, 64).unwrap(),
+    );
+    drop((x, y));
+    assert_eq!(pool.usage().unwrap().cached, 512);
+    // Both taken back: one count stays as the spare, the other goes back to the pool.
+    let (x, y) = (
+        DeviceBuffer::<u32>::alloc_in(&pool, &s, 64).unwrap(),
+        DeviceBuffer::<u32>::alloc_in(&pool, &s, 64).unwrap(),
+    );
+    let frees = m.calls("cuMemFreeAsync");
+    drop((x, y));
+    assert_eq!(m.calls("cuMemFreeAsync"), frees, "both kept again");
+    assert_eq!(pool.usage().unwrap().cached, 512);
+    drop(s);
+    settle(m);
+    assert_eq!((m.bad_uses(), m.races()), (0, 0));
+}
+
+#[test]
 fn a_pool_dropped_with_blocks_kept_frees_them_and_goes() {
     let (_lock, m, ctx) = mock();
     let s = ctx.new_stream().unwrap();
