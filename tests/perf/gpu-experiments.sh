@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The experiments behind BENCHMARKS.md's analysis of stream creation, host functions with a
-# capturing closure and `completed()`: each line runs two cases of `probe`
+# capturing closure, `completed()` and the cache miss: each line runs two cases of `probe`
 # (tests/examples/probe/) against each other on GPU 0, in interleaved batches (an even number
 # of repetitions, each order equally often), and prints both medians, the median ratio with its
 # range, the ratio's median for each order apart and their geometric mean ("balanced"), which
@@ -49,3 +49,11 @@ run kbusy-raw:50 kbusy-completed:50:100 1000 16
 run kbusy-raw:200 kbusy-completed:200 500 16
 run kbusy-raw:200 kbusy-completed:200:0 500 16
 run busy-raw:20 busy-completed:20 1000 16
+
+echo "== the cache miss: alloc + free missing the block cache against its driver calls, and the"
+echo "   driver calls with bookkeeping of the safe side's shape (1 box, 2 six counts, 4 two locks,"
+echo "   8 two thread-local reads, 15 all)"
+run miss-raw miss-raw 2000 20
+run miss-raw alloc-free-miss-safe 2000 20
+for k in 1 2 4 8 15; do run miss-raw miss-raw-plus:$k 2000 20; done
+run miss-raw-plus:15 alloc-free-miss-safe 2000 20
