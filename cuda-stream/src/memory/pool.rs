@@ -241,17 +241,21 @@ impl MemPool {
     /// The pool's usage now and its high-water marks, with the bytes kept for reuse apart.
     pub fn usage(&self) -> Result<PoolUsage> {
         use ffi::CUmemPool_attribute as A;
+        // The driver first: inside a host function it refuses, before any stream's cache is
+        // locked (a host function never waits for an epoch's lock: see `known_streams`).
+        let reserved = self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
+        let reserved_high = self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?;
+        let used = self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
+        let used_high = self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?;
         // Kept blocks on the streams and orphans (the pool's counter also counts spares).
         let cached = block_cache::pool_cache_if_any(self.0.raw).map_or(0, |c| {
             known_streams::kept_bytes(self.0.raw) + block_cache::orphan_bytes(&c)
         });
         Ok(PoolUsage {
-            reserved: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
-            reserved_high: self.get_u64(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
-            used: self
-                .get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?
-                .saturating_sub(cached),
-            used_high: self.get_u64(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            reserved,
+            reserved_high,
+            used: used.saturating_sub(cached),
+            used_high,
             cached,
         })
     }

@@ -43,15 +43,15 @@
 //! a free past it goes to the driver. A cache counts its blocks against the limit in the pool's
 //! shared counter, and keeps the count of one block of each size after a hit takes it out (a
 //! *spare*): the block that comes back to the cache at that buffer's free fits in it, so a
-//! stream that allocates and frees the same sizes again and again touches no shared counter (a
-//! shared atomic on every hit and free would cost each of them two atomic operations on a line
-//! that every thread's streams contend for). A spare counts against the limit until its cache
-//! lets go of its blocks; [`MemPool::usage`](crate::MemPool::usage) reports kept blocks only. An allocation that fails for lack of memory empties every
-//! cache of its context and tries once more; trimming a pool, dropping a pool of the caller's
-//! and ending a stream empty the caches concerned. A block that cannot be freed on its stream
-//! (the stream joined a capture begun elsewhere, or its epoch ended inside a host function) is
-//! an *orphan*: freed on the context's service stream once the context's work has completed, at
-//! a later allocation or free.
+//! stream that allocates and frees the same sizes again and again touches no shared counter
+//! (else each hit and each free would make an atomic operation on a line that the caches of
+//! every stream share). A spare counts against the limit until its cache lets go of its blocks;
+//! [`MemPool::usage`](crate::MemPool::usage) reports kept blocks only. An allocation that fails
+//! for lack of memory empties every cache of its context and tries once more; trimming a pool,
+//! dropping a pool of the caller's and ending a stream empty the caches concerned. A block that
+//! cannot be freed on its stream (the stream joined a capture begun elsewhere, or its epoch ended
+//! inside a host function) is an *orphan*: freed on the context's service stream once the
+//! context's work has completed, at a later allocation or free.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
