@@ -455,6 +455,15 @@ pub(crate) fn free_kept_blocks_with(
     ctx: Option<ffi::CUcontext>,
     mut then: impl FnMut(&StreamEnd),
 ) -> usize {
+    ends_of(ctx)
+        .iter()
+        .map(|e| e.free_blocks(pool, &mut then))
+        .sum()
+}
+
+/// The ends of every known stream (of context `ctx`, where given), taken out of the shards so
+/// that the caller locks them under no lock of the map.
+fn ends_of(ctx: Option<ffi::CUcontext>) -> Vec<Arc<StreamEnd>> {
     let mut ends = Vec::new();
     for shard in &KNOWN {
         let map = shard.lock().unwrap_or_else(|e| e.into_inner());
@@ -466,17 +475,13 @@ pub(crate) fn free_kept_blocks_with(
             );
         }
     }
-    ends.iter().map(|e| e.free_blocks(pool, &mut then)).sum()
+    ends
 }
 
 /// The bytes of the blocks of `pool` kept on every known stream now.
 pub(crate) fn kept_bytes(pool: ffi::CUmemoryPool) -> u64 {
-    let mut ends = Vec::new();
-    for shard in &KNOWN {
-        let map = shard.lock().unwrap_or_else(|e| e.into_inner());
-        ends.extend(map.iter().flat_map(|m| m.values().cloned()));
-    }
-    ends.iter()
+    ends_of(None)
+        .iter()
         .map(|e| e.lock().blocks().map_or(0, |b| b.kept_bytes(pool)))
         .sum()
 }
