@@ -61,10 +61,11 @@ use crate::base::error::{Result, check, driver_fn};
 use crate::driver::context::Context;
 use crate::ffi;
 
-/// The cached bytes of one pool and their limit, shared by every cache holding its blocks.
+/// The bytes one pool's blocks count against its limit (kept blocks and spares), and the limit,
+/// shared by every cache holding its blocks.
 #[derive(Debug)]
 pub(crate) struct PoolCache {
-    cached: AtomicU64,
+    counted: AtomicU64,
     limit: AtomicU64,
 }
 
@@ -72,7 +73,7 @@ impl PoolCache {
     /// Bytes counted against the limit now, in all caches: kept blocks and spares (see the
     /// module docs; `MemPool::usage` counts the blocks alone).
     pub(crate) fn counted(&self) -> u64 {
-        self.cached.load(Ordering::Acquire)
+        self.counted.load(Ordering::Acquire)
     }
 
     /// The most its blocks may hold.
@@ -87,7 +88,7 @@ impl PoolCache {
     /// Counts `bytes` more if the limit allows.
     fn try_add(&self, bytes: u64) -> bool {
         let limit = self.limit();
-        self.cached
+        self.counted
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
                 c.checked_add(bytes).filter(|&n| n <= limit)
             })
@@ -95,7 +96,7 @@ impl PoolCache {
     }
 
     fn sub(&self, bytes: u64) {
-        self.cached.fetch_sub(bytes, Ordering::AcqRel);
+        self.counted.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
 
@@ -124,7 +125,7 @@ pub(crate) fn pool_cache(pool: ffi::CUmemoryPool, ctx: &Context) -> Arc<PoolCach
         .entry(pool as usize)
         .or_insert_with(|| {
             Arc::new(PoolCache {
-                cached: AtomicU64::new(0),
+                counted: AtomicU64::new(0),
                 limit: AtomicU64::new(limit),
             })
         })
